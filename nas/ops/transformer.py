@@ -1,0 +1,294 @@
+"""Transformer ops: embeddings, self-attention, pooled heads, AdaBERT's readout.
+
+Sub-module names follow Hugging Face's BERT/MobileBERT (``word_embeddings``,
+``query``, ``output.dense``, ``LayerNorm``...) so weight conversion is a name map
+(STYLE.md pattern 7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from nas.ops.base import Context, Op, SelectOp, linear_slice, register_op
+from nas.ops.basic import make_norm, norm_params
+
+#: Added to the scores of padded keys before the softmax (BERT's convention).
+MASK_VALUE = -10000.0
+
+
+def pair_mask(ctx: Context) -> torch.Tensor | None:
+    """The token mask of a state: for separately embedded pairs, the union of both masks."""
+    mask = ctx.batch.get("attention_mask")
+    mask_b = ctx.batch.get("attention_mask_b")
+    if mask is not None and mask_b is not None:
+        return torch.maximum(mask, mask_b)
+    return mask
+
+
+@register_op("embedding")
+class Embedding(Op):
+    """Token (+ position, + token type) embeddings, optionally factorised.
+
+    ``p``: ``vocab_size``, ``embedding_size`` E, ``out`` (hidden H), ``max_positions``,
+    ``type_vocab_size`` (0: none), ``trigram`` (MobileBERT: concatenate the embeddings
+    of tokens t+1, t, t-1 and map 3E → H, SPEC §4), ``norm`` (layer_norm, no_norm or
+    none), ``key`` (which batch entry holds the ids: ``input_ids`` or ``input_ids_b``).
+    A plain factorised embedding (E < H, no trigram) maps E → H with a linear layer.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        e = int(p["embedding_size"])
+        self.word_embeddings = nn.Embedding(int(p["vocab_size"]), e)
+        if self._projects(p):
+            self.embedding_transformation = nn.Linear(e * (3 if p.get("trigram") else 1), out_width)
+        if p.get("max_positions", 0):
+            self.position_embeddings = nn.Embedding(int(p["max_positions"]), out_width)
+        if p.get("type_vocab_size", 0):
+            self.token_type_embeddings = nn.Embedding(int(p["type_vocab_size"]), out_width)
+        if p.get("norm", "layer_norm") != "none":
+            self.LayerNorm = make_norm(p.get("norm", "layer_norm"), out_width, p.get("eps", 1e-12))
+
+    @staticmethod
+    def _projects(p: Mapping[str, Any]) -> bool:
+        return bool(p.get("trigram")) or int(p["embedding_size"]) != int(p["out"])
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["out"])
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        e = int(p["embedding_size"])
+        n = int(p["vocab_size"]) * e
+        if cls._projects(p):
+            n += e * (3 if p.get("trigram") else 1) * out_width + out_width
+        n += int(p.get("max_positions", 0)) * out_width
+        n += int(p.get("type_vocab_size", 0)) * out_width
+        if p.get("norm", "layer_norm") != "none":
+            n += norm_params(out_width)
+        return n
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        if not cls._projects(p):
+            return 0
+        return seq_len * int(p["embedding_size"]) * (3 if p.get("trigram") else 1) * out_width
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        key = p.get("key", "input_ids")
+        ids = ctx.batch[key]  # (B, L)
+        x = self.word_embeddings(ids)  # (B, L, E)
+        if p.get("trigram"):
+            # [e(t+1), e(t), e(t-1)], zero-padded at the ends (MobileBERT)
+            nxt = F.pad(x[:, 1:], (0, 0, 0, 1))
+            prv = F.pad(x[:, :-1], (0, 0, 1, 0))
+            x = torch.cat([nxt, x, prv], dim=-1)
+        if self._projects(p):
+            t = self.embedding_transformation
+            x = linear_slice(t.weight, t.bias, x, out_width)
+        seq_len = ids.shape[1]
+        if hasattr(self, "position_embeddings"):
+            x = x + self.position_embeddings.weight[:seq_len, :out_width]
+        if hasattr(self, "token_type_embeddings"):
+            type_key = "token_type_ids" if key == "input_ids" else f"token_type_ids{key[9:]}"
+            types = ctx.batch.get(type_key)
+            if types is None:
+                types = torch.zeros_like(ids)
+            x = x + F.embedding(types, self.token_type_embeddings.weight[:, :out_width])
+        if hasattr(self, "LayerNorm"):
+            x = self.LayerNorm(x)
+        return x
+
+
+class AttentionMatmul(nn.Module):
+    """The two attention matmuls, softmax(QKᵀ/√d + mask)·V, as a leaf module.
+
+    Kept separate so that thop's cross-check can count its multiply-adds from the
+    run-time shapes (it has no parameters, so thop would count zero otherwise).
+    Returns the context and the pre-softmax scores (what TinyBERT distils, SPEC §5).
+    """
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # q, k, v: (B, A, L, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, A, L, L)
+        if mask is not None:
+            scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * MASK_VALUE
+        probs = torch.softmax(scores, dim=-1)
+        return probs @ v, scores  # (B, A, L, d), (B, A, L, L)
+
+
+def count_attention_matmul(module: nn.Module, inputs: tuple, output: Any) -> None:
+    """thop hook: B·A·L·L·d for QKᵀ plus the same for the product with V."""
+    q, k = inputs[0], inputs[1]
+    b, a, lq, d = q.shape
+    module.total_ops += torch.DoubleTensor([2 * b * a * lq * k.shape[2] * d])
+
+
+class SelfAttentionCore(nn.Module):
+    """Multi-head self-attention without output projection, sliced to ``heads × head_size``."""
+
+    def __init__(self, in_width: int, all_head: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(in_width, all_head)
+        self.key = nn.Linear(in_width, all_head)
+        self.value = nn.Linear(in_width, all_head)
+        self.matmul = AttentionMatmul()
+
+    def forward(
+        self, x: torch.Tensor, heads: int, head_size: int, ctx: Context,
+        kv: torch.Tensor | None = None, v_in: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, length, _ = x.shape
+        n = heads * head_size
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # (B, L, A·d) -> (B, A, L, d)
+            return t.view(b, length, heads, head_size).transpose(1, 2)
+
+        q = split(linear_slice(self.query.weight, self.query.bias, x, n))
+        k = split(linear_slice(self.key.weight, self.key.bias, x if kv is None else kv, n))
+        v = split(linear_slice(self.value.weight, self.value.bias, x if v_in is None else v_in, n))
+        context, scores = self.matmul(q, k, v, ctx.attention_mask)
+        if ctx.wants("attention_scores"):
+            ctx.add("attention_scores", scores)
+        return context.transpose(1, 2).reshape(b, length, n)  # (B, L, A·d)
+
+
+class AttentionOutput(nn.Module):
+    def __init__(self, in_width: int, out_width: int, norm: str, eps: float) -> None:
+        super().__init__()
+        self.dense = nn.Linear(in_width, out_width)
+        self.LayerNorm = make_norm(norm, out_width, eps)
+
+
+@register_op("bert_attention")
+class BertAttention(Op):
+    """BERT's attention block: ``Norm(x + W_o·MHA(x))`` (HF ``BertAttention``).
+
+    ``p``: ``heads``, ``head_size``, ``norm`` (layer_norm | no_norm), ``eps``.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        n = int(p["heads"]) * int(p["head_size"])
+        self.self = SelfAttentionCore(in_widths[0], n)
+        self.output = AttentionOutput(n, out_width, p.get("norm", "layer_norm"), p.get("eps", 1e-12))
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        h, n = in_widths[0], int(p["heads"]) * int(p["head_size"])
+        return 3 * (h * n + n) + n * out_width + out_width + norm_params(out_width)
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        h, n = in_widths[0], int(p["heads"]) * int(p["head_size"])
+        projections = seq_len * (3 * h * n + n * out_width)
+        return projections + 2 * seq_len * seq_len * n
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        x = xs[0]
+        context = self.self(x, int(p["heads"]), int(p["head_size"]), ctx)
+        o = self.output
+        return o.LayerNorm(x + linear_slice(o.dense.weight, o.dense.bias, context, out_width))
+
+
+@register_op("pooler_classifier")
+class PoolerClassifier(Op):
+    """BERT's head: ``classifier(dropout(tanh(W_p·h_[CLS])))`` → ``(B, num_labels)``.
+
+    ``p``: ``num_labels``, ``pooler`` (False: classify the [CLS] state directly).
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        h = in_widths[0]
+        if p.get("pooler", True):
+            self.pooler = nn.Module()
+            self.pooler.dense = nn.Linear(h, h)
+        self.dropout = nn.Dropout(float(p.get("dropout", 0.1)))
+        self.classifier = nn.Linear(h, int(p["num_labels"]))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["num_labels"])
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        h = in_widths[0]
+        return (h * h + h if p.get("pooler", True) else 0) + h * out_width + out_width
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        h = in_widths[0]
+        return (h * h if p.get("pooler", True) else 0) + h * out_width
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        cls_state = xs[0][:, 0]
+        if hasattr(self, "pooler"):
+            d = self.pooler.dense
+            cls_state = torch.tanh(linear_slice(d.weight, d.bias, cls_state, cls_state.shape[-1]))
+        return self.classifier(self.dropout(cls_state))
+
+
+@register_op("attentive_readout")
+class AttentiveReadout(SelectOp):
+    """AdaBERT's readout (SPEC §2): mean-pool each active cell's output over the tokens,
+    combine them with softmax-normalised trainable layer weights, classify.
+
+    Inputs are the cell outputs with args 1..K_max; with depth ``K`` the first ``K`` are
+    used (the published code's per-depth readout with a shared classifier).
+    ``p``: ``layers`` (K_max in the supernet, K in a child), ``num_labels``.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        self.layer_weights = nn.Parameter(torch.zeros(int(p["layers"])))
+        self.classifier = nn.Linear(in_widths[0], int(p["num_labels"]))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["num_labels"])
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        return int(p["layers"]) + in_widths[0] * out_width + out_width
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        return in_widths[0] * out_width
+
+    def forward_value(self, xs, args, value, out_width, p, ctx):  # type: ignore[override]
+        used = [x for x, a in zip(xs, args, strict=True) if a <= value]
+        mask = pair_mask(ctx)
+        pooled = []
+        for x in used:  # x: (B, L, C)
+            if mask is None:
+                pooled.append(x.mean(dim=1))
+            else:
+                m = mask[..., None].to(x.dtype)
+                pooled.append((x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0))
+        w = torch.softmax(self.layer_weights[: len(used)], dim=0)
+        features = sum(wi * h for wi, h in zip(w, pooled, strict=True))  # (B, C)
+        if ctx.wants("layer_features"):
+            for h in pooled:
+                ctx.add("layer_features", h)
+        return self.classifier(features)
+
+
+@register_op("select_last")
+class SelectLast(SelectOp):
+    """The output of the last active block of a stack: input ``value`` of args 1..N_max."""
+
+    def forward_value(self, xs, args, value, out_width, p, ctx):  # type: ignore[override]
+        for x, a in zip(xs, args, strict=True):
+            if a == value:
+                return x
+        raise RuntimeError(f"select_last: no input with arg {value} (have {args})")

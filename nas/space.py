@@ -1,0 +1,298 @@
+"""SearchSpace: the contract every space family fulfils (STYLE.md pattern 1).
+
+A space is a set of named choices, a graph whose ops and widths refer to them
+(:mod:`nas.graph`), and validity constraints. From it come the supernet, the child of
+any architecture, the costs and the drawings. A *fixed design* (MobileBERT, TinyBERT,
+a mixed-vocabulary student) is a space with no choices and one architecture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from nas.architecture import Architecture
+from nas.choices import Categorical, Scalar
+from nas.errors import ArchitectureError, SpaceDefinitionError
+from nas.graph import ActiveIf, ChoiceRef, Dim, resolve
+from nas.ops import OPS
+from nas.registry import Registry
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A validity rule over some choices; ``check`` returns an error message or ``None``."""
+
+    choices: tuple[str, ...]
+    check: Callable[[Mapping[str, Scalar]], str | None]
+    doc: str = ""
+
+
+class SearchSpace:
+    """A search space: choices + graph + constraints.
+
+    Parameters
+    ----------
+    name: the registry name.
+    choices: the choices, in a stable order (it fixes the encoding's layout).
+    graph: the supernet graph (see :mod:`nas.graph`).
+    constraints: validity rules beyond each choice's allowed values.
+    config: the hyperparameters the space was built with (task, vocabulary...), kept so
+        that an exported model can be rebuilt and described.
+    drawing: groups to draw, as ``(title, cell attribute)`` pairs.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        choices: Sequence[Categorical],
+        graph: nx.DiGraph,
+        constraints: Sequence[Constraint] = (),
+        config: Mapping[str, Any] | None = None,
+        drawing: Sequence[tuple[str, str]] = (),
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self._choices = {c.name: c for c in choices}
+        if len(self._choices) != len(choices):
+            raise SpaceDefinitionError(f"space {name!r}: two choices share a name")
+        self.graph = graph
+        self.constraints = tuple(constraints)
+        self.config = dict(config or {})
+        self.drawing = tuple(drawing)
+        self.description = description
+        self._check_graph()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def is_fixed(self) -> bool:
+        """True for a fixed design: no choices, one architecture."""
+        return not self._choices
+
+    def choices(self) -> list[Categorical]:
+        return list(self._choices.values())
+
+    def choice(self, name: str) -> Categorical:
+        try:
+            return self._choices[name]
+        except KeyError:
+            raise ArchitectureError(self._unknown_choice(name)) from None
+
+    @property
+    def choice_map(self) -> dict[str, Categorical]:
+        return dict(self._choices)
+
+    def default(self) -> Architecture:
+        arch = {c.name: c.default for c in self._choices.values()}
+        return self.validate(arch)
+
+    def sample(self, rng: np.random.Generator | int | None = None, tries: int = 10_000
+               ) -> Architecture:
+        """A uniformly random *valid* architecture (rejection sampling on the constraints)."""
+        rng = np.random.default_rng(rng)
+        for _ in range(tries):
+            arch = {c.name: c.sample(rng) for c in self._choices.values()}
+            if not self._violations(arch):
+                return Architecture(arch, self.name)
+        raise SpaceDefinitionError(f"space {self.name!r}: no valid sample in {tries} tries")
+
+    def size(self) -> int:
+        """The number of valid architectures.
+
+        Choices tied by a constraint are enumerated together; independent ones multiply.
+        """
+        groups = self._constraint_groups()
+        total = 1
+        for group in groups:
+            cs = [self._choices[n] for n in group]
+            if len(group) == 1 or not any(set(k.choices) & set(group) for k in self.constraints):
+                total *= math.prod(len(c) for c in cs)
+                continue
+            rules = [k for k in self.constraints if set(k.choices) <= set(group)]
+            count = 0
+            for combo in itertools.product(*(c.values for c in cs)):
+                values = dict(zip(group, combo, strict=True))
+                if all(rule.check(values) is None for rule in rules):
+                    count += 1
+            total *= count
+        return total
+
+    # ------------------------------------------------------------------ checking
+    def validate(self, arch: Mapping[str, Any] | Architecture) -> Architecture:
+        """Check ``arch`` and return its canonical form; errors name the choice and the fix."""
+        if isinstance(arch, Architecture) and arch.space not in (None, self.name):
+            raise ArchitectureError(
+                f"architecture is for space {arch.space!r}, not {self.name!r}"
+            )
+        unknown = [k for k in arch if k not in self._choices]
+        if unknown:
+            raise ArchitectureError(self._unknown_choice(unknown[0]))
+        missing = [k for k in self._choices if k not in arch]
+        if missing:
+            raise ArchitectureError(
+                f"architecture for {self.name!r} lacks choice(s) {', '.join(missing)}; "
+                f"e.g. {missing[0]} = {self._choices[missing[0]].default!r} "
+                f"(allowed: {', '.join(map(repr, self._choices[missing[0]].values))})"
+            )
+        values = {k: self._choices[k].validate(v) for k, v in arch.items()}
+        problems = self._violations(values)
+        if problems:
+            raise ArchitectureError(f"invalid architecture for {self.name!r}: {problems[0]}")
+        return Architecture(values, self.name)
+
+    def _violations(self, values: Mapping[str, Scalar]) -> list[str]:
+        return [msg for rule in self.constraints if (msg := rule.check(values)) is not None]
+
+    def _unknown_choice(self, name: str) -> str:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(self._choices), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        if self.is_fixed:
+            return (f"space {self.name!r} is a fixed design with no choices, but the "
+                    f"architecture names {name!r}; pass an empty architecture {{}}")
+        return f"space {self.name!r} has no choice {name!r}{hint}"
+
+    # ------------------------------------------------------------------ encoding
+    @property
+    def encoded_width(self) -> int:
+        return sum(c.encoded_width for c in self._choices.values())
+
+    def encode(self, arch: Mapping[str, Any]) -> np.ndarray:
+        """A numeric vector: numeric choices as values, others one-hot (LaNAS, SPEC §6)."""
+        arch = self.validate(arch)
+        return np.array([x for c in self._choices.values() for x in c.encode(arch[c.name])],
+                        dtype=np.float64)
+
+    def decode(self, vector: Iterable[float]) -> Architecture:
+        """Inverse of :meth:`encode` (nearest value / arg-max); the result is validated."""
+        vec = list(vector)
+        if len(vec) != self.encoded_width:
+            raise ArchitectureError(
+                f"space {self.name!r} encodes to {self.encoded_width} numbers, got {len(vec)}"
+            )
+        values, i = {}, 0
+        for c in self._choices.values():
+            values[c.name] = c.decode(vec[i : i + c.encoded_width])
+            i += c.encoded_width
+        return self.validate(values)
+
+    # ------------------------------------------------------------------ graphs
+    def resolve(self, arch: Mapping[str, Any]) -> nx.DiGraph:
+        """The child graph of ``arch`` (validated first)."""
+        arch = self.validate(arch)
+        return resolve(self.graph, self._choices, arch)
+
+    # ------------------------------------------------------------------ internals
+    def _constraint_groups(self) -> list[list[str]]:
+        """Choices connected by constraints, as groups (union-find)."""
+        parent = {n: n for n in self._choices}
+
+        def find(n: str) -> str:
+            while parent[n] != n:
+                parent[n] = parent[parent[n]]
+                n = parent[n]
+            return n
+
+        for rule in self.constraints:
+            first = rule.choices[0]
+            for other in rule.choices[1:]:
+                parent[find(other)] = find(first)
+        groups: dict[str, list[str]] = {}
+        for n in self._choices:
+            groups.setdefault(find(n), []).append(n)
+        return list(groups.values())
+
+    def _check_graph(self) -> None:
+        g = self.graph
+        if not nx.is_directed_acyclic_graph(g):
+            raise SpaceDefinitionError(f"space {self.name!r}: the graph has a cycle")
+
+        def check_ref(ref: Any, where: str) -> None:
+            if isinstance(ref, ChoiceRef | Dim | ActiveIf):
+                if ref.choice not in self._choices:
+                    raise SpaceDefinitionError(
+                        f"space {self.name!r}: {where} refers to unknown choice {ref.choice!r}"
+                    )
+                if isinstance(ref, ChoiceRef):
+                    for v in self._choices[ref.choice].values:
+                        OPS.get(str(v))
+            elif where.endswith(".op"):
+                OPS.get(ref)
+
+        for n, attrs in g.nodes(data=True):
+            check_ref(attrs["op"], f"node {n}.op")
+            check_ref(attrs.get("active"), f"node {n}.active")
+            for k, v in attrs.get("params", {}).items():
+                check_ref(v, f"node {n}.params.{k}")
+        for u, v, attrs in g.edges(data=True):
+            check_ref(attrs["op"], f"edge {u}->{v}.op")
+            for k, p in attrs.get("params", {}).items():
+                check_ref(p, f"edge {u}->{v}.params.{k}")
+        outputs = [n for n, a in g.nodes(data=True) if a.get("role") == "output"]
+        if len(outputs) != 1:
+            raise SpaceDefinitionError(
+                f"space {self.name!r}: exactly one node needs role='output', found {outputs}"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """A summary for ``nas spaces show``."""
+        g = self.graph
+        return {
+            "name": self.name,
+            "fixed": self.is_fixed,
+            "description": self.description,
+            "size": self.size(),
+            "choices": [
+                {"name": c.name, "kind": c.kind, "values": list(c.values), "default": c.default}
+                for c in self._choices.values()
+            ],
+            "constraints": [k.doc for k in self.constraints],
+            "graph": {
+                "nodes": g.number_of_nodes(),
+                "edges": g.number_of_edges(),
+                "choice_edges": sum(isinstance(a["op"], ChoiceRef) for *_, a in g.edges(data=True)),
+                "choice_nodes": sum(isinstance(a["op"], ChoiceRef) for _, a in g.nodes(data=True)),
+                "ops": sorted({str(a["op"]) for *_, a in g.edges(data=True)
+                               if not isinstance(a["op"], ChoiceRef)}
+                              | {str(a["op"]) for _, a in g.nodes(data=True)
+                                 if not isinstance(a["op"], ChoiceRef)}),
+            },
+            "config": self.config,
+        }
+
+
+# ---------------------------------------------------------------------------
+# registry of space factories
+# ---------------------------------------------------------------------------
+
+SPACES: Registry[Callable[..., SearchSpace]] = Registry("space")
+
+
+def register_space(name: str):
+    """Decorator for a factory ``(**config) -> SearchSpace`` registered under ``name``."""
+    return SPACES.register(name)
+
+
+def get_space(name: str, **config: Any) -> SearchSpace:
+    """Build the registered space ``name`` with ``config`` overriding its defaults."""
+    import spaces  # noqa: F401  (registers the built-in spaces)
+
+    factory = SPACES.get(name)
+    try:
+        space = factory(**config)
+    except TypeError as err:
+        raise SpaceDefinitionError(f"space {name!r}: bad configuration: {err}") from None
+    return space
+
+
+def list_spaces(pattern: str = "*") -> list[str]:
+    import spaces  # noqa: F401
+
+    return SPACES.names(pattern)

