@@ -16,15 +16,16 @@ import os
 import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from nas.errors import DataError
 
 # Every printable ASCII character except whitespace (which the pre-tokenizer splits on).
 ASCII_ALPHABET: tuple[str, ...] = tuple(c for c in string.printable if not c.isspace())
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+if TYPE_CHECKING:  # torch is imported lazily: a teacher cache hit must not pay for it
+    import torch
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from nas.data.tasks import TaskData
 from nas.tokenization import encode
+
+if TYPE_CHECKING:
+    import torch
 
 
 def batch_order(n: int, batch_size: int, shuffle: bool, seed: int = 0) -> list[np.ndarray]:
@@ -39,6 +41,8 @@ def iter_batches(
     positions in ``data`` (what the teacher-output cache is indexed by).
     ``start_batch`` skips the first batches (resuming inside an epoch).
     """
+    import torch  # lazily: importing nas.data must stay cheap
+
     for idx in batch_order(len(data), batch_size, shuffle, seed)[start_batch:]:
         texts_a = [data.texts_a[i] for i in idx]
         texts_b = [data.texts_b[i] for i in idx] if data.texts_b is not None else None
