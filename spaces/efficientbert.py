@@ -146,7 +146,8 @@ def efficientbert_space(
                     max_stack=max_stack, ratios=list(ratios), vocab_size=vocab_size,
                     embedding_size=embedding_size, max_positions=max_positions,
                     type_vocab_size=type_vocab_size, fit_size=fit_size,
-                    paper_params_groups=["embeddings", "encoder", "distill"]),
+                    paper_params_groups=["embeddings", "encoder", "distill"],
+                    drawing_style="expression"),
         drawing=[(f"layer {l} FFN", f"L{l}.ffn0") for l in range(layers)],
         description=f"EfficientBERT FFN expressions, stack ≤ {max_stack}, ratio ∈ "
                     f"{{{', '.join(ratios)}}}; {layers} layers, hidden {hidden} (SPEC §3)",

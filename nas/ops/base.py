@@ -135,10 +135,14 @@ class SelectOp(Op):
         raise NotImplementedError
 
 
-def linear_slice(
-    weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, out: int
-) -> torch.Tensor:
-    """``x @ W[:out, :in].T + b[:out]``: a linear layer sliced to the active widths."""
-    w = weight[:out, : x.shape[-1]]
-    b = None if bias is None else bias[:out]
+def linear_slice(layer: nn.Linear, x: torch.Tensor, out: int) -> torch.Tensor:
+    """``x @ W[:out, :in].T + b[:out]``: a linear layer sliced to the active widths.
+
+    At full width (always the case in a child) the module itself is called, so that
+    hooks (thop's counters) and exporters see an ordinary ``nn.Linear``.
+    """
+    if out == layer.out_features and x.shape[-1] == layer.in_features:
+        return layer(x)
+    w = layer.weight[:out, : x.shape[-1]]
+    b = None if layer.bias is None else layer.bias[:out]
     return nn.functional.linear(x, w, b)

@@ -248,7 +248,7 @@ class Linear(Op):
         return tokens * in_widths[0] * out_width
 
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
-        return linear_slice(self.dense.weight, self.dense.bias, xs[0], out_width)
+        return linear_slice(self.dense, xs[0], out_width)
 
 
 def scale_width(width: int, ratio: Any) -> int:

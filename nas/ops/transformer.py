@@ -91,8 +91,7 @@ class Embedding(Op):
             prv = F.pad(x[:, :-1], (0, 0, 1, 0))
             x = torch.cat([nxt, x, prv], dim=-1)
         if self._projects(p):
-            t = self.embedding_transformation
-            x = linear_slice(t.weight, t.bias, x, out_width)
+            x = linear_slice(self.embedding_transformation, x, out_width)
         seq_len = ids.shape[1]
         if hasattr(self, "position_embeddings"):
             x = x + self.position_embeddings.weight[:seq_len, :out_width]
@@ -153,9 +152,9 @@ class SelfAttentionCore(nn.Module):
         def split(t: torch.Tensor) -> torch.Tensor:  # (B, L, A·d) -> (B, A, L, d)
             return t.view(b, length, heads, head_size).transpose(1, 2)
 
-        q = split(linear_slice(self.query.weight, self.query.bias, x, n))
-        k = split(linear_slice(self.key.weight, self.key.bias, x if kv is None else kv, n))
-        v = split(linear_slice(self.value.weight, self.value.bias, x if v_in is None else v_in, n))
+        q = split(linear_slice(self.query, x, n))
+        k = split(linear_slice(self.key, x if kv is None else kv, n))
+        v = split(linear_slice(self.value, x if v_in is None else v_in, n))
         context, scores = self.matmul(q, k, v, ctx.attention_mask)
         if ctx.wants("attention_scores"):
             ctx.add("attention_scores", scores)
@@ -197,7 +196,7 @@ class BertAttention(Op):
         x = xs[0]
         context = self.self(x, int(p["heads"]), int(p["head_size"]), ctx)
         o = self.output
-        return o.LayerNorm(x + linear_slice(o.dense.weight, o.dense.bias, context, out_width))
+        return o.LayerNorm(x + linear_slice(o.dense, context, out_width))
 
 
 @register_op("pooler_classifier")
@@ -233,8 +232,7 @@ class PoolerClassifier(Op):
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
         cls_state = xs[0][:, 0]
         if hasattr(self, "pooler"):
-            d = self.pooler.dense
-            cls_state = torch.tanh(linear_slice(d.weight, d.bias, cls_state, cls_state.shape[-1]))
+            cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, cls_state.shape[-1]))
         return self.classifier(self.dropout(cls_state))
 
 

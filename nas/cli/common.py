@@ -1,0 +1,66 @@
+"""Helpers shared by the command modules: space options, architecture loading, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import yaml
+
+from nas.architecture import Architecture, load_architecture
+from nas.errors import NasError
+from nas.space import SearchSpace, get_space
+
+
+def add_space_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", "-c", action="append", default=[], metavar="KEY=VALUE",
+        help="space hyperparameter override, e.g. -c num_labels=3 -c pair=true (repeatable)",
+    )
+
+
+def parse_space_config(items: list[str]) -> dict[str, Any]:
+    config = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise NasError(f"--config expects KEY=VALUE, got {item!r}")
+        config[key.strip()] = yaml.safe_load(value)
+    return config
+
+
+def space_from_args(args: argparse.Namespace) -> SearchSpace:
+    return get_space(args.space, **parse_space_config(getattr(args, "config", [])))
+
+
+def arch_from_args(space: SearchSpace, arch: str | None) -> Architecture:
+    """The ``--arch`` given (file or inline JSON), validated; the default when absent.
+
+    On the command line an architecture may be partial: the choices it names are
+    checked first (unknown names, bad values), the others take their defaults.
+    """
+    if arch is None:
+        return space.default()
+    loaded = load_architecture(arch)
+    assert loaded is not None
+    if loaded.space not in (None, space.name):
+        raise NasError(f"the architecture is for space {loaded.space!r}, not {space.name!r}")
+    for name, value in loaded.items():
+        space.choice(name).validate(value)
+    return space.validate({**space.default(), **loaded})
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """Print ``data`` as one JSON document under ``--json``, else ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+def human(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"

@@ -1,0 +1,53 @@
+"""``nas cost SPACE [--arch A] [--seq-len L] [--latency]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from nas.cli.common import add_space_config_option, arch_from_args, emit, human, space_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cost", help="parameters, FLOPs (2 x multiply-adds) and optionally CPU latency")
+    p.add_argument("space")
+    p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--latency", action="store_true", help="build the child and time it on CPU")
+    p.add_argument("--batch-size", type=int, default=1, help="batch size for --latency")
+    p.add_argument("--repeats", type=int, default=10, help="timed repeats for --latency")
+    add_space_config_option(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from nas.cost import count_costs
+
+    if args.seq_len < 1:
+        raise SystemExit("error: --seq-len must be a positive integer")
+    space = space_from_args(args)
+    arch = arch_from_args(space, args.arch)
+    costs = count_costs(space, arch, args.seq_len)
+    data = {"space": space.name, "arch_id": arch.id, **costs.to_dict()}
+    lines = [
+        f"{space.name} arch {arch.id} at sequence length {args.seq_len}:",
+        f"  parameters   {human(costs.params)} ({costs.params:,})",
+        *(f"    {g:<11} {human(n)}" for g, n in costs.params_by_group.items()),
+    ]
+    if costs.params_paper is not None:
+        groups = "+".join(space.config["paper_params_groups"])
+        lines.append(f"  parameters, paper convention ({groups}): {human(costs.params_paper)}")
+    lines.append(f"  FLOPs        {human(costs.flops)} per example (= 2 x {human(costs.macs)} MACs)")
+    if args.latency:
+        from nas.builder import build_child
+        from nas.cost import batch_for, measure_latency
+
+        model = build_child(space, arch)
+        lat = measure_latency(model, batch_for(space, args.batch_size, args.seq_len),
+                              repeats=args.repeats)
+        data["latency"] = lat.to_dict()
+        lines.append(f"  CPU latency  median {lat.median_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms "
+                     f"(batch {lat.batch_size}, {lat.threads} threads)")
+    emit(args, data, "\n".join(lines))
+    return 0
