@@ -1,0 +1,291 @@
+"""TinyBERT data augmentation by word replacement (SPEC §5).
+
+For each example, every word is replaced with probability ``p_t`` by one of ``M``
+candidate words, producing ``N`` new examples (the original is kept as well). Candidates:
+
+* the teacher's masked-LM head when it has one: the top-M predictions at a [MASK] put
+  in place of a single-piece word (:class:`MlmCandidates`);
+* otherwise, and for words that split into several pieces, the M nearest neighbours of
+  the word in the teacher's input-embedding space by cosine similarity
+  (:class:`EmbeddingNeighbours`; the paper uses GloVe here, which we do not ship). The
+  packaged MiniLM has no MLM head, so it always uses these.
+
+Sampling is seeded per example (``seed`` and the example's index), so the output does not
+depend on batching or on how many examples are processed. Results are cached by
+(teacher, data, parameters) as a TSV file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from nas.data.tasks import TaskData
+from nas.errors import DataError, NasError
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Augmentation parameters (SPEC §5): p_t = 0.4, M = 15, N = 20 by default."""
+
+    p_t: float = 0.4
+    m: int = 15
+    n: int = 20
+    seed: int = 0
+    max_seq_len: int = 128
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p_t <= 1.0 or self.m < 1 or self.n < 1:
+            raise NasError(
+                f"need 0 <= p_t <= 1, M >= 1 and N >= 1, got p_t={self.p_t}, M={self.m}, "
+                f"N={self.n}"
+            )
+
+
+class CandidateSource(Protocol):
+    """Gives up to M replacement candidates for each word of a sentence."""
+
+    name: str
+
+    def candidates(self, words: Sequence[str]) -> list[list[str]]: ...
+
+
+def _is_replaceable(word: str) -> bool:
+    # punctuation, numbers and special markers keep their place in the sentence
+    return word.isalpha()
+
+
+def _whole_word_ids(tokenizer: Any) -> np.ndarray:
+    """Vocabulary ids of whole, alphabetic words (no ``##`` pieces, no [SPECIAL] tokens)."""
+    vocab = tokenizer.get_vocab()
+    return np.array(sorted(i for t, i in vocab.items() if t.isalpha() and len(t) > 1),
+                    dtype=np.int64)
+
+
+class EmbeddingNeighbours:
+    """Nearest neighbours of a word in the teacher's input-embedding space (cosine).
+
+    A word's vector is its piece embedding, or the mean of its pieces' embeddings when
+    the tokenizer splits it; candidates are whole-word vocabulary entries.
+    """
+
+    name = "embedding-neighbours"
+
+    def __init__(self, embeddings: np.ndarray, tokenizer: Any, m: int) -> None:
+        self.tokenizer = tokenizer
+        self.m = m
+        self.ids = _whole_word_ids(tokenizer)
+        emb = np.asarray(embeddings, dtype=np.float32)
+        self.emb = emb
+        cand = emb[self.ids]
+        self.cand = cand / np.linalg.norm(cand, axis=1, keepdims=True).clip(1e-8)
+        self.tokens = tokenizer.convert_ids_to_tokens(self.ids.tolist())
+        self._memo: dict[str, list[str]] = {}
+
+    def word(self, word: str) -> list[str]:
+        key = word.lower()
+        if key not in self._memo:
+            pieces = self.tokenizer(key, add_special_tokens=False)["input_ids"]
+            if not pieces:
+                self._memo[key] = []
+            else:
+                v = self.emb[pieces].mean(0)
+                sims = self.cand @ (v / max(float(np.linalg.norm(v)), 1e-8))
+                order = np.argsort(-sims, kind="stable")
+                out: list[str] = []
+                for j in order:
+                    tok = self.tokens[j]
+                    if tok != key:
+                        out.append(tok)
+                    if len(out) == self.m:
+                        break
+                self._memo[key] = out
+        return self._memo[key]
+
+    def candidates(self, words: Sequence[str]) -> list[list[str]]:
+        return [self.word(w) if _is_replaceable(w) else [] for w in words]
+
+
+class MlmCandidates:
+    """Top-M masked-LM predictions for single-piece words; embedding neighbours otherwise."""
+
+    name = "mlm"
+
+    def __init__(self, mlm_model: Any, tokenizer: Any, m: int, max_seq_len: int = 128) -> None:
+        self.model = mlm_model.eval()
+        self.tokenizer = tokenizer
+        self.m = m
+        self.max_seq_len = max_seq_len
+        emb = mlm_model.get_input_embeddings().weight.detach().float().numpy()
+        self.fallback = EmbeddingNeighbours(emb, tokenizer, m)
+        allowed = np.zeros(emb.shape[0], dtype=bool)
+        allowed[_whole_word_ids(tokenizer)] = True
+        self.allowed = allowed
+
+    def candidates(self, words: Sequence[str]) -> list[list[str]]:
+        import torch
+
+        tok = self.tokenizer
+        out: list[list[str]] = [[] for _ in words]
+        single: list[int] = []
+        for i, w in enumerate(words):
+            if not _is_replaceable(w):
+                continue
+            if len(tok(w.lower(), add_special_tokens=False)["input_ids"]) == 1:
+                single.append(i)
+            else:
+                out[i] = self.fallback.word(w)
+        if not single:
+            return out
+        # one row per single-piece word, that word replaced by [MASK] (batched forward)
+        rows = [" ".join(tok.mask_token if j == i else w for j, w in enumerate(words))
+                for i in single]
+        enc = tok(rows, truncation=True, max_length=self.max_seq_len, padding=True,
+                  return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**enc).logits  # (W, L, V)
+        mask_pos = enc["input_ids"] == tok.mask_token_id
+        for r, i in enumerate(single):
+            where = mask_pos[r].nonzero()
+            if len(where) == 0:  # the word fell beyond max_seq_len
+                continue
+            scores = logits[r, int(where[0, 0])].float().numpy()
+            scores = np.where(self.allowed, scores, -np.inf)
+            best = np.argsort(-scores, kind="stable")[: self.m + 1]
+            toks = [t for t in tok.convert_ids_to_tokens(best.tolist()) if t != words[i].lower()]
+            out[i] = toks[: self.m]
+        return out
+
+
+def split_words(tokenizer: Any, text: str) -> list[str]:
+    """BERT basic pre-tokenisation (whitespace and punctuation), original case kept."""
+    return [w for w, _ in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+
+
+def augment_sentence(
+    words: Sequence[str], candidates: Sequence[Sequence[str]], config: AugmentConfig,
+    rng: np.random.Generator,
+) -> list[str]:
+    """N new sentences: each word with candidates is replaced with probability p_t."""
+    out = []
+    for _ in range(config.n):
+        new = [
+            cands[int(rng.integers(len(cands)))] if cands and rng.random() < config.p_t else w
+            for w, cands in zip(words, candidates, strict=True)
+        ]
+        out.append(" ".join(new))
+    return out
+
+
+def make_candidate_source(teacher: str | None, config: AugmentConfig) -> CandidateSource:
+    """MLM candidates when the teacher has an MLM head, else embedding neighbours."""
+    from nas.teacher import load_mlm_head, load_teacher, resolve_teacher
+    from nas.tokenization import load_tokenizer
+
+    path = resolve_teacher(teacher)
+    tok = load_tokenizer(path)
+    mlm = load_mlm_head(path)
+    if mlm is not None:
+        return MlmCandidates(mlm, tok, config.m, config.max_seq_len)
+    enc = load_teacher(path)
+    emb = enc.get_input_embeddings().weight.detach().float().numpy()
+    return EmbeddingNeighbours(emb, tok, config.m)
+
+
+def augment_task(
+    data: TaskData,
+    teacher: str | None = None,
+    config: AugmentConfig | None = None,
+    out_file: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    source: CandidateSource | None = None,
+) -> dict[str, Any]:
+    """Augment every example of ``data`` and write a TSV; cached (SPEC §5).
+
+    The TSV has a header ``index<TAB>sentence[<TAB>sentence2]<TAB>label``: ``index`` is the
+    source example's position, ``label`` its class index; each example's original comes
+    first, then its N new versions (pairs: both sentences augmented). Returns a summary
+    with the cache path and whether it was a cache hit.
+    """
+    from nas.teacher import cache_root, resolve_teacher, teacher_identity
+
+    config = config or AugmentConfig()
+    if data.kind not in ("single", "pair"):
+        raise DataError(f"augmentation supports single-sentence and pair tasks, not {data.kind}")
+    tid = teacher_identity(teacher)
+    key = hashlib.sha256(json.dumps(
+        {"teacher": tid, "data": data.fingerprint, "config": asdict(config),
+         "source": source.name if source is not None else "auto", "version": 1},
+        sort_keys=True).encode()).hexdigest()[:16]
+    cached = cache_root(cache_dir) / "augment" / f"{data.task.replace('/', '_')}-{key}.tsv"
+    summary = {"task": data.task, "split": data.split, "examples": len(data),
+               "rows": len(data) * (config.n + 1), "config": asdict(config),
+               "teacher": resolve_teacher(teacher), "cache_file": str(cached),
+               "from_cache": cached.is_file()}
+    if not cached.is_file():
+        from tqdm.auto import tqdm
+
+        from nas.tokenization import load_tokenizer
+
+        src = source or make_candidate_source(teacher, config)
+        summary["candidates"] = src.name
+        tok = load_tokenizer(resolve_teacher(teacher))
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+            # plain tab-joined rows: quoting is off in our TSVs and _clean removes tabs
+            header = ["index", "sentence", *(["sentence2"] if data.is_pair else []), "label"]
+            f.write("\t".join(header) + "\n")
+            for i in tqdm(range(len(data)), desc=f"augment {data.task}", disable=not progress):
+                rng = np.random.default_rng([config.seed, i])
+                texts = [data.texts_a[i]] + ([data.texts_b[i]] if data.texts_b else [])
+                variants = []
+                for text in texts:
+                    words = split_words(tok, text)
+                    variants.append(augment_sentence(words, src.candidates(words), config, rng))
+                rows = [texts] + [[v[k] for v in variants] for k in range(config.n)]
+                for row in rows:
+                    f.write("\t".join([str(i), *map(_clean, row), str(data.labels[i])]) + "\n")
+        os.replace(tmp, cached)  # complete files only: an interrupted run starts over
+    if out_file is not None:
+        out = Path(out_file)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, out)
+        summary["output"] = str(out)
+    return summary
+
+
+def _clean(text: str) -> str:
+    # quoting is off in our TSVs: tabs and newlines inside a text would break the row
+    return " ".join(text.split())
+
+
+def load_augmented(path: str | os.PathLike[str], like: TaskData) -> TaskData:
+    """Read an augmented TSV back as a :class:`TaskData` with ``like``'s label names."""
+    from nas.data.readers import read_tsv
+    from nas.data.tasks import _hash_strings, file_digest
+
+    p = Path(path)
+    cols = ("sentence", "sentence2", "label") if like.is_pair else ("sentence", "label")
+    rows = read_tsv(p, cols)
+    labels = []
+    for line, r in rows:
+        if not r[-1].isdigit() or int(r[-1]) >= like.num_labels:
+            raise DataError(f"{p}:{line}: label {r[-1]!r} is not a class index of {like.task}")
+        labels.append(int(r[-1]))
+    return TaskData(
+        task=like.task, split=f"{like.split}-augmented", kind=like.kind,
+        texts_a=tuple(r[0] for _, r in rows),
+        texts_b=tuple(r[1] for _, r in rows) if like.is_pair else None,
+        labels=tuple(labels), label_names=like.label_names, metric=like.metric,
+        fingerprint=_hash_strings([like.task, "augmented", file_digest(p)]), sources=(str(p),),
+    )
