@@ -125,7 +125,8 @@ def draw_architecture(space: SearchSpace, arch: Mapping[str, Any] | None, path: 
         raise ValueError(f"space {space.name!r} declares nothing to draw")
     cols = min(2 if space.config.get("drawing_style") == "expression" else 3, len(groups))
     rows = math.ceil(len(groups) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, (3.0 if space.config.get("drawing_style") == "expression" else 4.2) * rows), squeeze=False)
+    row_height = 3.0 if space.config.get("drawing_style") == "expression" else 4.2
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, row_height * rows), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, (group_title, cell) in zip(axes.flat, groups, strict=False):

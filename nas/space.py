@@ -274,10 +274,23 @@ class SearchSpace:
 
 SPACES: Registry[Callable[..., SearchSpace]] = Registry("space")
 
+#: Per space, a small configuration (vocabulary, widths) for the registry-wide tests.
+TEST_CONFIGS: dict[str, dict[str, Any]] = {}
 
-def register_space(name: str):
-    """Decorator for a factory ``(**config) -> SearchSpace`` registered under ``name``."""
-    return SPACES.register(name)
+
+def register_space(name: str, test_config: Mapping[str, Any] | None = None):
+    """Decorator for a factory ``(**config) -> SearchSpace`` registered under ``name``.
+
+    ``test_config`` is a small configuration of the same family (a short vocabulary,
+    narrow widths) with which the contract tests build every space quickly.
+    """
+
+    def decorator(factory: Callable[..., SearchSpace]) -> Callable[..., SearchSpace]:
+        SPACES.add(name, factory)
+        TEST_CONFIGS[name] = dict(test_config or {})
+        return factory
+
+    return decorator
 
 
 def get_space(name: str, **config: Any) -> SearchSpace:
@@ -290,6 +303,14 @@ def get_space(name: str, **config: Any) -> SearchSpace:
     except TypeError as err:
         raise SpaceDefinitionError(f"space {name!r}: bad configuration: {err}") from None
     return space
+
+
+def small_config(name: str) -> dict[str, Any]:
+    """The small configuration a space registered for tests (empty if none)."""
+    import spaces  # noqa: F401
+
+    SPACES.get(name)
+    return dict(TEST_CONFIGS.get(name, {}))
 
 
 def list_spaces(pattern: str = "*") -> list[str]:

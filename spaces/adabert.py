@@ -31,7 +31,7 @@ def edge_sources(node: int) -> list[str]:
     return ["prev2", "prev1"] + [f"n{j}" for j in range(node)]
 
 
-@register_space("adabert")
+@register_space("adabert", test_config={"vocab_size": 500, "hidden": 16, "max_depth": 4})
 def adabert_space(
     num_labels: int = 2,
     pair: bool = False,

@@ -71,13 +71,18 @@ def expression(values: Mapping, layer: int) -> str:
     def unary(op: str, arg: str) -> str:
         return arg if op == "identity" else f"{op}({arg})"
 
-    pre = "x" if v["pre_binary"] == "first" else f"{v['pre_binary']}(x, {unary(v['pre_unary'], 'x')})"
+    pre = "x"
+    if v["pre_binary"] != "first":
+        pre = f"{v['pre_binary']}(x, {unary(v['pre_unary'], 'x')})"
     h1 = f"linear1({pre})"
     mid = h1 if v["mid_binary"] == "first" else f"{v['mid_binary']}({h1}, x)"
     return unary(v["post_unary"], f"linear2({unary(v['mid_unary'], mid)})")
 
 
-@register_space("efficientbert")
+@register_space("efficientbert", test_config={
+    "vocab_size": 500, "layers": 2, "hidden": 48, "heads": 4, "embedding_size": 16,
+    "max_positions": 64, "fit_size": 32,
+})
 def efficientbert_space(
     num_labels: int = 2,
     layers: int = 6,
@@ -95,24 +100,24 @@ def efficientbert_space(
     if hidden % heads:
         raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
     ratios = tuple(str(r) for r in ratios)
-    choices = [c for l in range(layers) for c in layer_choices(l, max_stack, ratios)]
+    choices = [c for i in range(layers) for c in layer_choices(i, max_stack, ratios)]
 
     g = GraphBuilder()
     g.node("emb", "embedding", group="embeddings", params=dict(
         vocab_size=vocab_size, embedding_size=embedding_size, out=hidden, trigram=True,
         max_positions=max_positions, type_vocab_size=type_vocab_size, norm="layer_norm"))
     prev = "emb"
-    for l in range(layers):
-        c = f"L{l}."
-        attn = g.node(f"L{l}_attn", "bert_attention", group="encoder", cell=f"L{l}",
+    for layer in range(layers):
+        c = f"L{layer}."
+        attn = g.node(f"L{layer}_attn", "bert_attention", group="encoder", cell=f"L{layer}",
                       params={"heads": heads, "head_size": hidden // heads})
         g.edge(prev, attn)
-        layer_out = g.node(f"L{l}_out", "select_last", select=c + "stack", group="encoder",
+        layer_out = g.node(f"L{layer}_out", "select_last", select=c + "stack", group="encoder",
                            record="hidden_states")
         x = attn
         for s in range(max_stack):
-            n = f"L{l}_f{s}_"
-            kw = dict(active=ActiveIf(c + "stack", s + 1), group="encoder", cell=f"L{l}.ffn{s}")
+            n = f"L{layer}_f{s}_"
+            kw = dict(active=ActiveIf(c + "stack", s + 1), group="encoder", cell=f"L{layer}.ffn{s}")
             g.node(n + "pu", "sum", label="U_pre", **kw)
             g.edge(x, n + "pu", ChoiceRef(c + "pre_unary"))
             g.node(n + "pre", ChoiceRef(c + "pre_binary"), label="B_pre", **kw)
@@ -141,14 +146,14 @@ def efficientbert_space(
 
     return SearchSpace(
         "efficientbert", choices, g.graph,
-        constraints=[_pre_rule(l) for l in range(layers)],
+        constraints=[_pre_rule(i) for i in range(layers)],
         config=dict(num_labels=num_labels, layers=layers, hidden=hidden, heads=heads,
                     max_stack=max_stack, ratios=list(ratios), vocab_size=vocab_size,
                     embedding_size=embedding_size, max_positions=max_positions,
                     type_vocab_size=type_vocab_size, fit_size=fit_size,
                     paper_params_groups=["embeddings", "encoder", "distill"],
                     drawing_style="expression"),
-        drawing=[(f"layer {l} FFN", f"L{l}.ffn0") for l in range(layers)],
+        drawing=[(f"layer {i} FFN", f"L{i}.ffn0") for i in range(layers)],
         description=f"EfficientBERT FFN expressions, stack ≤ {max_stack}, ratio ∈ "
                     f"{{{', '.join(ratios)}}}; {layers} layers, hidden {hidden} (SPEC §3)",
     )

@@ -38,7 +38,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if costs.params_paper is not None:
         groups = "+".join(space.config["paper_params_groups"])
         lines.append(f"  parameters, paper convention ({groups}): {human(costs.params_paper)}")
-    lines.append(f"  FLOPs        {human(costs.flops)} per example (= 2 x {human(costs.macs)} MACs)")
+    lines.append(
+        f"  FLOPs        {human(costs.flops)} per example (= 2 x {human(costs.macs)} MACs)")
     if args.latency:
         from nas.builder import build_child
         from nas.cost import batch_for, measure_latency

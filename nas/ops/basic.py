@@ -6,14 +6,14 @@ of the paper); ``skip``/``zero`` and ``sum`` are the DARTS cell primitives (SPEC
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from nas.ops.base import Context, Op, linear_slice, register_op
+from nas.ops.base import Op, linear_slice, register_op
 
 # ---------------------------------------------------------------------------
 # unary, parameter-free
@@ -31,13 +31,13 @@ def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], doc: str) -> t
     return register_op(name)(_Unary)
 
 
-Identity = _unary("identity", lambda x: x, "Identity (DARTS 'skip'; 'no activation' in expressions).")
+Identity = _unary("identity", lambda x: x, "Identity ('no activation' in expressions).")
 Skip = _unary("skip", lambda x: x, "Skip connection of a DARTS/AdaBERT cell (identity).")
 Gelu = _unary("gelu", F.gelu, "GeLU (exact, erf form, as BERT).")
 Sigmoid = _unary("sigmoid", torch.sigmoid, "Logistic sigmoid.")
 Tanh = _unary("tanh", torch.tanh, "Hyperbolic tangent.")
 Relu = _unary("relu", F.relu, "ReLU.")
-LeakyRelu = _unary("leaky_relu", lambda x: F.leaky_relu(x, 0.01), "LeakyReLU, slope 0.01 (SPEC §3).")
+LeakyRelu = _unary("leaky_relu", lambda x: F.leaky_relu(x, 0.01), "LeakyReLU, slope 0.01.")
 Elu = _unary("elu", F.elu, "ELU, alpha 1.")
 Swish = _unary("swish", F.silu, "Swish / SiLU: x·sigmoid(x).")
 

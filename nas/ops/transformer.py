@@ -179,7 +179,8 @@ class BertAttention(Op):
         super().__init__(in_widths, out_width, p)
         n = int(p["heads"]) * int(p["head_size"])
         self.self = SelfAttentionCore(in_widths[0], n)
-        self.output = AttentionOutput(n, out_width, p.get("norm", "layer_norm"), p.get("eps", 1e-12))
+        norm = p.get("norm", "layer_norm")
+        self.output = AttentionOutput(n, out_width, norm, p.get("eps", 1e-12))
 
     @classmethod
     def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
