@@ -5,10 +5,15 @@ candidate words, producing ``N`` new examples (the original is kept as well). Ca
 
 * the teacher's masked-LM head when it has one: the top-M predictions at a [MASK] put
   in place of a single-piece word (:class:`MlmCandidates`);
-* otherwise, and for words that split into several pieces, the M nearest neighbours of
-  the word in the teacher's input-embedding space by cosine similarity
-  (:class:`EmbeddingNeighbours`; the paper uses GloVe here, which we do not ship). The
-  packaged MiniLM has no MLM head, so it always uses these.
+* otherwise, the M nearest neighbours of the word in the teacher's input-embedding
+  space by cosine similarity (:class:`EmbeddingNeighbours`). The packaged MiniLM has no
+  MLM head, so it always uses these.
+
+Words that split into several WordPiece pieces get their candidates from a
+word-embedding space in the paper (GloVe), which we do not ship. The mean of the
+pieces' embeddings is a poor stand-in (its neighbours are mostly word fragments:
+"unbelievably" → "un", "und", ...), so by default such words are left unchanged
+(``multi_piece="skip"``); ``multi_piece="mean"`` uses the mean anyway.
 
 Sampling is seeded per example (``seed`` and the example's index), so the output does not
 depend on batching or on how many examples are processed. Results are cached by
@@ -41,8 +46,11 @@ class AugmentConfig:
     n: int = 20
     seed: int = 0
     max_seq_len: int = 128
+    multi_piece: str = "skip"  # "skip" or "mean": see the module docstring
 
     def __post_init__(self) -> None:
+        if self.multi_piece not in ("skip", "mean"):
+            raise NasError(f"multi_piece must be 'skip' or 'mean', got {self.multi_piece!r}")
         if not 0.0 <= self.p_t <= 1.0 or self.m < 1 or self.n < 1:
             raise NasError(
                 f"need 0 <= p_t <= 1, M >= 1 and N >= 1, got p_t={self.p_t}, M={self.m}, "
@@ -79,9 +87,11 @@ class EmbeddingNeighbours:
 
     name = "embedding-neighbours"
 
-    def __init__(self, embeddings: np.ndarray, tokenizer: Any, m: int) -> None:
+    def __init__(self, embeddings: np.ndarray, tokenizer: Any, m: int,
+                 multi_piece: str = "skip") -> None:
         self.tokenizer = tokenizer
         self.m = m
+        self.multi_piece = multi_piece
         self.ids = _whole_word_ids(tokenizer)
         emb = np.asarray(embeddings, dtype=np.float32)
         self.emb = emb
@@ -94,7 +104,7 @@ class EmbeddingNeighbours:
         key = word.lower()
         if key not in self._memo:
             pieces = self.tokenizer(key, add_special_tokens=False)["input_ids"]
-            if not pieces:
+            if not pieces or (len(pieces) > 1 and self.multi_piece == "skip"):
                 self._memo[key] = []
             else:
                 v = self.emb[pieces].mean(0)
@@ -115,17 +125,19 @@ class EmbeddingNeighbours:
 
 
 class MlmCandidates:
-    """Top-M masked-LM predictions for single-piece words; embedding neighbours otherwise."""
+    """Top-M masked-LM predictions for single-piece words; multi-piece words go to the
+    embedding-neighbour fallback (skipped by default)."""
 
     name = "mlm"
 
-    def __init__(self, mlm_model: Any, tokenizer: Any, m: int, max_seq_len: int = 128) -> None:
+    def __init__(self, mlm_model: Any, tokenizer: Any, m: int, max_seq_len: int = 128,
+                 multi_piece: str = "skip") -> None:
         self.model = mlm_model.eval()
         self.tokenizer = tokenizer
         self.m = m
         self.max_seq_len = max_seq_len
         emb = mlm_model.get_input_embeddings().weight.detach().float().numpy()
-        self.fallback = EmbeddingNeighbours(emb, tokenizer, m)
+        self.fallback = EmbeddingNeighbours(emb, tokenizer, m, multi_piece)
         allowed = np.zeros(emb.shape[0], dtype=bool)
         allowed[_whole_word_ids(tokenizer)] = True
         self.allowed = allowed
@@ -194,10 +206,10 @@ def make_candidate_source(teacher: str | None, config: AugmentConfig) -> Candida
     tok = load_tokenizer(path)
     mlm = load_mlm_head(path)
     if mlm is not None:
-        return MlmCandidates(mlm, tok, config.m, config.max_seq_len)
+        return MlmCandidates(mlm, tok, config.m, config.max_seq_len, config.multi_piece)
     enc = load_teacher(path)
     emb = enc.get_input_embeddings().weight.detach().float().numpy()
-    return EmbeddingNeighbours(emb, tok, config.m)
+    return EmbeddingNeighbours(emb, tok, config.m, config.multi_piece)
 
 
 def augment_task(

@@ -74,12 +74,15 @@ def test_packaged_minilm_has_no_mlm_head(tiny_mlm_teacher: Path) -> None:
 
 def test_mlm_candidates_for_single_piece_words(tiny_mlm_teacher: Path) -> None:
     model = load_mlm_head(str(tiny_mlm_teacher))
+    words = ["the", "film", "was", "unbelievably", "good", "."]
     src = MlmCandidates(model, load_tokenizer(tiny_mlm_teacher), m=4)
-    cands = src.candidates(["the", "film", "was", "unbelievably", "good", "."])
-    assert [len(c) for c in cands] == [4, 4, 4, 4, 4, 0]
+    cands = src.candidates(words)
+    # "unbelievably" splits into pieces: skipped by default (no GloVe, SPEC §5 note)
+    assert [len(c) for c in cands] == [4, 4, 4, 0, 4, 0]
     assert "film" not in cands[1]
-    # "unbelievably" splits into pieces: it falls back to embedding neighbours
-    assert cands[3] == src.fallback.word("unbelievably")
+    src = MlmCandidates(model, load_tokenizer(tiny_mlm_teacher), m=4, multi_piece="mean")
+    cands = src.candidates(words)
+    assert len(cands[3]) == 4 and cands[3] == src.fallback.word("unbelievably")
 
 
 def test_augment_task_cached_and_readable(tiny_teacher: Path, tmp_path: Path,
