@@ -92,6 +92,18 @@ def _layout(sub: nx.DiGraph) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def _edge_sets(sub: nx.DiGraph, pos: Mapping[str, tuple[float, float]]
+               ) -> list[tuple[list[tuple[str, str]], float]]:
+    """Edges between neighbouring generations drawn nearly straight; longer ones arced."""
+    near = [(u, v) for u, v in sub.edges if abs(pos[v][0] - pos[u][0]) <= 1.0]
+    far = [(u, v) for u, v in sub.edges if abs(pos[v][0] - pos[u][0]) > 1.0]
+    # long edges bend away from the middle row: up from upper sources, down from lower ones
+    order = {n: i for i, n in enumerate(sorted(sub))}  # stable across processes
+    up = [(u, v) for u, v in far if pos[u][1] > 0 or (pos[u][1] == 0 and order[u] % 2 == 0)]
+    down = [e for e in far if e not in up]
+    return [(near, 0.08), (up, -0.3), (down, 0.3)]
+
+
 def _edge_label(e: Mapping[str, Any]) -> str:
     op = str(e.get("op"))
     if op == "identity" and e.get("choice") is None:
@@ -152,16 +164,20 @@ def draw_architecture(space: SearchSpace, arch: Mapping[str, Any] | None, path: 
             ax.set_title(group_title + (f"\n{suffix}" if suffix else ""), fontsize=10)
             ax.margins(0.12, 0.6)
             continue
-        nx.draw_networkx_edges(sub, pos, ax=ax, arrows=True, arrowsize=14, node_size=1500,
-                               connectionstyle="arc3,rad=0.08", edge_color="#444444")
-        nx.draw_networkx_edge_labels(
-            sub, pos, ax=ax, font_size=7, label_pos=0.5, connectionstyle="arc3,rad=0.08",
-            edge_labels={(u, v): _edge_label(e) for u, v, e in sub.edges(data=True)},
-            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9},
-        )
+        for edges, rad in _edge_sets(sub, pos):
+            style = f"arc3,rad={rad}"
+            nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=edges, arrows=True, arrowsize=14,
+                                   node_size=1500, connectionstyle=style, edge_color="#444444")
+            nx.draw_networkx_edge_labels(
+                sub, pos, ax=ax, font_size=7, label_pos=0.5, connectionstyle=style,
+                edge_labels={(u, v): _edge_label(sub.edges[u, v]) for u, v in edges},
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9},
+            )
         suffix = _group_note(space, arch, cell)
         ax.set_title(group_title + (f"\n{suffix}" if suffix else ""), fontsize=10)
         ax.margins(0.15)
+        low, high = ax.get_ylim()
+        ax.set_ylim(min(low, -1.3), max(high, 1.3))
     fig.suptitle(title or f"{space.name}  arch {arch.id}", fontsize=12)
     fig.tight_layout()
     path = Path(path)

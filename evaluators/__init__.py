@@ -1,0 +1,1 @@
+"""Evaluators: score candidate architectures (warm-up-KD supernet inheritance, penalties)."""

@@ -1,0 +1,1 @@
+"""Searchers: propose candidate architectures (differentiable, LaNAS tree, Optuna)."""
