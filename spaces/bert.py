@@ -1,0 +1,163 @@
+"""BERT-shaped fixed designs: spaces with no choices and one architecture (STYLE.md pattern 4).
+
+``bert`` takes its shape as factory keyword arguments with Hugging Face's names
+(``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``...),
+so that a ``transformers.BertConfig`` maps onto it one to one. Presets (SPEC §1):
+
+======================  =====================================  ==================
+name                    shape                                  params (HF)
+======================  =====================================  ==================
+``bert-base``           L12 H768 A12 FFN3072, vocab 30522      109.5M
+``bert-large``          L24 H1024 A16 FFN4096                  335.1M
+``minilm-l6-h384``      L6 H384 A12 FFN1536 (default teacher)  22.7M
+``tinybert``            L4 H312 A12 FFN1200 (SPEC §5)          14.35M
+``mixedvocab-l6``       L6 H256 A4 FFN1024, vocab 4928 (§7)    6.20M
+``mixedvocab-l12``      L12 H256 A4 FFN1024, vocab 4928 (§7)   10.94M
+======================  =====================================  ==================
+
+Every preset accepts the ``bert`` keyword arguments as overrides (``num_labels``,
+``vocab_size``...). The graph, with the node names that :mod:`nas.hf` maps to HF's::
+
+    emb                       embedding (word+position+type, LN)   embeddings.*
+    L{i}_attn                 bert_attention: LN(x + W_o·MHA(x))   layer.{i}.attention.*
+    L{i}_attn -> L{i}_ffn_h   linear H → FFN                       layer.{i}.intermediate.dense
+    L{i}_ffn_h -> L{i}_ffn_a  activation (gelu)
+    L{i}_ffn_a -> L{i}_out    linear FFN → H; LN(attn + ·)         layer.{i}.output.*
+    head                      pooler (tanh) + classifier           pooler.dense, classifier
+    fit (aux, optional)       linear H → fit_size, TinyBERT's W_h (SPEC §5)
+
+States recorded for distillation: ``embeddings`` (the embedding output),
+``hidden_states`` (each layer's output) and ``attention_scores`` (pre-softmax, per layer).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from nas.errors import SpaceDefinitionError
+from nas.graph import GraphBuilder
+from nas.space import SearchSpace, register_space
+
+#: The shape of ``transformers.BertConfig()`` (BERT-base), with HF's hyperparameter names.
+BERT_BASE: dict[str, Any] = dict(
+    vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
+    layer_norm_eps=1e-12,
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-base": {},
+    "bert-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                       intermediate_size=4096),
+    "minilm-l6-h384": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                           intermediate_size=1536),
+    "tinybert": dict(hidden_size=312, num_hidden_layers=4, num_attention_heads=12,
+                     intermediate_size=1200),
+    "mixedvocab-l6": dict(vocab_size=4928, hidden_size=256, num_hidden_layers=6,
+                          num_attention_heads=4, intermediate_size=1024),
+    "mixedvocab-l12": dict(vocab_size=4928, hidden_size=256, num_hidden_layers=12,
+                           num_attention_heads=4, intermediate_size=1024),
+}
+
+DESCRIPTIONS = {
+    "bert": "BERT encoder of any shape (HF BertConfig names as keyword arguments)",
+    "bert-base": "BERT-base, L12 H768 A12 FFN3072 (SPEC §1)",
+    "bert-large": "BERT-large, L24 H1024 A16 FFN4096 (SPEC §1)",
+    "minilm-l6-h384": "MiniLM-L6-H384, the default teacher's shape (SPEC §1)",
+    "tinybert": "TinyBERT-4, L4 H312 A12 FFN1200 (SPEC §5)",
+    "mixedvocab": "mixed-vocabulary student, H256 A4 FFN1024, vocab 4928 (SPEC §7)",
+    "mixedvocab-l6": "mixed-vocabulary student L6 H256 A4, vocab 4928 (SPEC §7)",
+    "mixedvocab-l12": "mixed-vocabulary student L12 H256 A4, vocab 4928 (SPEC §7)",
+}
+
+
+def bert_space(
+    name: str = "bert",
+    *,
+    num_labels: int = 2,
+    vocab_size: int = 30522,
+    hidden_size: int = 768,
+    num_hidden_layers: int = 12,
+    num_attention_heads: int = 12,
+    intermediate_size: int = 3072,
+    hidden_act: str = "gelu",
+    max_position_embeddings: int = 512,
+    type_vocab_size: int = 2,
+    layer_norm_eps: float = 1e-12,
+    classifier_activation: bool = True,
+    fit_size: int | None = None,
+) -> SearchSpace:
+    """A BERT encoder + sequence-classification head as a fixed design (zero choices).
+
+    ``fit_size`` adds TinyBERT's hidden-state fit layer (student H → teacher H) as an
+    auxiliary node of group ``distill``: built and costed, run only when asked for.
+    """
+    if hidden_size % num_attention_heads:
+        raise SpaceDefinitionError(
+            f"{name}: hidden_size ({hidden_size}) must be divisible by num_attention_heads "
+            f"({num_attention_heads}), as in transformers.BertConfig"
+        )
+    eps = float(layer_norm_eps)
+    g = GraphBuilder()
+    g.node("emb", "embedding", group="embeddings", record="embeddings", params=dict(
+        vocab_size=vocab_size, embedding_size=hidden_size, out=hidden_size,
+        max_positions=max_position_embeddings, type_vocab_size=type_vocab_size,
+        norm="layer_norm", eps=eps))
+    prev = "emb"
+    for i in range(num_hidden_layers):
+        kw = dict(group="encoder", cell=f"L{i}")
+        attn = g.node(f"L{i}_attn", "bert_attention", **kw, params=dict(
+            heads=num_attention_heads, head_size=hidden_size // num_attention_heads, eps=eps))
+        g.edge(prev, attn)
+        g.node(f"L{i}_ffn_h", "sum", label="intermediate", **kw)
+        g.edge(attn, f"L{i}_ffn_h", "linear", out=intermediate_size)
+        g.node(f"L{i}_ffn_a", "sum", label=hidden_act, **kw)
+        g.edge(f"L{i}_ffn_h", f"L{i}_ffn_a", hidden_act)
+        out = g.node(f"L{i}_out", "residual_norm", label="LN(x+·)", record="hidden_states",
+                     **kw, params=dict(eps=eps))
+        g.edge(attn, out, arg=0)  # the residual
+        g.edge(f"L{i}_ffn_a", out, "linear", arg=1, out=hidden_size)
+        prev = out
+    g.node("head", "pooler_classifier", role="output", group="head",
+           params=dict(num_labels=num_labels, pooler=classifier_activation))
+    g.edge(prev, "head")
+    if fit_size:
+        g.node("fit", "sum", role="aux", group="distill")
+        g.edge(prev, "fit", "linear", out=int(fit_size))
+
+    config = dict(
+        family="bert", num_labels=num_labels, vocab_size=vocab_size, hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size, hidden_act=hidden_act,
+        max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
+        layer_norm_eps=eps, classifier_activation=classifier_activation, fit_size=fit_size,
+    )
+    desc = DESCRIPTIONS.get(name, DESCRIPTIONS["bert"])
+    return SearchSpace(
+        name, [], g.graph, config=config,
+        drawing=[("layer 0", "L0")],
+        description=f"fixed design: {desc}; L{num_hidden_layers} H{hidden_size} "
+                    f"A{num_attention_heads} FFN{intermediate_size} vocab {vocab_size}",
+    )
+
+
+#: A narrow shape of the same family for the registry-wide contract tests.
+SMALL: dict[str, Any] = dict(vocab_size=500, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, intermediate_size=48)
+
+
+def _preset(name: str, **overrides: Any) -> SearchSpace:
+    return bert_space(name, **{**BERT_BASE, **PRESETS[name], **overrides})
+
+
+register_space("bert", test_config=SMALL)(partial(bert_space, "bert"))
+for _name in PRESETS:
+    register_space(_name, test_config=SMALL)(partial(_preset, _name))
+
+
+@register_space("mixedvocab", test_config=SMALL)
+def mixedvocab_space(num_hidden_layers: int = 6, **overrides: Any) -> SearchSpace:
+    """The mixed-vocabulary student (SPEC §7): L6 (default) or L12, H256 A4, vocab 4928."""
+    shape = {**BERT_BASE, **PRESETS["mixedvocab-l6"], "num_hidden_layers": num_hidden_layers}
+    return bert_space("mixedvocab", **{**shape, **overrides})
