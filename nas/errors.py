@@ -29,3 +29,9 @@ class SpaceDefinitionError(NasError):
 
 class DataError(NasError):
     """A data file, task name or data directory is missing or malformed (names file and line)."""
+
+
+class ExportError(NasError):
+    """An exported model directory is missing a file, names an unknown op or does not fit
+    its weights (the message names the file and the problem), or a model cannot be
+    exported in the asked format."""
