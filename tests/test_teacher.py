@@ -1,0 +1,123 @@
+"""Teacher loading, fine-tuning, the fine-tune cache and resuming."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import nas.teacher
+from nas.cli import teacher as cli_teacher
+from nas.teacher import (
+    DEFAULT_TEACHER,
+    FinetuneConfig,
+    TeacherError,
+    classification_metrics,
+    finetune_teacher,
+    load_teacher,
+    resolve_teacher,
+    teacher_identity,
+)
+
+TINY = FinetuneConfig(epochs=1, batch_size=8, max_seq_len=32, max_train_examples=16, lr=1e-3)
+
+
+def test_default_teacher_is_the_packaged_minilm() -> None:
+    path = Path(resolve_teacher(None))
+    assert (path / "config.json").is_file() and (path / "vocab.txt").is_file()
+    assert resolve_teacher(DEFAULT_TEACHER) == resolve_teacher("minilm") == str(path)
+    config = json.loads((path / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (6, 384)
+
+
+def test_resolve_teacher_errors(tmp_path: Path) -> None:
+    with pytest.raises(TeacherError, match="does not exist"):
+        resolve_teacher(str(tmp_path / "missing"))
+    with pytest.raises(TeacherError, match="no config.json"):
+        resolve_teacher(str(tmp_path))
+    with pytest.raises(TeacherError, match="offline"):
+        load_teacher("no-such-org/no-such-model")
+
+
+def test_teacher_identity_tells_models_apart(tiny_teacher: Path,
+                                             tiny_mlm_teacher: Path) -> None:
+    a = teacher_identity(str(tiny_teacher))
+    assert a == teacher_identity(str(tiny_teacher))
+    assert a != teacher_identity(str(tiny_mlm_teacher)) != teacher_identity(None)
+
+
+def test_metrics_by_hand() -> None:
+    # preds 1,1,0,0 vs labels 1,0,1,0: acc 1/2; tp 1, fp 1, fn 1 → F1 = 2/(2+1+1) = 1/2
+    m = classification_metrics([1, 1, 0, 0], [1, 0, 1, 0], "accuracy+f1")
+    assert m == {"accuracy": 0.5, "f1": 0.5}
+    assert classification_metrics([0, 0], [0, 1], "accuracy") == {"accuracy": 0.5}
+
+
+def test_finetune_caches_and_exports(tiny_teacher: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "model"
+    res = finetune_teacher("mrpc", str(tiny_teacher), out_dir=out, config=TINY,
+                           cache_dir=tmp_path / "cache", progress=False)
+    assert not res.from_cache and res.steps == 2 and res.train_examples == 16
+    assert set(res.metrics) == {"accuracy", "f1"} and res.dev_examples == 408
+    assert (out / "config.json").is_file() and (out / "result.json").is_file()
+    # the exported model is a classifier usable as a teacher
+    assert load_teacher(str(out), num_labels=2).config.num_labels == 2
+
+    # asking again: no model load, no torch work, well under 5 s
+    def blocked(*args: object, **kwargs: object) -> None:
+        raise AssertionError("model loaded on a cache hit")
+
+    monkeypatch.setattr(nas.teacher, "load_teacher", blocked)
+    t0 = time.perf_counter()
+    again = finetune_teacher("mrpc", str(tiny_teacher), out_dir=tmp_path / "other", config=TINY,
+                             cache_dir=tmp_path / "cache", progress=False)
+    assert time.perf_counter() - t0 < 5.0
+    assert again.from_cache and again.metrics == res.metrics and again.key == res.key
+    assert (tmp_path / "other" / "model.safetensors").is_file()
+    # any changed hyperparameter is another cache entry
+    changed = FinetuneConfig(**{**TINY.__dict__, "seed": 1})
+    with pytest.raises(AssertionError, match="model loaded"):
+        finetune_teacher("mrpc", str(tiny_teacher), config=changed,
+                         cache_dir=tmp_path / "cache", progress=False)
+
+
+def test_interrupted_finetune_resumes_without_losing_steps(
+    tiny_teacher: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"n": 0}
+    real_evaluate = nas.teacher.evaluate
+
+    def crash_once(*args: object, **kwargs: object) -> dict:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # killed after training, before the dev evaluation
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(nas.teacher, "evaluate", crash_once)
+    cache = tmp_path / "cache"
+    with pytest.raises(KeyboardInterrupt):
+        finetune_teacher("mrpc", str(tiny_teacher), config=TINY, cache_dir=cache,
+                         checkpoint_every=1, progress=False)
+    (run_dir,) = (cache / "teachers").iterdir()
+    assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "result.json").exists()
+    res = finetune_teacher("mrpc", str(tiny_teacher), config=TINY, cache_dir=cache,
+                           checkpoint_every=1, progress=False)
+    assert res.steps == 2 and "accuracy" in res.metrics and len(res.history) == 1
+    assert not (run_dir / "checkpoint.pt").exists() and (run_dir / "result.json").is_file()
+
+
+def test_cli_finetune_json_and_errors(tiny_teacher: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["finetune", "--task", "mrpc", "--teacher", str(tiny_teacher), "--epochs", "1",
+            "--batch-size", "8", "--max-seq-len", "32", "--max-train-examples", "8",
+            "--cache-dir", str(tmp_path), "--no-progress"]
+    assert cli_teacher.main([*args, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["task"] == "mrpc" and not first["from_cache"]
+    assert cli_teacher.main(args) == 0
+    assert "(cached)" in capsys.readouterr().out
+    assert cli_teacher.main(["finetune", "--task", "sst2", "--epochs", "0"]) == 2
+    assert "epochs" in capsys.readouterr().err
