@@ -90,6 +90,37 @@ def encode(
     return out
 
 
+def encode_tagged(
+    tokenizer: Any,
+    words: Sequence[Sequence[str]],
+    tags: Sequence[Sequence[int]] | None = None,
+    max_length: int = 128,
+    ignore_index: int = -100,
+) -> dict[str, torch.Tensor]:
+    """Tokenise pre-split words (SNIPS) and align one tag per word to its first piece.
+
+    Returns ``input_ids``/``attention_mask``/``token_type_ids`` (B, L) and, with ``tags``,
+    ``tag_labels`` (B, L): the word's tag on its first WordPiece, ``ignore_index`` on
+    continuation pieces, special tokens and padding (the usual slot-filling convention).
+    """
+    import torch
+
+    enc = tokenizer([list(w) for w in words], is_split_into_words=True, max_length=max_length,
+                    truncation=True, padding="longest", return_tensors="pt",
+                    return_token_type_ids=True)
+    out = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    if tags is not None:
+        labels = torch.full_like(enc["input_ids"], ignore_index)
+        for b, seq in enumerate(tags):
+            previous = None
+            for pos, word in enumerate(enc.word_ids(b)):
+                if word is not None and word != previous:
+                    labels[b, pos] = int(seq[word])
+                previous = word
+        out["tag_labels"] = labels
+    return out
+
+
 def train_student_vocab(
     texts: Iterable[str],
     out_dir: str | os.PathLike[str],

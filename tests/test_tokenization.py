@@ -59,3 +59,20 @@ def test_student_vocab_covers_all_ascii(tmp_path: Path) -> None:
     assert tok.convert_ids_to_tokens(ids)[0] == "[CLS]"
     assert tok.decode(ids, skip_special_tokens=True).replace(" ", "") == weird.lower().replace(
         " ", "")
+
+
+def test_snips_tags_align_to_first_pieces(teacher_tok) -> None:  # type: ignore[no-untyped-def]
+    from nas.data import iter_batches, load_task
+    from nas.tokenization import encode_tagged
+
+    enc = encode_tagged(teacher_tok, [["play", "westbam", "now"]], [[0, 5, 0]])
+    pieces = teacher_tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+    assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]" and len(pieces) > 5  # westbam splits
+    labels = enc["tag_labels"][0].tolist()
+    assert labels[0] == labels[-1] == -100 and labels[1] == 0 and labels[2] == 5
+    assert labels[3:-2] == [-100] * (len(pieces) - 5) and labels[-2] == 0
+    data = load_task("snips", "dev").head(3)
+    batch = next(iter_batches(data, teacher_tok, batch_size=3, max_length=64))
+    assert batch["tag_labels"].shape == batch["input_ids"].shape
+    first = [t for t in batch["tag_labels"][0].tolist() if t != -100]
+    assert first == list(data.tags[0])  # every word kept its tag once

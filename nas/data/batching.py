@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nas.data.tasks import TaskData
-from nas.tokenization import encode
+from nas.tokenization import encode, encode_tagged
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +46,12 @@ def iter_batches(
     for idx in batch_order(len(data), batch_size, shuffle, seed)[start_batch:]:
         texts_a = [data.texts_a[i] for i in idx]
         texts_b = [data.texts_b[i] for i in idx] if data.texts_b is not None else None
-        batch = encode(tokenizer, texts_a, texts_b, max_length=max_length, separate_b=separate_b)
+        if data.tokens is not None:  # tagging task (SNIPS): words given, tags per word
+            tags = [data.tags[i] for i in idx] if data.tags is not None else None
+            batch = encode_tagged(tokenizer, [data.tokens[i] for i in idx], tags, max_length)
+        else:
+            batch = encode(tokenizer, texts_a, texts_b, max_length=max_length,
+                           separate_b=separate_b)
         batch["labels"] = torch.tensor([data.labels[i] for i in idx], dtype=torch.long)
         batch["index"] = torch.as_tensor(idx, dtype=torch.long)
         yield batch
