@@ -121,3 +121,14 @@ def test_cli_finetune_json_and_errors(tiny_teacher: Path, tmp_path: Path,
     assert "(cached)" in capsys.readouterr().out
     assert cli_teacher.main(["finetune", "--task", "sst2", "--epochs", "0"]) == 2
     assert "epochs" in capsys.readouterr().err
+
+
+def test_cli_probes_reports_per_layer_accuracy(tiny_teacher: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["probes", "--task", "sst2", "--teacher", str(tiny_teacher), "--max-seq-len", "32",
+            "--max-train-examples", "48", "--max-dev-examples", "16",
+            "--cache-dir", str(tmp_path), "--json"]
+    assert cli_teacher.main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["probes"] == 3 and len(out["dev_accuracy"]) == 3
+    assert all(0.0 <= a <= 1.0 for a in out["train_accuracy"])

@@ -1,4 +1,4 @@
-"""``nas teacher ...``: fine-tune (and cache) the teacher; a thin layer over nas.teacher."""
+"""``nas teacher ...``: fine-tune and cache the teacher, and its AdaBERT probes (SPEC §2)."""
 
 from __future__ import annotations
 
@@ -54,8 +54,45 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probes(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from nas.data import load_task
+    from nas.distill.cache import cached_probe_logits
+    from nas.distill.probes import probe_accuracy
+
+    _setup_logging()
+    try:
+        train = load_task(args.task, "train", args.data_dir).head(args.max_train_examples)
+        dev = load_task(args.task, "dev", args.data_dir).head(args.max_dev_examples)
+        progress = not args.json and not args.no_progress
+        kwargs = dict(max_seq_len=args.max_seq_len, pooling=args.pooling,
+                      cache_dir=args.cache_dir, progress=progress)
+        train_logits = cached_probe_logits(args.teacher, train, **kwargs)
+        dev_logits = cached_probe_logits(args.teacher, train, dev, **kwargs)
+    except NasError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = {
+        "task": args.task, "teacher": args.teacher, "pooling": args.pooling,
+        "train_examples": len(train), "dev_examples": len(dev),
+        "probes": int(train_logits.shape[0]),
+        "train_accuracy": probe_accuracy(np.asarray(train_logits), train.labels),
+        "dev_accuracy": probe_accuracy(np.asarray(dev_logits), dev.labels),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.task}: AdaBERT probe accuracy per layer (0 = embeddings), "
+              f"{len(train)} train / {len(dev)} dev examples")
+        for i, (a, b) in enumerate(zip(result["train_accuracy"], result["dev_accuracy"],
+                                       strict=True)):
+            print(f"  layer {i}: train {a:.4f}  dev {b:.4f}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``nas teacher finetune`` to the top-level subparsers."""
+    """Add ``nas teacher finetune`` and ``nas teacher probes`` to the top-level subparsers."""
     teacher = subparsers.add_parser("teacher", help="fine-tune and cache the teacher")
     sub = teacher.add_subparsers(dest="teacher_command", required=True)
     p = sub.add_parser(
@@ -83,6 +120,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.add_argument("-o", "--output", default=None, help="folder to write the fine-tuned model to")
     p.set_defaults(func=_finetune)
+
+    q = sub.add_parser(
+        "probes",
+        help="train and cache the AdaBERT per-layer probes of a (fine-tuned) teacher",
+        description="Train one softmax probe per teacher layer (and the embeddings) on the "
+        "frozen teacher's pooled train features, cache the probe logits of train and dev "
+        "(memory-mapped), and print each probe's accuracy (SPEC section 2).",
+    )
+    q.add_argument("--task", required=True)
+    q.add_argument("--teacher", required=True, help="fine-tuned teacher folder")
+    q.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
+    q.add_argument("--cache-dir", default=None,
+                   help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
+    q.add_argument("--max-seq-len", type=int, default=128)
+    q.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    q.add_argument("--max-train-examples", type=int, default=None)
+    q.add_argument("--max-dev-examples", type=int, default=None)
+    q.add_argument("--no-progress", action="store_true")
+    q.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    q.set_defaults(func=_probes)
 
 
 def main(argv: list[str] | None = None) -> int:
