@@ -1,0 +1,225 @@
+"""Differentiable search: DARTS mixtures and GDAS/AdaBERT hard Gumbel samples
+(SPEC §2, §8).
+
+The pieces are small and separately tested:
+
+* :class:`TemperatureSchedule` -- τ decays from 1 towards 0.2 in an exponential
+  staircase every 100 steps, reaching 0.2 at 80% of the search (AdaBERT's published
+  schedule); ``linear`` gives GDAS's 10 → 0.1.
+* :func:`op_cost_table` and :func:`efficiency_loss` -- L_E = (K/K_max)·Σ_edges Σ_o
+  y_o·(SIZE(o) + FLOPs(o)), normalised so that L_E ∈ [0, 1]: each op's SIZE and FLOPs
+  are divided by the largest candidate's and averaged, and the edges are averaged
+  (the published code's per-op costs are ≈ 0.1, which puts its L_E in the same range).
+  The costs come from the ops' own declarations, not a hand-written table.
+* :func:`derive_cell_architecture` -- K = argmax; per intermediate node keep the two
+  strongest incoming edges ranked by their strongest non-zero op; each kept edge takes
+  its arg-max non-zero op; the other edges become ``zero``.
+* :class:`DifferentiableSearch` -- the bilevel first-order loop: an architecture step
+  (Adam) on a validation batch, then a weight step (SGD) on a training batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from nas.arch_params import ArchParameters
+from nas.architecture import Architecture
+from nas.choices import Categorical
+from nas.graph import ChoiceRef, plan
+from nas.network import GraphNet, ModelOutput
+from nas.ops import OPS
+from nas.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class TemperatureSchedule:
+    """Gumbel-softmax temperature over ``total_steps``.
+
+    ``staircase`` (AdaBERT): τ = max(τ_min, τ_0 · r^⌊t/every⌋) with r chosen so that τ_min is
+    reached at ``reach`` × total steps. ``linear`` (GDAS): τ_0 → τ_min linearly.
+    """
+
+    total_steps: int
+    start: float = 1.0
+    end: float = 0.2
+    kind: str = "staircase"
+    every: int = 100
+    reach: float = 0.8
+
+    def __call__(self, step: int) -> float:
+        if self.kind == "linear":
+            frac = min(1.0, step / max(1, self.total_steps - 1))
+            return self.start + (self.end - self.start) * frac
+        if self.kind != "staircase":
+            raise ValueError(f"unknown temperature schedule {self.kind!r}; use staircase|linear")
+        every = max(1, min(self.every, max(1, self.total_steps // 10)))
+        stairs = max(1, math.floor(self.reach * self.total_steps / every))
+        ratio = (self.end / self.start) ** (1.0 / stairs)
+        return max(self.end, self.start * ratio ** (step // every))
+
+
+def op_choices(space: SearchSpace) -> list[Categorical]:
+    return [c for c in space.choices() if c.kind == "op"]
+
+
+def op_cost_table(space: SearchSpace, seq_len: int = 128) -> dict[str, torch.Tensor]:
+    """Per op choice, the normalised cost of each candidate: (params/max + MACs/max) / 2.
+
+    Costs come from each op's declared ``count_params``/``count_macs`` at the widths the
+    supernet's plan gives the choice's first edge (AdaBERT's edges all have the same
+    width). ``zero`` and ``skip`` cost nothing.
+    """
+    steps = plan(space.graph, space.choice_map, {},
+                 frozenset(c.name for c in space.choices() if c.kind != "width"))
+    widths: dict[str, tuple[int, int]] = {}
+    for st in steps:
+        for e in st.inputs:
+            if e.choice is not None and e.choice not in widths:
+                widths[e.choice] = (e.in_width, e.out_width)
+    table = {}
+    for c in op_choices(space):
+        if c.name not in widths:
+            continue
+        w_in, w_out = widths[c.name]
+        params = torch.tensor([float(OPS.get(str(v)).count_params([w_in], w_out, {}))
+                               for v in c.values])
+        macs = torch.tensor([float(OPS.get(str(v)).count_macs([w_in], w_out, {}, seq_len))
+                             for v in c.values])
+        table[c.name] = 0.5 * (params / params.max().clamp_min(1.0)
+                               + macs / macs.max().clamp_min(1.0))
+    return table
+
+
+def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, torch.Tensor],
+                    depth_choice: Categorical | None = None) -> torch.Tensor:
+    """L_E = (K/K_max)·Σ_edges Σ_o y_o·cost(o) (SPEC §2), differentiable in the weights y.
+
+    K/K_max is the expectation of K under the depth weights (with a hard sample it is the
+    sampled depth, and its straight-through gradient reaches the depth logits).
+    """
+    edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items()) / max(
+        1, len(costs))
+    if depth_choice is None or depth_choice.name not in weights:
+        return edge_cost
+    ks = torch.tensor([float(v) for v in depth_choice.values])
+    depth_frac = (weights[depth_choice.name] * ks).sum() / float(max(depth_choice.values))
+    return depth_frac * edge_cost
+
+
+def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
+                             keep: int = 2) -> Architecture:
+    """DARTS/AdaBERT discretisation (SPEC §2, §8): depth = argmax; per node the ``keep``
+    strongest incoming edges by their best non-zero op, each with that op; others zero."""
+    values: dict[str, Any] = {}
+    by_node: dict[str, list[tuple[float, str, str]]] = {}
+    for _, v, e in space.graph.edges(data=True):
+        ref = e["op"]
+        if not isinstance(ref, ChoiceRef) or ref.choice in values:
+            continue
+        choice = space.choice(ref.choice)
+        probs = torch.softmax(alphas.logits(ref.choice).detach(), dim=-1)
+        best, best_op = -1.0, None
+        for i, op in enumerate(choice.values):
+            if not OPS.get(str(op)).is_zero and float(probs[i]) > best:
+                best, best_op = float(probs[i]), str(op)
+        target = space.graph.nodes[v].get("label", v)
+        by_node.setdefault(target, []).append((best, ref.choice, best_op))
+        values[ref.choice] = None
+    for candidates in by_node.values():
+        candidates.sort(key=lambda t: -t[0])
+        for rank, (_, name, op) in enumerate(candidates):
+            values[name] = op if rank < keep else "zero"
+    for c in space.choices():
+        if c.kind == "depth":
+            values[c.name] = c.values[int(torch.argmax(alphas.logits(c.name).detach()))]
+        elif values.get(c.name) is None:
+            values[c.name] = c.default
+    return space.validate(values)
+
+
+LossFn = Callable[[ModelOutput, Mapping[str, torch.Tensor]], torch.Tensor]
+
+
+class DifferentiableSearch:
+    """First-order bilevel search over a supernet with hard Gumbel samples (GDAS/AdaBERT).
+
+    ``task_loss(output, batch)`` is the task part of the objective (e.g. (1−γ)·CE + γ·probe
+    KD); the searcher adds β·L_E. Weights: SGD momentum 0.9, lr ``lr`` → ``lr_min`` cosine;
+    architecture: Adam lr 3e-4, betas (0.5, 0.999), weight decay 1e-3 (SPEC §2, §8).
+    """
+
+    def __init__(self, space: SearchSpace, supernet: GraphNet, task_loss: LossFn, *,
+                 total_steps: int, beta: float = 4.0, lr: float = 2e-2, lr_min: float = 5e-4,
+                 arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
+                 schedule: TemperatureSchedule | None = None, seed: int = 0,
+                 record: tuple[str, ...] = ()) -> None:
+        self.space = space
+        self.supernet = supernet
+        self.task_loss = task_loss
+        self.beta = beta
+        self.total_steps = total_steps
+        self.record = record
+        self.generator = torch.Generator().manual_seed(seed)
+        relaxed = [c for c in space.choices() if c.kind in ("op", "depth")]
+        self.alphas = ArchParameters(relaxed, generator=torch.Generator().manual_seed(seed))
+        self.costs = op_cost_table(space)
+        depth = [c for c in relaxed if c.kind == "depth"]
+        self.depth_choice = depth[0] if depth else None
+        self.schedule = schedule or TemperatureSchedule(total_steps)
+        self.w_opt = torch.optim.SGD(supernet.parameters(), lr=lr, momentum=0.9)
+        self.w_sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+            self.w_opt, T_max=max(1, total_steps), eta_min=lr_min)
+        self.a_opt = torch.optim.Adam(self.alphas.parameters(), lr=arch_lr, betas=(0.5, 0.999),
+                                      weight_decay=arch_weight_decay)
+        self.step_count = 0
+
+    def _loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        tau = self.schedule(self.step_count)
+        weights = self.alphas.gumbel(tau, hard=True, generator=self.generator)
+        out = self.supernet(batch, weights=weights, hard=True, record=self.record)
+        task = self.task_loss(out, batch)
+        eff = efficiency_loss(weights, self.costs, self.depth_choice)
+        info = {"task_loss": task.item(), "efficiency": eff.item(), "tau": tau}
+        return task + self.beta * eff, info
+
+    def step(self, train_batch: Mapping[str, torch.Tensor],
+             val_batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """One architecture step on ``val_batch``, then one weight step on ``train_batch``."""
+        self.supernet.train()
+        self.a_opt.zero_grad(set_to_none=True)
+        arch_loss, _ = self._loss(val_batch)
+        arch_loss.backward()
+        self.a_opt.step()
+
+        self.w_opt.zero_grad(set_to_none=True)
+        loss, info = self._loss(train_batch)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.supernet.parameters(), 5.0)
+        self.w_opt.step()
+        self.w_sched.step()
+        self.step_count += 1
+        return {"loss": loss.item(), "arch_loss": arch_loss.item(), **info}
+
+    def derive(self) -> Architecture:
+        return derive_cell_architecture(self.space, self.alphas)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"supernet": self.supernet.state_dict(), "alphas": self.alphas.state_dict(),
+                "w_opt": self.w_opt.state_dict(), "w_sched": self.w_sched.state_dict(),
+                "a_opt": self.a_opt.state_dict(), "step": self.step_count,
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.supernet.load_state_dict(state["supernet"])
+        self.alphas.load_state_dict(state["alphas"])
+        self.w_opt.load_state_dict(state["w_opt"])
+        self.w_sched.load_state_dict(state["w_sched"])
+        self.a_opt.load_state_dict(state["a_opt"])
+        self.step_count = int(state["step"])
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,137 @@
+"""Searchers: the random baseline and the differentiable (GDAS/AdaBERT) search pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nas.arch_params import ArchParameters
+from nas.builder import build_supernet
+from nas.cost import batch_for
+from nas.space import get_space, small_config
+from searchers.base import SEARCHERS, RandomSearcher
+from searchers.differentiable import (
+    DifferentiableSearch,
+    TemperatureSchedule,
+    derive_cell_architecture,
+    efficiency_loss,
+    op_cost_table,
+)
+
+
+@pytest.fixture(scope="module")
+def space():
+    return get_space("adabert", **small_config("adabert"))
+
+
+def test_staircase_schedule_reaches_the_floor_at_80_percent():
+    s = TemperatureSchedule(total_steps=1000, every=100)
+    assert s(0) == 1.0 and s(99) == 1.0
+    assert s(100) == pytest.approx(0.2 ** (1 / 8))  # 8 stairs before step 800
+    assert s(799) > 0.2 and s(800) == pytest.approx(0.2) and s(999) == pytest.approx(0.2)
+    lin = TemperatureSchedule(total_steps=11, start=10.0, end=0.1, kind="linear")
+    assert lin(0) == 10.0 and lin(10) == pytest.approx(0.1) and lin(5) == pytest.approx(5.05)
+
+
+def test_op_costs_are_normalised_and_free_for_parameterless_ops(space):
+    table = op_cost_table(space)
+    assert len(table) == 9
+    costs = dict(zip(space.choice("cell.n0.from_prev2").values,
+                     table["cell.n0.from_prev2"].tolist(), strict=True))
+    assert costs["std_conv_7"] == pytest.approx(1.0)  # the largest op in both terms
+    # k=3: params (3·C² + 2C)/(7·C² + 2C) with C = 16, MACs 3/7
+    c = 16
+    assert costs["std_conv_3"] == pytest.approx(0.5 * ((3 * c * c + 2 * c) / (7 * c * c + 2 * c)
+                                                       + 3 / 7))
+    for free in ("skip", "zero", "max_pool_3", "avg_pool_3"):
+        assert costs[free] == 0.0
+
+
+def test_efficiency_loss_by_hand(space):
+    costs = {"a": torch.tensor([1.0, 0.5, 0.0]), "b": torch.tensor([0.2, 0.0, 1.0])}
+    weights = {"a": torch.tensor([0.0, 1.0, 0.0]), "b": torch.tensor([0.5, 0.5, 0.0]),
+               "depth": torch.tensor([0.0, 1.0, 0.0, 0.0])}
+    # mean over edges of Σ_o y_o·cost: (0.5 + 0.1) / 2 = 0.3; K/K_max = 2/4
+    depth = space.choice("depth")
+    assert efficiency_loss(weights, costs, depth).item() == pytest.approx(0.3 * 2 / 4)
+    assert efficiency_loss(weights, costs).item() == pytest.approx(0.3)
+
+
+def test_derivation_keeps_two_strongest_edges_per_node_and_argmax_depth(space):
+    alphas = ArchParameters([c for c in space.choices() if c.kind in ("op", "depth")])
+    with torch.no_grad():
+        for p in alphas.parameters():
+            p.zero_()
+
+        def favour(name, op, strength):
+            alphas.logits(name)[space.choice(name).index(op)] = strength
+
+        favour("cell.n0.from_prev2", "std_conv_5", 3.0)
+        favour("cell.n0.from_prev1", "skip", 2.0)
+        favour("cell.n1.from_prev2", "zero", 9.0)  # zero is ignored when ranking
+        favour("cell.n1.from_prev2", "max_pool_3", 0.5)
+        favour("cell.n1.from_prev1", "dil_conv_3", 1.0)
+        favour("cell.n1.from_n0", "avg_pool_3", 2.0)
+        favour("cell.n2.from_n1", "std_conv_7", 4.0)
+        favour("cell.n2.from_prev1", "std_conv_3", 1.5)
+        favour("depth", 3, 1.0)
+    arch = derive_cell_architecture(space, alphas)
+    assert arch["depth"] == 3
+    assert arch["cell.n0.from_prev2"] == "std_conv_5" and arch["cell.n0.from_prev1"] == "skip"
+    assert arch["cell.n1.from_n0"] == "avg_pool_3" and arch["cell.n1.from_prev1"] == "dil_conv_3"
+    assert arch["cell.n1.from_prev2"] == "zero"
+    assert arch["cell.n2.from_n1"] == "std_conv_7" and arch["cell.n2.from_prev1"] == "std_conv_3"
+    assert arch["cell.n2.from_prev2"] == "zero" and arch["cell.n2.from_n0"] == "zero"
+
+
+def _search(space, seed=0, steps=6):
+    torch.manual_seed(seed)
+    supernet = build_supernet(space)
+    batch = {**batch_for(space, 4, 10), "labels": torch.tensor([0, 1, 0, 1])}
+
+    def loss(out, b):
+        return torch.nn.functional.cross_entropy(out.logits, b["labels"])
+
+    return DifferentiableSearch(space, supernet, loss, total_steps=steps, seed=seed), batch
+
+
+def test_search_resumes_exactly_from_a_checkpoint(space, tmp_path):
+    straight, batch = _search(space)
+    for _ in range(6):
+        straight.step(batch, batch)
+
+    first, _ = _search(space)
+    for _ in range(3):
+        first.step(batch, batch)
+    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
+    resumed, _ = _search(space, seed=0)
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt"))
+    for _ in range(3):
+        info = resumed.step(batch, batch)
+    assert math.isfinite(info["loss"]) and resumed.step_count == 6
+    for name in straight.alphas.choices:
+        assert torch.equal(straight.alphas.logits(name), resumed.alphas.logits(name))
+    assert straight.derive() == resumed.derive()
+
+
+def test_search_moves_the_architecture_parameters(space):
+    search, batch = _search(space)
+    before = {n: search.alphas.logits(n).detach().clone() for n in search.alphas.choices}
+    search.step(batch, batch)
+    moved = [n for n in before if not torch.equal(before[n], search.alphas.logits(n))]
+    assert "depth" in moved and len(moved) >= 5
+
+
+def test_random_searcher_is_seeded_and_records_nan_as_zero(space):
+    a, b = RandomSearcher(space, seed=3), RandomSearcher(space, seed=3)
+    archs = [a.ask() for _ in range(4)]
+    assert archs == [b.ask() for _ in range(4)]
+    a.tell(archs[0], float("nan"))
+    a.tell(archs[1], 0.7)
+    assert a.best() == (archs[1], 0.7) and a.history[0][1] == 0.0
+    restored = RandomSearcher(space, seed=99)
+    restored.load_state_dict(a.state_dict())
+    assert restored.ask() == a.ask()
+    assert SEARCHERS.get("random") is RandomSearcher
