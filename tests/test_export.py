@@ -1,0 +1,261 @@
+"""Standalone export: round trips in a fresh process with no search code, ONNX, HF, errors.
+
+Every registered space (small test configuration, a sampled child) is exported in the
+native and ONNX formats; a fresh Python process in which ``spaces``, ``searchers`` and
+``evaluators`` cannot be imported loads each directory with both runtimes and must
+reproduce the logits (≤ 1e-4) at a batch size and length other than the traced ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from nas.builder import build_child, build_supernet, extract_child
+from nas.cost import batch_for
+from nas.errors import ExportError
+from nas.export import export
+from nas.runtime import load
+from nas.space import get_space, list_spaces, small_config
+
+TOL = 1e-4
+VARIANTS = [(n, {}) for n in list_spaces()] + [("adabert", {"pair": True})]
+
+BLOCKED_RUNNER = textwrap.dedent("""
+    import importlib.abc, json, sys
+    BLOCKED = {"spaces", "searchers", "evaluators"}
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    import torch
+    from nas.runtime import load
+
+    diffs = {}
+    for directory in sys.argv[1:]:
+        batch = torch.load(directory + "/../batch.pt")[directory]
+        ref = torch.load(directory + "/../logits.pt")[directory]
+        for runtime in ("torch", "onnx"):
+            got = load(directory, runtime)(batch)
+            diffs[f"{directory}:{runtime}"] = float((got - ref).abs().max())
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+    print(json.dumps({"diffs": diffs, "leaked": leaked}))
+""")
+
+
+def _batch(space, batch_size=3, seq_len=11):
+    batch = batch_for(space, batch_size, seq_len)
+    for key in ("attention_mask", "attention_mask_b"):
+        if key in batch:
+            batch[key][1, 7:] = 0  # padding in one row
+    return batch
+
+
+def test_every_space_round_trips_native_and_onnx_without_search_code(tmp_path):
+    batches, logits, dirs = {}, {}, []
+    for name, extra in VARIANTS:
+        torch.manual_seed(0)
+        space = get_space(name, **{**small_config(name), **extra})
+        arch = space.sample(3)
+        child = build_child(space, arch).eval()
+        directory = str(tmp_path / f"{name}{'-pair' if extra else ''}")
+        export(space, arch, directory, fmt="onnx", model=child)
+        batch = _batch(space)
+        with torch.no_grad():
+            logits[directory] = child(batch).logits
+        batches[directory] = batch
+        dirs.append(directory)
+    torch.save(batches, tmp_path / "batch.pt")
+    torch.save(logits, tmp_path / "logits.pt")
+    # each directory's batch lives one level up, keyed by the directory
+    for d in dirs:
+        assert Path(d, "..", "batch.pt").resolve() == (tmp_path / "batch.pt").resolve()
+    proc = subprocess.run([sys.executable, "-c", BLOCKED_RUNNER, *dirs], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["leaked"] == []
+    bad = {k: v for k, v in result["diffs"].items() if not v <= TOL}
+    assert not bad, bad
+    assert len(result["diffs"]) == 2 * len(VARIANTS)
+
+
+def test_export_directory_contents(tmp_path):
+    space = get_space("tinybert", num_labels=2)
+    out = export(space, None, tmp_path / "tb", labels=["negative", "positive"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["space"] == {"name": "tinybert", "fixed": True, "config": space.config}
+    assert config["architecture"]["choices"] == {}
+    assert config["labels"] == ["negative", "positive"]
+    assert config["hyperparameters"]["hidden_size"] == 312
+    assert config["tokenizer"]["max_length"] == 128
+    assert {"model.safetensors", "config.json", "vocab.txt", "tokenizer.json"} <= {
+        p.name for p in out.iterdir()}
+    model = load(out)
+    [pred] = model.predict(["an utterly charming film"])
+    assert pred["label"] in ("negative", "positive")
+    assert sum(pred["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
+    # pairs are joined BERT-style: [CLS] a [SEP] b [SEP]
+    batch = model.encode(["a"], ["b"])
+    assert int(batch["token_type_ids"].sum()) == 2
+
+
+def test_hf_format_loads_in_stock_transformers(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    for name, kwargs in [
+        ("bert", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=48, num_labels=3)),
+        ("mobilebert-tiny", dict(embedding_size=16, hidden_size=32, intra_bottleneck_size=16,
+                                 num_attention_heads=4, intermediate_size=32,
+                                 num_hidden_layers=2, num_labels=3)),
+    ]:
+        space = get_space(name, **kwargs)
+        torch.manual_seed(0)
+        child = build_child(space).eval()
+        out = export(space, None, tmp_path / name, fmt="hf", model=child, labels=["a", "b", "c"])
+        theirs = AutoModelForSequenceClassification.from_pretrained(str(out)).eval()
+        assert theirs.config.id2label == {0: "a", 1: "b", 2: "c"}
+        model = load(out)
+        batch = model.encode(["a fine film", "dull"])
+        with torch.no_grad():
+            ref = child(batch).logits
+            assert (theirs(**batch).logits - ref).abs().max().item() <= TOL
+        assert (model(batch) - ref).abs().max().item() <= TOL
+        assert model.predict(["a fine film"])[0]["label"] in ("a", "b", "c")
+
+
+def test_hf_format_refuses_other_families(tmp_path):
+    space = get_space("adabert", **small_config("adabert"))
+    with pytest.raises(ExportError, match="family"):
+        export(space, None, tmp_path / "x", fmt="hf")
+
+
+def test_export_with_supernet_weights_slices_them(tmp_path):
+    space = get_space("mobilebert-grid", **small_config("mobilebert-grid"))
+    torch.manual_seed(0)
+    supernet = build_supernet(space).eval()
+    ckpt = tmp_path / "supernet.pt"
+    torch.save({"model": supernet.state_dict(), "step": 3}, ckpt)
+    arch = space.sample(5)
+    out = export(space, arch, tmp_path / "child", weights=ckpt)
+    batch = _batch(space)
+    with torch.no_grad():
+        ref = extract_child(supernet, space, arch).eval()(batch).logits
+    assert (load(out)(batch) - ref).abs().max().item() <= 1e-6
+    other = get_space("tinybert", **small_config("tinybert"))
+    with pytest.raises(ExportError, match=r"supernet\.pt: (lacks|tensor .* does not contain)"):
+        export(other, None, tmp_path / "wrong", weights=ckpt)
+
+
+def test_label_count_must_match(tmp_path):
+    space = get_space("bert", **small_config("bert"))
+    with pytest.raises(ExportError, match="3 label names"):
+        export(space, None, tmp_path / "x", labels=["a", "b", "c"])
+
+
+@pytest.fixture
+def exported(tmp_path):
+    space = get_space("mobilebert", **small_config("mobilebert"))
+    return export(space, None, tmp_path / "m")
+
+
+def test_missing_weights_are_named(exported):
+    (exported / "model.safetensors").unlink()
+    with pytest.raises(ExportError, match=r"model\.safetensors: missing"):
+        load(exported)
+
+
+def test_truncated_weights_are_named(exported):
+    path = exported / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ExportError, match=r"model\.safetensors: not a readable safetensors"):
+        load(exported)
+
+
+def test_unknown_op_is_named(exported):
+    path = exported / "config.json"
+    config = json.loads(path.read_text())
+    config["graph"]["nodes"][3]["op"] = "warp_drive"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ExportError, match=r"config\.json: bad graph: unknown op 'warp_drive'"):
+        load(exported)
+
+
+def test_mismatched_shapes_are_named(exported):
+    from safetensors.torch import load_file, save_file
+
+    path = exported / "model.safetensors"
+    state = load_file(str(path))
+    name = next(k for k in state if k.endswith("query.weight"))
+    state[name] = state[name][:, :-1].contiguous()
+    save_file(state, str(path))
+    with pytest.raises(ExportError, match=rf"model\.safetensors: tensor {name} has shape"):
+        load(exported)
+
+
+def test_missing_tensor_and_broken_config_are_named(exported):
+    from safetensors.torch import load_file, save_file
+
+    path = exported / "model.safetensors"
+    state = load_file(str(path))
+    state.pop(next(iter(state)))
+    save_file(state, str(path))
+    with pytest.raises(ExportError, match=r"model\.safetensors: lacks 1 tensor"):
+        load(exported)
+    (exported / "config.json").write_text("{not json")
+    with pytest.raises(ExportError, match=r"config\.json: broken JSON at line 1"):
+        load(exported)
+    (exported / "config.json").unlink()
+    with pytest.raises(ExportError, match=r"config\.json: missing"):
+        load(exported)
+    with pytest.raises(ExportError, match="model.onnx: missing"):
+        (exported / "config.json").write_text(json.dumps(
+            {"format": "nas-export", "graph": {}, "labels": [], "inputs": []}))
+        load(exported, "onnx")
+
+
+def _cli(*argv: str) -> str:
+    """Run one of our commands through argparse, as `nas` does, capturing stdout."""
+    import contextlib
+    import io
+
+    from nas.cli import export as commands
+
+    parser = argparse.ArgumentParser(prog="nas")
+    commands.register(parser.add_subparsers())
+    args = parser.parse_args(list(argv))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert args.func(args) == 0
+    return buf.getvalue()
+
+
+def test_cli_export_predict_bench(tmp_path):
+    out = tmp_path / "cli"
+    doc = json.loads(_cli("export", "--space", "tinybert", "-c", "num_hidden_layers=1",
+                          "-o", str(out), "--format", "onnx", "--labels", "neg,pos", "--json"))
+    assert "model.onnx" in doc["files"]
+    text = _cli("predict", str(out), "a fine film", "a second sentence")
+    assert text.split("\t")[0] in ("neg", "pos") and "neg=" in text
+    pred = json.loads(_cli("predict", str(out), "a fine film", "--runtime", "onnx", "--json"))
+    assert set(pred["probabilities"]) == {"neg", "pos"}
+    bench = json.loads(_cli("bench", str(out), "--batch-sizes", "1,2", "--seq-len", "16",
+                            "--repeats", "2", "--warmup", "1", "--threads", "1", "--json"))
+    rows = bench["results"]
+    assert [r["batch_size"] for r in rows] == [1, 2]
+    assert all(r["median_ms"] > 0 and r["p90_ms"] >= r["median_ms"] and r["throughput_per_s"] > 0
+               for r in rows)
+    assert "median" in _cli("bench", str(out), "--batch-sizes", "1", "--seq-len", "8",
+                            "--repeats", "1", "--runtime", "onnx")
