@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from nas.errors import NasError
 
 #: Command-group modules, each with ``register(subparsers)``.
-COMMAND_MODULES = ("nas.cli.spaces", "nas.cli.cost")
+COMMAND_MODULES = ("nas.cli.spaces", "nas.cli.cost", "nas.cli.search")
 
 
 def build_parser() -> argparse.ArgumentParser:

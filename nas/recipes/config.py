@@ -1,0 +1,82 @@
+"""Typed experiment configurations read from YAML, with errors that name the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from nas.errors import NasError
+
+T = TypeVar("T")
+
+
+class ConfigError(NasError):
+    """An experiment file is missing, malformed, or has an unknown key or a wrong type."""
+
+
+def from_dict(cls: type[T], data: Any, where: str) -> T:
+    """Build dataclass ``cls`` from ``data``, checking keys and scalar types."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: "
+                          f"{', '.join(sorted(fields))}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, value in data.items():
+        values[name] = _check(hints[name], value, f"{where}.{name}")
+    return cls(**values)  # type: ignore[call-arg]
+
+
+def _check(hint: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, where)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check(option, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_name(hint)}, got {value!r}")
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _name(hint: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(hint))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"experiment file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: broken YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of settings at the top level")
+    return data
