@@ -77,6 +77,17 @@ FIXED: dict[str, dict[str, Any]] = {
                           hidden_act="gelu", attention_input="feature_map"),
 }
 
+DESCRIPTIONS = {
+    "mobilebert": "MobileBERT as released (HF MobileBertConfig() defaults): L24, inter 512, "
+                  "intra 128, A4, 4 stacked FFNs of 512, NoNorm, relu, shared k/q bottleneck",
+    "mobilebert-tiny": "MobileBERT-tiny: as MobileBERT with 2 stacked FFNs and bottleneck "
+                       "attention",
+    "mobilebert-paper": "MobileBERT as in the paper's Table 1: MHA on the 512-wide feature map "
+                        "(the paper's 25.3M / 5.7 GFLOPs)",
+    "ib-bert-large": "IB-BERT-large teacher: L24, inter 512, intra 1024, FFN 4096, A4, "
+                     "LayerNorm, gelu",
+}
+
 #: Which kind each choosable hyperparameter is (nas.choices.Categorical.kind).
 KINDS = dict(
     hidden_size="width", intra_bottleneck_size="width", intermediate_size="width",
@@ -259,7 +270,7 @@ def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> Searc
         constraints=[rule] if rule else [],
         config=config,
         drawing=[("block 0", "L0"), ("block 0, FFN 0", "L0.ffn0")],
-        description=(f"fixed design: {name} (SPEC §4)" if fixed else
+        description=(f"fixed design: {DESCRIPTIONS.get(name, name)} (SPEC §4)" if fixed else
                      "MobileBERT grid (SPEC §4): h_inter, h_intra, heads, stacked FFNs, FFN "
                      "width, depth, LayerNorm/NoNorm, GeLU/ReLU, attention input, trigram"),
     )
