@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from nas.errors import NasError
 
 #: Command-group modules, each with ``register(subparsers)``.
-COMMAND_MODULES = ("nas.cli.spaces", "nas.cli.cost", "nas.cli.search")
+COMMAND_MODULES = (
+    "nas.cli.spaces",
+    "nas.cli.cost",
+    "nas.cli.teacher",
+    "nas.cli.augment",
+    "nas.cli.search",
+    "nas.cli.export",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
