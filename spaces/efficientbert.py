@@ -138,8 +138,10 @@ def efficientbert_space(
             g.edge(n + "out", layer_out, arg=s + 1)
             x = n + "out"
         prev = layer_out
-    g.node("head", "pooler_classifier", params={"num_labels": num_labels}, role="output",
-           group="head")
+    # The classifier reads the [CLS] state directly (no BERT pooler): the paper's 15.7M
+    # counts embeddings, encoder and the fit layer, and this head adds only H·labels.
+    g.node("head", "pooler_classifier", params={"num_labels": num_labels, "pooler": False},
+           role="output", group="head")
     g.edge(prev, "head")
     g.node("fit", "sum", role="aux", group="distill")
     g.edge(prev, "fit", "linear", out=fit_size)

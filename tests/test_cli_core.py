@@ -51,6 +51,7 @@ def test_cost_of_the_published_efficientbert(capsys):
     d = json.loads(out)
     assert code == 0
     assert d["params_paper"] == pytest.approx(15.7e6, rel=0.02)
+    assert d["params"] == pytest.approx(15.7e6, rel=0.02)
     assert d["flops"] == 2 * d["macs"] and d["seq_len"] == 128
 
 

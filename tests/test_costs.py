@@ -60,6 +60,7 @@ def test_efficientbert_published_architecture_is_15_7m_parameters():
     assert costs.params_paper == pytest.approx(15.7e6, rel=0.02)
     assert costs.params_by_group["distill"] == 540 * 768 + 768
     assert costs.params == sum(costs.params_by_group.values())
+    assert costs.params == pytest.approx(15.7e6, rel=0.02)  # the head adds only 540·2 + 2
 
 
 def test_efficientbert_standard_ffn_flops_by_hand():
@@ -69,7 +70,7 @@ def test_efficientbert_standard_ffn_flops_by_hand():
     costs = count_costs(space, space.default(), L)
     per_layer = L * (4 * H * H) + 2 * L * L * H + L * (2 * H * H)
     embedding = L * 3 * 128 * H
-    head = H * H + H * 2
+    head = H * 2  # classifier on the [CLS] state, no pooler
     assert costs.macs == 6 * per_layer + embedding + head
 
 
