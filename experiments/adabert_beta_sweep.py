@@ -1,0 +1,49 @@
+"""The efficiency loss works: β = 0, 4, 8 on one seed should give derived models of
+non-increasing cost (SPEC §2; issue "AdaBERT end to end", item 6).
+
+Run: ``python experiments/adabert_beta_sweep.py [--config experiments/adabert_sweep.yaml]``
+(writes runs/beta_sweep/beta_*/ and sweep.json, and prints one line per β; an
+interrupted sweep resumes each search from its checkpoint).
+Results: not yet recorded (the first attempt was stopped to free the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from nas.cost import count_costs
+from nas.recipes.adabert import AdaBertRun, load_config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", default="experiments/adabert_sweep.yaml")
+    parser.add_argument("--betas", default="0,4,8")
+    parser.add_argument("--out", default="runs/beta_sweep")
+    args = parser.parse_args()
+    base = load_config(args.config)
+    rows = []
+    for beta in (float(b) for b in args.betas.split(",")):
+        cfg = dataclasses.replace(base, search=dataclasses.replace(base.search, beta=beta))
+        out = Path(args.out) / f"beta_{beta:g}"
+        run = AdaBertRun(cfg, out, resume=out.exists(), progress=False)
+        run.prepare()
+        start = time.time()
+        arch = run.search()
+        costs = count_costs(run.space, arch, cfg.data.max_seq_len)
+        row = {"beta": beta, "arch_id": arch.id, "depth": arch["depth"],
+               "params": costs.params, "encoder_params": costs.params_by_group["encoder"],
+               "flops": costs.flops, "search_seconds": round(time.time() - start, 1),
+               "arch": dict(arch)}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "arch"}), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "sweep.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
