@@ -14,8 +14,6 @@ paper's convention can be matched.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -167,18 +165,12 @@ class Latency:
 def measure_latency(model: nn.Module, batch: Mapping[str, torch.Tensor], warmup: int = 3,
                     repeats: int = 10) -> Latency:
     """CPU latency of one forward pass: ``warmup`` untimed runs, then the median of ``repeats``."""
+    from nas.timing import time_call
+
     was_training = model.training
     model.eval()
-    for _ in range(warmup):
-        model(batch)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model(batch)
-        times.append((time.perf_counter() - start) * 1000.0)
+    timing = time_call(lambda: model(batch), warmup, repeats)
     model.train(was_training)
-    times.sort()
-    p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
     ids = next(iter(batch.values()))
-    return Latency(ids.shape[0], ids.shape[1], statistics.median(times), p90, repeats,
+    return Latency(ids.shape[0], ids.shape[1], timing.median_ms, timing.p90_ms, repeats,
                    torch.get_num_threads())

@@ -286,22 +286,13 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
               repeats: int = 10, warmup: int = 3) -> list[dict[str, Any]]:
     """CPU latency of one forward pass per batch size: median and p90 over ``repeats``
     timed runs after ``warmup`` untimed ones, and throughput (sequences/s at the median)."""
-    import statistics
-    import time
+    from nas.timing import time_call
 
     results = []
     for bs in batch_sizes:
         batch = random_batch(model, bs, seq_len)
-        for _ in range(warmup):
-            model(batch)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(batch)
-            times.append((time.perf_counter() - start) * 1000.0)
-        times.sort()
-        median = statistics.median(times)
-        p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
+        timing = time_call(lambda b=batch: model(b), warmup, repeats)
+        median, p90 = timing.median_ms, timing.p90_ms
         results.append({"batch_size": bs, "seq_len": seq_len, "runtime": model.runtime,
                         "median_ms": median, "p90_ms": p90, "repeats": repeats,
                         "throughput_per_s": bs / (median / 1000.0),
