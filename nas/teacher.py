@@ -159,6 +159,19 @@ class FinetuneConfig:
     max_train_examples: int | None = None
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # The cache key hashes these values as JSON: `epochs: 1` from a YAML file must give
+        # the same key as `--epochs 1` (1.0) from the command line.
+        for name in ("epochs", "lr", "weight_decay", "warmup_fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise NasError(f"teacher fine-tuning: {name} must be a number, got {value!r}")
+            setattr(self, name, float(value))
+        for name in ("batch_size", "max_seq_len", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise NasError(f"teacher fine-tuning: {name} must be an integer, got {value!r}")
+
 
 @dataclass
 class FinetuneResult:
