@@ -1,15 +1,30 @@
-"""NAS engine for compact Transformers: one graph IR, one supernet and child builder."""
+"""NAS engine for compact Transformers: one graph IR, one supernet and child builder.
 
-from nas.architecture import Architecture, load_architecture
-from nas.choices import Categorical, IntChoice, per_layer
-from nas.errors import ArchitectureError, NasError, RegistryError, SpaceDefinitionError
-from nas.graph import ActiveIf, ChoiceRef, Dim, GraphBuilder
-from nas.space import SPACES, Constraint, SearchSpace, get_space, list_spaces, register_space
+The public names below are imported on first use (PEP 562), so that ``import nas`` and
+the command line start without importing torch; a cached answer stays fast.
+"""
 
-__all__ = [
-    "ActiveIf", "Architecture", "ArchitectureError", "Categorical", "ChoiceRef", "Constraint",
-    "Dim", "GraphBuilder", "IntChoice", "NasError", "RegistryError", "SPACES", "SearchSpace",
-    "SpaceDefinitionError", "get_space", "list_spaces", "load_architecture", "per_layer",
-    "register_space",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Architecture": "nas.architecture", "load_architecture": "nas.architecture",
+    "Categorical": "nas.choices", "IntChoice": "nas.choices", "per_layer": "nas.choices",
+    "ArchitectureError": "nas.errors", "NasError": "nas.errors",
+    "RegistryError": "nas.errors", "SpaceDefinitionError": "nas.errors",
+    "ActiveIf": "nas.graph", "ChoiceRef": "nas.graph", "Dim": "nas.graph",
+    "GraphBuilder": "nas.graph",
+    "SPACES": "nas.space", "Constraint": "nas.space", "SearchSpace": "nas.space",
+    "get_space": "nas.space", "list_spaces": "nas.space", "register_space": "nas.space",
+}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'nas' has no attribute {name!r}")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from nas.architecture import Architecture, load_architecture
 from nas.errors import NasError
-from nas.space import SearchSpace, get_space
+
+if TYPE_CHECKING:  # the space machinery imports torch: load it only when a command runs
+    from nas.space import SearchSpace
 
 
 def add_space_config_option(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +33,8 @@ def parse_space_config(items: list[str]) -> dict[str, Any]:
 
 
 def space_from_args(args: argparse.Namespace) -> SearchSpace:
+    from nas.space import get_space
+
     return get_space(args.space, **parse_space_config(getattr(args, "config", [])))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from nas.cli.common import add_space_config_option, arch_from_args, emit, space_from_args
-from nas.space import get_space, list_spaces
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from nas.space import get_space, list_spaces
+
     rows = []
     for name in list_spaces(args.pattern):
         space = get_space(name)
