@@ -9,8 +9,6 @@ Prints the times and their ratios, all measured in this one run; record the outp
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from torch.nn import functional as F
@@ -19,17 +17,12 @@ from nas.arch_params import ArchParameters
 from nas.builder import build_child, build_supernet
 from nas.cost import dummy_batch
 from nas.space import get_space
+from nas.timing import time_call
 
 
 def timed(fn, repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000.0
+    """Median milliseconds of ``fn`` (the engine's one timing helper)."""
+    return time_call(fn, warmup, repeats).median_ms
 
 
 def main() -> None:

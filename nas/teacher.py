@@ -362,6 +362,15 @@ def finetune_teacher(
                     "train_seconds": train_seconds}, tmp)
         os.replace(tmp, ckpt)
 
+    def record_dev() -> None:
+        """Evaluate on dev at the current step and append the result to the history."""
+        metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
+                           progress=progress)
+        history.append({"step": step, "epoch": step / steps_per_epoch,
+                        "train_loss": float(running or 0.0), **metrics})
+        log.info("epoch %.2f: dev %s", step / steps_per_epoch,
+                 ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
     log.info("stage 2/4 train: %d steps (%.2f epochs x %d steps), batch %d, lr %g, "
              "max_seq_len %d", total_steps, config.epochs, steps_per_epoch, config.batch_size,
              config.lr, config.max_seq_len)
@@ -393,23 +402,13 @@ def finetune_teacher(
                 break
         train_seconds += time.time() - t0
         if step % steps_per_epoch == 0 and step < total_steps:  # an intermediate epoch end
-            metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
-                               progress=progress)
-            history.append({"step": step, "epoch": step / steps_per_epoch,
-                            "train_loss": float(running or 0.0), **metrics})
-            log.info("epoch %.2f: dev %s", step / steps_per_epoch,
-                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            record_dev()
             save_checkpoint()
     bar.close()
 
     log.info("stage 3/4 evaluate on dev (%d examples)", len(dev))
     if not history or history[-1]["step"] != step:  # also after resuming a finished training
-        metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
-                           progress=progress)
-        history.append({"step": step, "epoch": step / steps_per_epoch,
-                        "train_loss": float(running or 0.0), **metrics})
-        log.info("epoch %.2f: dev %s", step / steps_per_epoch,
-                 ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        record_dev()
     metrics = {k: v for k, v in history[-1].items() if k not in ("step", "epoch", "train_loss")}
     log.info("stage 4/4 save to %s", run_dir / "model")
     model_dir = run_dir / "model"
