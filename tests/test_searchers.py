@@ -86,7 +86,7 @@ def test_derivation_keeps_two_strongest_edges_per_node_and_argmax_depth(space):
     assert arch["cell.n2.from_prev2"] == "zero" and arch["cell.n2.from_n0"] == "zero"
 
 
-def _search(space, seed=0, steps=6):
+def _search(space, seed=0, steps=6, warmup=0):
     torch.manual_seed(seed)
     supernet = build_supernet(space)
     batch = {**batch_for(space, 4, 10), "labels": torch.tensor([0, 1, 0, 1])}
@@ -94,7 +94,8 @@ def _search(space, seed=0, steps=6):
     def loss(out, b):
         return torch.nn.functional.cross_entropy(out.logits, b["labels"])
 
-    return DifferentiableSearch(space, supernet, loss, total_steps=steps, seed=seed), batch
+    return DifferentiableSearch(space, supernet, loss, total_steps=steps, seed=seed,
+                                arch_warmup_steps=warmup), batch
 
 
 def test_search_resumes_exactly_from_a_checkpoint(space, tmp_path):
@@ -122,6 +123,20 @@ def test_search_moves_the_architecture_parameters(space):
     search.step(batch, batch)
     moved = [n for n in before if not torch.equal(before[n], search.alphas.logits(n))]
     assert "depth" in moved and len(moved) >= 5
+
+
+def test_architecture_is_frozen_during_the_weight_warm_up(space):
+    search, batch = _search(space, warmup=2)
+    before = {n: search.alphas.logits(n).detach().clone() for n in search.alphas.choices}
+    weights = {n: p.detach().clone() for n, p in search.supernet.named_parameters()}
+    for _ in range(2):
+        info = search.step(batch, batch)
+        assert math.isnan(info["arch_loss"])
+    assert all(torch.equal(before[n], search.alphas.logits(n)) for n in before)
+    assert any(not torch.equal(weights[n], p) for n, p in search.supernet.named_parameters())
+    info = search.step(batch, batch)
+    assert math.isfinite(info["arch_loss"])
+    assert any(not torch.equal(before[n], search.alphas.logits(n)) for n in before)
 
 
 def test_random_searcher_is_seeded_and_records_nan_as_zero(space):

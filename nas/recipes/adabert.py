@@ -55,6 +55,9 @@ class SearchSettings:
     lr_min: float = 5e-4
     arch_lr: float = 3e-4
     arch_weight_decay: float = 1e-3
+    # fraction of the steps that train only the shared weights (α frozen, ops sampled
+    # uniformly) before α starts to move; 0 = the paper's schedule
+    arch_warmup: float = 0.0
     tau_every: int = 100
     checkpoint_every: int = 50  # steps
 
@@ -225,6 +228,9 @@ class AdaBertRun:
         cfg, s = self.cfg, self.cfg.search
         per_epoch = math.ceil(len(self.search_train) / s.batch_size)
         total = s.epochs * per_epoch
+        if not 0.0 <= s.arch_warmup < 1.0:
+            raise ValueError(f"search.arch_warmup must be in [0, 1), got {s.arch_warmup}")
+        warmup = int(s.arch_warmup * total)
         supernet = build_supernet(self.space)
         _init_embeddings(supernet, self.embedding_init)
         probes = self.probes
@@ -236,8 +242,8 @@ class AdaBertRun:
         search = DifferentiableSearch(
             self.space, supernet, task_loss, total_steps=total, beta=s.beta, lr=s.lr,
             lr_min=s.lr_min, arch_lr=s.arch_lr, arch_weight_decay=s.arch_weight_decay,
-            schedule=TemperatureSchedule(total, every=s.tau_every), seed=cfg.seed,
-            record=("layer_features",))
+            schedule=TemperatureSchedule(total - warmup, every=s.tau_every), seed=cfg.seed,
+            record=("layer_features",), arch_warmup_steps=warmup)
         start_epoch, start_batch, sums = 0, 0, {}
         ckpt = self.run.load_checkpoint()
         if ckpt is not None:
@@ -257,20 +263,21 @@ class AdaBertRun:
             for i, batch in enumerate(batches, start=start_batch):
                 info = search.step(batch, val[i % len(val)])
                 for k, v in info.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                sums["n"] = sums.get("n", 0) + 1
+                    if not math.isnan(v):  # arch_loss is NaN while α is frozen
+                        sums[k] = sums.get(k, 0.0) + v
+                        sums[f"n_{k}"] = sums.get(f"n_{k}", 0) + 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{info['loss']:.3f}", tau=f"{info['tau']:.2f}")
                 if search.step_count % s.checkpoint_every == 0:
                     self.run.save_checkpoint({"search": search.state_dict(), "epoch": epoch,
                                               "batch": i + 1, "sums": sums})
             start_batch = 0
-            n = max(1, sums.pop("n", 1))
+            means = {k: v / sums[f"n_{k}"] for k, v in sums.items() if not k.startswith("n_")}
             probs = {k: v.tolist() for k, v in
                      ((c, torch.softmax(search.alphas.logits(c).detach(), -1))
                       for c in search.alphas.choices)}
             self.run.log("search_epoch", epoch=epoch + 1, step=search.step_count,
-                         **{k: v / n for k, v in sums.items()}, entropy=search.alphas.entropy(),
+                         **means, entropy=search.alphas.entropy(),
                          argmax=dict(search.derive()), probs=probs)
             sums = {}
             self.run.save_checkpoint({"search": search.state_dict(), "epoch": epoch + 1,
