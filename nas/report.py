@@ -28,6 +28,11 @@ def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> 
             f"{lat1:.1f} | {lat32:.1f} | {size:.1f}× | {speed:.1f}× |")
 
 
+def _models(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [metrics["teacher"]] + ([metrics["searched"]] if "searched" in metrics else [])
+    return found + list(metrics.get("random", {}).get("runs", []))
+
+
 def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     run = RunDir(run_dir)
     metrics = run.load_json("metrics.json")
@@ -52,6 +57,10 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
         if "searched" in metrics:
             gap = metrics["searched"]["dev"][metric] - r["mean"]
             lines.append(f"searched − random mean: {100 * gap:+.2f} points")
+    seq = {m["latency"][f"batch{b}"]["seq_len"] for m in _models(metrics) for b in (1, 32)}
+    lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
+                  "forward pass of the first dev example(s), one CPU thread, padded to the "
+                  f"batch's longest ({', '.join(map(str, sorted(seq)))} tokens)."]
     pictures = _plots(run)
     lines += ["", *(f"![{p.stem}]({p.name})" for p in pictures)]
     text = "\n".join(lines)

@@ -354,7 +354,21 @@ class AdaBertRun:
             latency[f"batch{bs}"] = measure_latency(_Adapter(model), batch,
                                                     repeats=self.cfg.latency_repeats).to_dict()
         return {"dev": self.teacher.metrics, "params": count_model_params(model),
+                "flops": self._teacher_flops(), "seq_len": self.cfg.data.max_seq_len,
                 "latency": latency, "model_dir": self.teacher.model_dir}
+
+    def _teacher_flops(self) -> int:
+        """The teacher's FLOPs per example at ``max_seq_len``, from the engine's design of
+        the same shape (the cost model the students are counted with)."""
+        from transformers import AutoConfig
+
+        from nas.cost import count_costs
+        from nas.hf import space_kwargs_from_hf
+        from nas.space import get_space
+
+        config = AutoConfig.from_pretrained(self.teacher.model_dir, local_files_only=True)
+        name, kwargs = space_kwargs_from_hf(config)
+        return count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
 
     def export(self, child: Any, arch: Architecture) -> Path:
         from nas.export import export
@@ -401,6 +415,8 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
                              "mean": statistics.mean(scores),
                              "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
     metrics["metric"] = run.dev.metric
-    run.run.save_json("metrics.json", metrics)
+    # Merge with what is on disk now: the searched and random runs may share a run
+    # directory and finish in either order.
+    run.run.save_json("metrics.json", {**(run.run.load_json("metrics.json") or {}), **metrics})
     run.run.log("done", searcher=searcher)
     return metrics
