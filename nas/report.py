@@ -18,13 +18,25 @@ OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
              "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
 
 
+def metric_parts(metric: str) -> list[str]:
+    """``"accuracy+f1"`` (MRPC) → ``["accuracy", "f1"]``."""
+    return metric.split("+")
+
+
+def score(dev: dict[str, float], metric: str) -> float:
+    """One number per model: the metric, or the mean of its parts (GLUE's MRPC score)."""
+    parts = metric_parts(metric)
+    return sum(dev[p] for p in parts) / len(parts)
+
+
 def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> str:
     lat1 = m["latency"]["batch1"]["median_ms"]
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
     flops = f"{m['flops'] / 1e9:.3f}" if "flops" in m else "-"
-    return (f"| {name} | {100 * m['dev'][metric]:.2f} | {m['params'] / 1e6:.2f}M | {flops} | "
+    value = " / ".join(f"{100 * m['dev'][p]:.2f}" for p in metric_parts(metric))
+    return (f"| {name} | {value} | {m['params'] / 1e6:.2f}M | {flops} | "
             f"{lat1:.1f} | {lat32:.1f} | {size:.1f}× | {speed:.1f}× |")
 
 
@@ -42,7 +54,7 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     metric = metrics.get("metric", "accuracy")
     teacher = metrics["teacher"]
     lines = [f"# Report: {run.path.name}", "",
-             f"| model | dev {metric} (%) | params | GFLOPs/example | CPU ms (batch 1) | "
+             f"| model | dev {' / '.join(metric_parts(metric))} (%) | params | GFLOPs/example | CPU ms (batch 1) | "
              "CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
              _row("teacher", teacher, metric, teacher)]
@@ -52,10 +64,12 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):
             lines.append(_row(f"random {i}", one, metric, teacher))
-        lines += ["", f"random baseline: {100 * r['mean']:.2f} ± {100 * r['std']:.2f} "
+        parts = metric_parts(metric)
+        what = "" if len(parts) == 1 else f" (mean of {' and '.join(parts)})"
+        lines += ["", f"random baseline{what}: {100 * r['mean']:.2f} ± {100 * r['std']:.2f} "
                       f"({len(r['runs'])} architectures)"]
         if "searched" in metrics:
-            gap = metrics["searched"]["dev"][metric] - r["mean"]
+            gap = score(metrics["searched"]["dev"], metric) - r["mean"]
             lines.append(f"searched − random mean: {100 * gap:+.2f} points")
     seq = {m["latency"][f"batch{b}"]["seq_len"] for m in _models(metrics) for b in (1, 32)}
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "

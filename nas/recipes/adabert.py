@@ -410,7 +410,9 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
             run.run.save_json(f"random_{i}.json", done)
         runs.append(done)
     if runs:
-        scores = [r["dev"][run.dev.metric] for r in runs]
+        from nas.report import score
+
+        scores = [score(r["dev"], run.dev.metric) for r in runs]
         metrics["random"] = {"runs": runs, "metric": run.dev.metric,
                              "mean": statistics.mean(scores),
                              "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}

@@ -1,0 +1,34 @@
+"""``nas report`` on a hand-written metrics.json: composite metrics (MRPC's accuracy+f1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nas.report import score, write_report
+from nas.rundir import RunDir
+
+
+def _model(acc: float, f1: float, params: int, ms: float) -> dict:
+    latency = {f"batch{b}": {"median_ms": ms * b, "seq_len": 40} for b in (1, 32)}
+    return {"dev": {"accuracy": acc, "f1": f1}, "params": params, "flops": 2_000_000,
+            "latency": latency}
+
+
+def test_score_is_the_mean_of_a_composite_metric():
+    assert score({"accuracy": 0.8, "f1": 0.9}, "accuracy+f1") == pytest.approx(0.85)
+    assert score({"accuracy": 0.8}, "accuracy") == 0.8
+
+
+def test_report_shows_each_part_of_a_composite_metric(tmp_path):
+    run = RunDir(tmp_path / "run", {"name": "x"})
+    teacher = _model(0.80, 0.86, 20_000_000, 10.0)
+    runs = [_model(0.70, 0.80, 5_000_000, 2.0), _model(0.60, 0.70, 5_000_000, 2.0)]
+    run.save_json("metrics.json", {
+        "metric": "accuracy+f1", "teacher": teacher,
+        "searched": _model(0.75, 0.85, 4_000_000, 1.0),
+        "random": {"runs": runs, "metric": "accuracy+f1", "mean": 0.70, "std": 0.07}})
+    text, _ = write_report(tmp_path / "run")
+    assert "dev accuracy / f1 (%)" in text
+    assert "| searched | 75.00 / 85.00 | 4.00M |" in text and "| 5.0× | 10.0× |" in text
+    assert "random baseline (mean of accuracy and f1): 70.00 ± 7.00" in text
+    assert "searched − random mean: +10.00 points" in text
