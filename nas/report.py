@@ -54,8 +54,8 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     metric = metrics.get("metric", "accuracy")
     teacher = metrics["teacher"]
     lines = [f"# Report: {run.path.name}", "",
-             f"| model | dev {' / '.join(metric_parts(metric))} (%) | params | GFLOPs/example | CPU ms (batch 1) | "
-             "CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
+             f"| model | dev {' / '.join(metric_parts(metric))} (%) | params | GFLOPs/example | "
+             "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
              _row("teacher", teacher, metric, teacher)]
     if "searched" in metrics:
