@@ -12,21 +12,11 @@ from typing import Any
 
 from nas.errors import NasError
 from nas.rundir import RunDir
+from nas.teacher import metric_parts, metric_score
 
 OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
              "dilated conv": ("dil_conv_3", "dil_conv_5", "dil_conv_7"),
              "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
-
-
-def metric_parts(metric: str) -> list[str]:
-    """``"accuracy+f1"`` (MRPC) → ``["accuracy", "f1"]``."""
-    return metric.split("+")
-
-
-def score(dev: dict[str, float], metric: str) -> float:
-    """One number per model: the metric, or the mean of its parts (GLUE's MRPC score)."""
-    parts = metric_parts(metric)
-    return sum(dev[p] for p in parts) / len(parts)
 
 
 def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> str:
@@ -52,9 +42,10 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
         raise NasError(f"{run.path}/metrics.json is missing: the run has not finished "
                        "(rerun `nas search ... --resume`)")
     metric = metrics.get("metric", "accuracy")
+    parts = metric_parts(metric)
     teacher = metrics["teacher"]
     lines = [f"# Report: {run.path.name}", "",
-             f"| model | dev {' / '.join(metric_parts(metric))} (%) | params | GFLOPs/example | "
+             f"| model | dev {' / '.join(parts)} (%) | params | GFLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
              _row("teacher", teacher, metric, teacher)]
@@ -64,12 +55,11 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):
             lines.append(_row(f"random {i}", one, metric, teacher))
-        parts = metric_parts(metric)
         what = "" if len(parts) == 1 else f" (mean of {' and '.join(parts)})"
         lines += ["", f"random baseline{what}: {100 * r['mean']:.2f} ± {100 * r['std']:.2f} "
                       f"({len(r['runs'])} architectures)"]
         if "searched" in metrics:
-            gap = score(metrics["searched"]["dev"], metric) - r["mean"]
+            gap = metric_score(metrics["searched"]["dev"], metric) - r["mean"]
             lines.append(f"searched − random mean: {100 * gap:+.2f} points")
     seq = {m["latency"][f"batch{b}"]["seq_len"] for m in _models(metrics) for b in (1, 32)}
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "

@@ -244,13 +244,24 @@ def _copy_result(run_dir: Path, out_dir: Path | None) -> FinetuneResult:
     return FinetuneResult(**data)
 
 
+def metric_parts(metric: str) -> list[str]:
+    """``"accuracy+f1"`` (MRPC) → ``["accuracy", "f1"]``."""
+    return metric.split("+")
+
+
+def metric_score(metrics: dict[str, float], metric: str) -> float:
+    """One number per model: the metric, or the mean of its parts (GLUE's MRPC score)."""
+    parts = metric_parts(metric)
+    return sum(metrics[p] for p in parts) / len(parts)
+
+
 def classification_metrics(preds: Any, labels: Any, metric: str) -> dict[str, float]:
     """Accuracy, plus binary F1 of class 1 when ``metric`` asks for it (MRPC)."""
     import numpy as np
 
     p, y = np.asarray(preds), np.asarray(labels)
     out = {"accuracy": float((p == y).mean())}
-    if "f1" in metric:
+    if "f1" in metric_parts(metric):
         tp = float(((p == 1) & (y == 1)).sum())
         fp = float(((p == 1) & (y == 0)).sum())
         fn = float(((p == 0) & (y == 1)).sum())

@@ -175,7 +175,7 @@ class DifferentiableSearch:
         self.costs = op_cost_table(space)
         depth = [c for c in relaxed if c.kind == "depth"]
         self.depth_choice = depth[0] if depth else None
-        self.schedule = schedule or TemperatureSchedule(total_steps)
+        self.schedule = schedule or TemperatureSchedule(total_steps - arch_warmup_steps)
         self.w_opt = torch.optim.SGD(supernet.parameters(), lr=lr, momentum=0.9)
         self.w_sched = torch.optim.lr_scheduler.CosineAnnealingLR(
             self.w_opt, T_max=max(1, total_steps), eta_min=lr_min)

@@ -27,5 +27,9 @@ def test_config_errors_name_the_key(tmp_path):
     bad.write_text("name: x\ntask: sst2\nserch: {}\n")
     with pytest.raises(ConfigError, match="unknown key 'serch'"):
         load_config(bad)
+    bad.write_text("name: x\ntask: sst2\nsearch: {arch_warmup: 1.5}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml\.search: arch_warmup must be in \[0, 1\), "
+                                          r"got 1\.5"):
+        load_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")

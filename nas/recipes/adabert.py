@@ -61,6 +61,10 @@ class SearchSettings:
     tau_every: int = 100
     checkpoint_every: int = 50  # steps
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.arch_warmup < 1.0:
+            raise ValueError(f"arch_warmup must be in [0, 1), got {self.arch_warmup}")
+
 
 @dataclass
 class RetrainSettings:
@@ -228,8 +232,6 @@ class AdaBertRun:
         cfg, s = self.cfg, self.cfg.search
         per_epoch = math.ceil(len(self.search_train) / s.batch_size)
         total = s.epochs * per_epoch
-        if not 0.0 <= s.arch_warmup < 1.0:
-            raise ValueError(f"search.arch_warmup must be in [0, 1), got {s.arch_warmup}")
         warmup = int(s.arch_warmup * total)
         supernet = build_supernet(self.space)
         _init_embeddings(supernet, self.embedding_init)
@@ -354,19 +356,16 @@ class AdaBertRun:
             latency[f"batch{bs}"] = measure_latency(_Adapter(model), batch,
                                                     repeats=self.cfg.latency_repeats).to_dict()
         return {"dev": self.teacher.metrics, "params": count_model_params(model),
-                "flops": self._teacher_flops(), "seq_len": self.cfg.data.max_seq_len,
+                "flops": self._teacher_flops(model.config), "seq_len": self.cfg.data.max_seq_len,
                 "latency": latency, "model_dir": self.teacher.model_dir}
 
-    def _teacher_flops(self) -> int:
+    def _teacher_flops(self, config: Any) -> int:
         """The teacher's FLOPs per example at ``max_seq_len``, from the engine's design of
         the same shape (the cost model the students are counted with)."""
-        from transformers import AutoConfig
-
         from nas.cost import count_costs
         from nas.hf import space_kwargs_from_hf
         from nas.space import get_space
 
-        config = AutoConfig.from_pretrained(self.teacher.model_dir, local_files_only=True)
         name, kwargs = space_kwargs_from_hf(config)
         return count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
 
@@ -410,9 +409,9 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
             run.run.save_json(f"random_{i}.json", done)
         runs.append(done)
     if runs:
-        from nas.report import score
+        from nas.teacher import metric_score
 
-        scores = [score(r["dev"], run.dev.metric) for r in runs]
+        scores = [metric_score(r["dev"], run.dev.metric) for r in runs]
         metrics["random"] = {"runs": runs, "metric": run.dev.metric,
                              "mean": statistics.mean(scores),
                              "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}

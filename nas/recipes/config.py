@@ -34,7 +34,10 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     values = {}
     for name, value in data.items():
         values[name] = _check(hints[name], value, f"{where}.{name}")
-    return cls(**values)  # type: ignore[call-arg]
+    try:
+        return cls(**values)  # type: ignore[call-arg]
+    except ValueError as err:  # a dataclass's own range checks (__post_init__)
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _check(hint: Any, value: Any, where: str) -> Any:
