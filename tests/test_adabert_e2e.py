@@ -79,3 +79,44 @@ def test_interrupted_search_resumes_to_the_same_architecture(cache, tmp_path, mo
     resumed = AdaBertRun(config, tmp_path / "killed", resume=True, progress=False)
     resumed.prepare()
     assert resumed.search() == expected
+
+
+def test_interrupted_retrain_resumes_at_its_last_epoch(cache, tmp_path, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    import nas.recipes.adabert as recipe
+
+    config = load_config(SMOKE)
+    config = dataclasses.replace(config, retrain=dataclasses.replace(config.retrain, epochs=2))
+    straight = AdaBertRun(config, tmp_path / "straight", progress=False)
+    straight.prepare()
+    arch = straight.space.validate(straight.space.default())
+    expected_model, expected = straight.retrain(arch, "fixed")
+    assert not (tmp_path / "straight" / "retrain_fixed.pt").exists()  # removed when done
+
+    real_loss, calls = recipe._loss, {"n": 0}
+    per_epoch = -(-len(straight.train) // config.retrain.batch_size)
+
+    def dying_loss(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == per_epoch + 2:  # inside the second epoch
+            raise KeyboardInterrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "_loss", dying_loss)
+    killed = AdaBertRun(config, tmp_path / "killed", progress=False)
+    killed.prepare()
+    with pytest.raises(KeyboardInterrupt):
+        killed.retrain(arch, "fixed")
+    monkeypatch.setattr(recipe, "_loss", real_loss)
+    assert killed.run.load_checkpoint("retrain_fixed.pt")["epoch"] == 1
+
+    resumed = AdaBertRun(config, tmp_path / "killed", resume=True, progress=False)
+    resumed.prepare()
+    model, result = resumed.retrain(arch, "fixed")
+    assert result["dev"] == expected["dev"]
+    resumed_state = model.state_dict()
+    for name, value in expected_model.state_dict().items():
+        assert torch.equal(value, resumed_state[name]), name

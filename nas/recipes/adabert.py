@@ -132,8 +132,10 @@ def teacher_embedding_init(teacher_dir: str, dim: int) -> torch.Tensor:
 
     weight = load_teacher(teacher_dir).get_input_embeddings().weight.detach().float()
     centred = weight - weight.mean(0, keepdim=True)
-    _, _, v = torch.pca_lowrank(centred, q=dim, center=False, niter=4)
-    projected = centred @ v[:, :dim]
+    # Exact SVD, not torch.pca_lowrank: the randomised one draws from the global RNG, so
+    # the student's initialisation depended on whether the teacher came from the cache.
+    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+    projected = centred @ vh[:dim].T
     return projected * (weight.std() / projected.std())  # keep the teacher's scale
 
 
@@ -303,11 +305,25 @@ class AdaBertRun:
         child = build_child(self.space, arch)
         _init_embeddings(child, self.embedding_init)
         opt = torch.optim.AdamW(child.parameters(), lr=r.lr, weight_decay=0.01)
-        steps = r.epochs * math.ceil(len(self.train) / r.batch_size)
+        per_epoch = math.ceil(len(self.train) / r.batch_size)
+        steps = r.epochs * per_epoch
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
-        t0 = time.time()
-        bar = tqdm(total=steps, desc=f"retrain {tag}", disable=not self.progress)
-        for epoch in range(r.epochs):
+        # A retrain of a deep random cell takes ~20 min here: keep a checkpoint per epoch
+        # so that an interrupted run resumes at the last finished epoch.
+        checkpoint = f"retrain_{tag}.pt"
+        start_epoch, seconds_before = 0, 0.0
+        state = self.run.load_checkpoint(checkpoint)
+        if state is not None:
+            child.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["rng"])
+            start_epoch, seconds_before = state["epoch"], state["seconds"]
+            log.info("resuming the retrain of %s at epoch %d", tag, start_epoch)
+        t0 = time.time() - seconds_before
+        bar = tqdm(total=steps, initial=start_epoch * per_epoch, desc=f"retrain {tag}",
+                   disable=not self.progress)
+        for epoch in range(start_epoch, r.epochs):
             child.train()
             for batch in self._batches(self.train, r.batch_size, shuffle=True,
                                        seed=cfg.seed + 20_000 + epoch):
@@ -320,6 +336,11 @@ class AdaBertRun:
                 sched.step()
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}")
+            if epoch + 1 < r.epochs:
+                self.run.save_checkpoint(
+                    {"model": child.state_dict(), "optimizer": opt.state_dict(),
+                     "scheduler": sched.state_dict(), "rng": torch.get_rng_state(),
+                     "epoch": epoch + 1, "seconds": time.time() - t0}, checkpoint)
         bar.close()
         seconds = time.time() - t0
         metrics = evaluate(child, self.dev_batches, self.dev.metric)
@@ -333,6 +354,7 @@ class AdaBertRun:
                   "params": costs.params, "flops": costs.flops, "seq_len": costs.seq_len,
                   "latency": latency, "train_seconds": seconds}
         self.run.log("retrained", **result)
+        (self.run.path / checkpoint).unlink(missing_ok=True)
         return child, result
 
     def teacher_costs(self) -> dict[str, Any]:
