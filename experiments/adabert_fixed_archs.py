@@ -2,8 +2,9 @@
 does the cell matter at that budget?
 
 Run: ``python experiments/adabert_fixed_archs.py [--config experiments/adabert_sst2.yaml]
-[--archs 1:skip,3:std_conv_3,1:std_conv_5] [--out runs/adabert_fixed_archs]``. Each
-``DEPTH:OP`` puts OP on all nine edges of every cell. Prints one JSON line per
+[--archs 1:skip,3:std_conv_3,1:std_conv_5] [--derived RUN/derived_arch.json ...]
+[--out runs/adabert_fixed_archs]``. Each ``DEPTH:OP`` puts OP on all nine edges of every
+cell; ``--derived`` adds architectures a search derived. Prints one JSON line per
 architecture.
 
 Results (2026-11-21, seed 0, the adabert_sst2.yaml recipe: 20k examples, 3 epochs, probe
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from nas.recipes.adabert import AdaBertRun, load_config
 
@@ -31,18 +33,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default="experiments/adabert_sst2.yaml")
     parser.add_argument("--archs", default="1:skip,3:std_conv_3,1:std_conv_5")
+    parser.add_argument("--derived", nargs="*", default=[], metavar="DERIVED_ARCH_JSON",
+                        help="also retrain these derived architectures (a run's "
+                             "derived_arch.json)")
     parser.add_argument("--out", default="runs/adabert_fixed_archs")
     args = parser.parse_args()
     run = AdaBertRun(load_config(args.config), args.out, resume=True, progress=False)
     run.prepare()
-    for item in args.archs.split(","):
+    archs = {}
+    for item in filter(None, args.archs.split(",")):
         depth, op = item.split(":")
         values = {name: (op if name.startswith("cell.") else value)
                   for name, value in run.space.default().items()}
-        arch = run.space.validate({**values, "depth": int(depth)})
+        archs[f"depth{depth}_{op}"] = {**values, "depth": int(depth)}
+    for path in args.derived:
+        archs[f"derived_{Path(path).parent.name}"] = json.loads(Path(path).read_text())["choices"]
+    for tag, choices in archs.items():
+        arch = run.space.validate(choices)
         start = time.time()
-        _, result = run.retrain(arch, f"depth{depth}_{op}")
-        print(json.dumps({"depth": int(depth), "op": op, "dev": result["dev"],
+        _, result = run.retrain(arch, tag)
+        print(json.dumps({"arch": tag, "depth": arch["depth"], "dev": result["dev"],
                           "params": result["params"], "flops": result["flops"],
                           "seconds": round(time.time() - start, 1)}), flush=True)
 

@@ -19,15 +19,27 @@ OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
              "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
 
 
+def _count(n: float) -> str:
+    """1.40G, 6.3M, 512: searched cells range from a few hundred FLOPs to billions."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
 def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> str:
     lat1 = m["latency"]["batch1"]["median_ms"]
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
-    flops = f"{m['flops'] / 1e9:.3f}" if "flops" in m else "-"
+    flops = _count(m["flops"]) if "flops" in m else "-"
     value = " / ".join(f"{100 * m['dev'][p]:.2f}" for p in metric_parts(metric))
     return (f"| {name} | {value} | {m['params'] / 1e6:.2f}M | {flops} | "
-            f"{lat1:.1f} | {lat32:.1f} | {size:.1f}× | {speed:.1f}× |")
+            f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}× |")
 
 
 def _models(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,7 +57,7 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     parts = metric_parts(metric)
     teacher = metrics["teacher"]
     lines = [f"# Report: {run.path.name}", "",
-             f"| model | dev {' / '.join(parts)} (%) | params | GFLOPs/example | "
+             f"| model | dev {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
              _row("teacher", teacher, metric, teacher)]
