@@ -17,6 +17,12 @@ KD, teacher-PCA embeddings trained; one CPU thread beside another job):
 With the word embeddings frozen at the teacher-PCA initialisation the cell matters
 (depth 1 all skip 60.5, depth 2 all std_conv_3 72.1), so the ~87 plateau is set by what
 20k examples teach the embedding table.
+
+On the whole training set (``--config experiments/adabert_sst2_full.yaml``, 60.6k
+examples; measured before the embedding init became an exact SVD):
+
+    depth 1, all skip                          dev acc 90.16   3.97M params   179 s
+    adabert_sst2.yaml's derived cell (depth 1)  dev acc 90.22   4.02M params   239 s
 """
 
 from __future__ import annotations
