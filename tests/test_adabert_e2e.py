@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from nas.errors import NasError
 from nas.recipes.adabert import AdaBertRun, load_config, run_adabert
 
 SMOKE = "experiments/adabert_smoke.yaml"
@@ -39,9 +40,18 @@ def test_smoke_pipeline_and_report(cache, tmp_path):
               .splitlines() if '"search_epoch"' in line]
     assert len(epochs) == 1 and {"loss", "tau", "entropy", "argmax", "probs"} <= set(epochs[0])
 
+    # one process per random sample: sample 1 alone, then the rest
+    one = run_adabert(config, tmp_path / "run", searcher="random", resume=True,
+                      progress=False, random_sample=1)
+    assert [r["tag"] for r in one["random"]["runs"]] == ["random1"]
+    assert not (tmp_path / "run" / "random_0.json").exists()
+    with pytest.raises(NasError, match="--random-sample 2"):
+        run_adabert(config, tmp_path / "run", searcher="random", resume=True,
+                    progress=False, random_sample=2)
     random_metrics = run_adabert(config, tmp_path / "run", searcher="random", resume=True,
                                  progress=False)
     assert len(random_metrics["random"]["runs"]) == config.random_samples
+    assert random_metrics["random"]["runs"][1] == one["random"]["runs"][0]  # kept, not redone
     assert "searched" in random_metrics  # the earlier stage's results are kept
     text, data = write_report(tmp_path / "run")
     assert "| searched |" in text and "random baseline:" in text

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from nas.cli.common import emit
+from nas.errors import NasError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,6 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
     p.add_argument("--searcher", default="differentiable", choices=["differentiable", "random"],
                    help="random: retrain random architectures of the space with the same recipe")
+    p.add_argument("--random-sample", type=int, metavar="I",
+                   help="with --searcher random: retrain only sample I (0-based) and keep the "
+                        "others finished so far; run one process per sample to use more "
+                        "cores")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true")
@@ -32,11 +37,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = load_config(args.config)
+    if args.random_sample is not None and args.searcher != "random":
+        raise NasError("--random-sample needs --searcher random")
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     # the random baseline adds a stage to an existing run: no --resume needed for that
     resume = args.resume or (args.searcher == "random" and (run_dir / "config.yaml").is_file())
     metrics = run_adabert(config, run_dir, data_dir=args.data_dir, searcher=args.searcher,
-                          resume=resume, progress=not args.no_progress)
+                          resume=resume, progress=not args.no_progress,
+                          random_sample=args.random_sample)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0
 

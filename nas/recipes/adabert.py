@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from nas.architecture import Architecture
+from nas.errors import NasError
 from nas.recipes.config import from_dict, read_yaml
 from nas.rundir import RunDir
 
@@ -402,10 +403,18 @@ class AdaBertRun:
 
 def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
                 searcher: str = "differentiable", resume: bool = False,
-                progress: bool = True) -> dict[str, Any]:
-    """Run the whole recipe; returns (and writes ``metrics.json``) the final metrics."""
+                progress: bool = True, random_sample: int | None = None) -> dict[str, Any]:
+    """Run the whole recipe; returns (and writes ``metrics.json``) the final metrics.
+
+    ``random_sample=i`` retrains only the i-th random architecture (others already
+    finished are still reported), so separate processes can share the baseline.
+    """
     if searcher not in ("differentiable", "random"):
         raise ValueError(f"searcher must be 'differentiable' or 'random', got {searcher!r}")
+    if random_sample is not None and not 0 <= random_sample < config.random_samples:
+        raise NasError(f"--random-sample {random_sample}: the config asks for "
+                       f"{config.random_samples} random samples (0 to "
+                       f"{config.random_samples - 1})")
     run = AdaBertRun(config, run_dir, data_dir, resume, progress)
     run.prepare()
     metrics: dict[str, Any] = run.run.load_json("metrics.json") or {}
@@ -426,6 +435,8 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
     for i in range(config.random_samples if searcher == "random" else 0):
         arch = sampler.ask()
         done = run.run.load_json(f"random_{i}.json")
+        if done is None and random_sample not in (None, i):
+            continue  # another process's sample
         if done is None:
             _, done = run.retrain(arch, f"random{i}")
             run.run.save_json(f"random_{i}.json", done)
