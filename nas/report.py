@@ -66,7 +66,8 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     if "random" in metrics:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):
-            lines.append(_row(f"random {i}", one, metric, teacher))
+            name = one.get("tag", f"random{i}").replace("random", "random ", 1)
+            lines.append(_row(name, one, metric, teacher))
         what = "" if len(parts) == 1 else f" (mean of {' and '.join(parts)})"
         lines += ["", f"random baseline{what}: {100 * r['mean']:.2f} ± {100 * r['std']:.2f} "
                       f"({len(r['runs'])} architectures)"]

@@ -440,7 +440,10 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
         if done is None:
             _, done = run.retrain(arch, f"random{i}")
             run.run.save_json(f"random_{i}.json", done)
-        runs.append(done)
+    if searcher == "random":
+        # read back from disk: another process may have finished a sample meanwhile
+        runs = [r for i in range(config.random_samples)
+                if (r := run.run.load_json(f"random_{i}.json")) is not None]
     if runs:
         from nas.teacher import metric_score
 
