@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nas.cli.common import human
 from nas.errors import NasError
 from nas.rundir import RunDir
 from nas.teacher import metric_parts, metric_score
@@ -17,14 +18,6 @@ from nas.teacher import metric_parts, metric_score
 OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
              "dilated conv": ("dil_conv_3", "dil_conv_5", "dil_conv_7"),
              "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
-
-
-def _count(n: float) -> str:
-    """1.40G, 6.3M, 512: searched cells range from a few hundred FLOPs to billions."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= scale:
-            return f"{n / scale:.3g}{suffix}"
-    return f"{n:.0f}"
 
 
 def _ms(value: float) -> str:
@@ -36,7 +29,7 @@ def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> 
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
-    flops = _count(m["flops"]) if "flops" in m else "-"
+    flops = human(m["flops"]) if "flops" in m else "-"  # from 512 to billions
     value = " / ".join(f"{100 * m['dev'][p]:.2f}" for p in metric_parts(metric))
     return (f"| {name} | {value} | {m['params'] / 1e6:.2f}M | {flops} | "
             f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}× |")

@@ -431,19 +431,15 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
     from searchers.base import RandomSearcher
 
     sampler = RandomSearcher(run.space, seed=config.seed)
-    runs = []
     for i in range(config.random_samples if searcher == "random" else 0):
-        arch = sampler.ask()
-        done = run.run.load_json(f"random_{i}.json")
-        if done is None and random_sample not in (None, i):
-            continue  # another process's sample
-        if done is None:
+        arch = sampler.ask()  # drawn for every i, so sample i is the same in every process
+        name = f"random_{i}.json"
+        if random_sample in (None, i) and not (run.run.path / name).is_file():
             _, done = run.retrain(arch, f"random{i}")
-            run.run.save_json(f"random_{i}.json", done)
-    if searcher == "random":
-        # read back from disk: another process may have finished a sample meanwhile
-        runs = [r for i in range(config.random_samples)
-                if (r := run.run.load_json(f"random_{i}.json")) is not None]
+            run.run.save_json(name, done)
+    # read back from disk: another process may have finished a sample meanwhile
+    runs = [r for i in range(config.random_samples if searcher == "random" else 0)
+            if (r := run.run.load_json(f"random_{i}.json")) is not None]
     if runs:
         from nas.teacher import metric_score
 
