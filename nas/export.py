@@ -16,6 +16,7 @@ the child, SPEC §3 weight inheritance), and writes the directory that
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,15 @@ from nas.architecture import Architecture
 from nas.errors import ExportError
 from nas.graph import to_json
 from nas.network import GraphNet
-from nas.runtime import CONFIG_FILE, FORMAT, FORMAT_VERSION, ONNX_FILE, WEIGHTS_FILE
+from nas.runtime import (
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_KEY,
+    ONNX_FILE,
+    WEIGHTS_FILE,
+    file_manifest,
+)
 from nas.space import SearchSpace
 
 FORMATS = ("native", "hf", "onnx")
@@ -214,13 +223,21 @@ def export(
     tokenizer: str | Path | None = None,
     max_length: int = 128,
     model: GraphNet | None = None,
+    task: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
     ``weights``: a checkpoint file or state dict (child or supernet); ``model``: an already
     built child to export as is. Without either the weights are freshly initialised.
     ``tokenizer``: a directory with tokenizer files; default the MiniLM teacher's when
-    the vocabulary fits, else none (the model then runs on ids only).
+    the vocabulary fits, else none (the model then runs on ids only). ``task``: the task
+    the model was trained for, recorded so that ``nas evaluate DIR`` finds its data.
+
+    The directory is written beside ``out_dir`` and moved into place when complete, so a
+    refused or failed export leaves nothing behind. A non-empty ``out_dir`` is refused
+    unless it holds a previous export and ``overwrite`` is set; that export is then
+    replaced completely (no stale ``model.onnx`` survives a native re-export).
     """
     from nas.builder import build_child
 
@@ -239,8 +256,54 @@ def export(
     if len(labels) != n_labels:
         raise ExportError(f"{len(labels)} label names given ({', '.join(labels)}) but the "
                           f"model has {n_labels} outputs")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir)
+    check_target(final, overwrite)
+    out = final.parent / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    try:
+        _write(child, space, arch, out, fmt, labels, n_labels, tokenizer, max_length, task)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    _move_into_place(out, final)
+    return final
+
+
+def _is_export(directory: Path) -> bool:
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and (config.get("format") == FORMAT
+                                         or "nas_export" in config)
+
+
+def check_target(out: Path, overwrite: bool) -> None:
+    """Refuse to write over anything that is not a previous export (and that one only
+    with ``overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out}: is an existing file; give -o a directory path")
+    if out.is_dir() and any(out.iterdir()):
+        if not _is_export(out):
+            raise ExportError(f"{out}: not empty and not an export of this tool; choose a new "
+                              "or empty directory")
+        if not overwrite:
+            raise ExportError(f"{out}: holds a previous export; pass --overwrite to replace "
+                              "it completely")
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(child: GraphNet, space: SearchSpace, arch: Any, out: Path, fmt: str,
+           labels: list[str], n_labels: int, tokenizer: str | Path | None, max_length: int,
+           task: str | None) -> None:
     vocab = _vocab_size(child)
     tok_src = Path(tokenizer) if tokenizer else default_tokenizer_dir()
     tok_files: list[str] = []
@@ -264,7 +327,11 @@ def export(
             "space": space.name, "architecture": dict(arch), "arch_id": arch_obj.id},
             "nas_tokenizer": tok_settings})
         hf_model.save_pretrained(str(out))
-        return out
+        config_path = out / CONFIG_FILE
+        hf_config = json.loads(config_path.read_text())
+        hf_config["nas_files"] = file_manifest(out)
+        config_path.write_text(json.dumps(hf_config, indent=2) + "\n")
+        return
 
     config = {
         "format": FORMAT,
@@ -279,6 +346,8 @@ def export(
         "tokenizer": tok_settings,
         "weights": WEIGHTS_FILE,
     }
+    if task is not None:
+        config["task"] = task
     if space.config.get("family") in ("bert", "mobilebert"):
         from nas.hf import hf_hparams
 
@@ -290,8 +359,8 @@ def export(
     if fmt == "onnx":
         export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000))
         config["onnx"] = ONNX_FILE
+    config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")
-    return out
 
 
 __all__ = ["FORMATS", "export", "export_onnx", "load_weights", "read_checkpoint"]

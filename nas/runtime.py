@@ -32,7 +32,7 @@ import torch
 from nas.errors import ExportError, NasError
 
 FORMAT = "nas-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: config.json lists every file with its size and SHA-256
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
@@ -64,6 +64,49 @@ def read_config(directory: str | Path) -> dict[str, Any]:
             raise ExportError(f"{path}: format_version {config['format_version']} is newer than "
                               f"this runtime's ({FORMAT_VERSION}); upgrade the nas package")
     return config
+
+
+MANIFEST_KEY = "files"  # native exports; an hf export keeps it under "nas_files"
+
+
+def file_manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file of an export directory except ``config.json``."""
+    import hashlib
+
+    manifest = {}
+    for path in sorted(p for p in directory.iterdir() if p.is_file() and p.name != CONFIG_FILE):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        manifest[path.name] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    return manifest
+
+
+def verify_files(directory: Path, config: Mapping[str, Any]) -> None:
+    """Refuse an export whose files are missing or changed since it was written.
+
+    A missing tokenizer file once made the runtime fall back to a tiny vocabulary and
+    answer confidently from ``[UNK]`` tokens: never answer from a partial export.
+    """
+    manifest = config.get(MANIFEST_KEY) if config.get("format") == FORMAT \
+        else config.get("nas_files")
+    if manifest is None:
+        if config.get("format") == FORMAT:
+            raise ExportError(f"{directory / CONFIG_FILE}: lists no files (an export of an "
+                              "older version); re-export it")
+        return  # a plain transformers directory written elsewhere
+    if not isinstance(manifest, dict):
+        raise ExportError(f"{directory / CONFIG_FILE}: the file list is malformed; re-export")
+    actual = file_manifest(directory)
+    for name, want in manifest.items():
+        if name not in actual:
+            raise ExportError(f"{directory / name}: missing (the export lists it); copy the "
+                              "whole export directory or re-export")
+        if not isinstance(want, dict) or actual[name] != {"size": want.get("size"),
+                                                          "sha256": want.get("sha256")}:
+            raise ExportError(f"{directory / name}: changed since the export was written "
+                              "(size or SHA-256 differs); re-export")
 
 
 def build_network(config: Mapping[str, Any], source: str = CONFIG_FILE) -> torch.nn.Module:
@@ -226,6 +269,7 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
         torch.set_num_threads(int(threads))
     directory = Path(directory)
     config = read_config(directory)
+    verify_files(directory, config)
     if config.get("format") != FORMAT:  # a --format hf directory
         if runtime == "onnx":
             raise ExportError(f"{directory}: a transformers-format export has no {ONNX_FILE}; "

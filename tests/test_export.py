@@ -177,11 +177,58 @@ def test_missing_weights_are_named(exported):
         load(exported)
 
 
+def _relist(exported):
+    """Rewrite the export's file list after a test edited a file on purpose, so that the
+    checks behind the hash check are reached."""
+    from nas.runtime import file_manifest
+
+    path = exported / "config.json"
+    config = json.loads(path.read_text())
+    config["files"] = file_manifest(exported)
+    path.write_text(json.dumps(config))
+
+
 def test_truncated_weights_are_named(exported):
     path = exported / "model.safetensors"
     path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ExportError, match=r"model\.safetensors: changed since the export"):
+        load(exported)
+    _relist(exported)
     with pytest.raises(ExportError, match=r"model\.safetensors: not a readable safetensors"):
         load(exported)
+
+
+def test_missing_tokenizer_file_is_refused(tmp_path):
+    out = export(get_space("tinybert", num_hidden_layers=1), None, tmp_path / "tb")
+    (out / "vocab.txt").unlink()
+    with pytest.raises(ExportError, match=r"vocab\.txt: missing \(the export lists it\)"):
+        load(out)
+
+
+def test_export_folder_safety(tmp_path):
+    space = get_space("tinybert", num_hidden_layers=1)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text('{"someone": "else"}')
+    with pytest.raises(ExportError, match="not empty and not an export of this tool"):
+        export(space, None, foreign)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]  # nothing left behind
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    with pytest.raises(ExportError, match="is an existing file"):
+        export(space, None, a_file)
+    out = export(space, None, tmp_path / "m", fmt="onnx")
+    assert (out / "model.onnx").is_file()
+    with pytest.raises(ExportError, match="pass --overwrite"):
+        export(space, None, out)
+    export(space, None, out, overwrite=True)  # native now: the old model.onnx must go
+    assert not (out / "model.onnx").exists()
+    load(out)
+    with pytest.raises(ExportError, match="model.onnx: missing"):
+        load(out, "onnx")
+    with pytest.raises(ExportError, match="format must be one of"):
+        export(space, None, tmp_path / "bad", fmt="tflite")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_unknown_op_is_named(exported):
@@ -201,6 +248,7 @@ def test_mismatched_shapes_are_named(exported):
     name = next(k for k in state if k.endswith("query.weight"))
     state[name] = state[name][:, :-1].contiguous()
     save_file(state, str(path))
+    _relist(exported)
     with pytest.raises(ExportError, match=rf"model\.safetensors: tensor {name} has shape"):
         load(exported)
 
@@ -212,6 +260,7 @@ def test_missing_tensor_and_broken_config_are_named(exported):
     state = load_file(str(path))
     state.pop(next(iter(state)))
     save_file(state, str(path))
+    _relist(exported)
     with pytest.raises(ExportError, match=r"model\.safetensors: lacks 1 tensor"):
         load(exported)
     (exported / "config.json").write_text("{not json")
@@ -222,7 +271,7 @@ def test_missing_tensor_and_broken_config_are_named(exported):
         load(exported)
     with pytest.raises(ExportError, match="model.onnx: missing"):
         (exported / "config.json").write_text(json.dumps(
-            {"format": "nas-export", "graph": {}, "labels": [], "inputs": []}))
+            {"format": "nas-export", "graph": {}, "labels": [], "inputs": [], "files": {}}))
         load(exported, "onnx")
 
 

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
                                        "MiniLM teacher's, when the vocabulary fits)")
     p.add_argument("--max-length", type=int, default=128, help="tokenizer truncation length")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a previous export in the output directory completely")
     add_space_config_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_export)
@@ -60,7 +62,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     arch = arch_from_args(space, args.arch)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     out = export(space, arch, args.output, weights=args.weights, fmt=args.format,
-                 labels=labels, tokenizer=args.tokenizer, max_length=args.max_length)
+                 labels=labels, tokenizer=args.tokenizer, max_length=args.max_length,
+                 overwrite=args.overwrite)
     files = sorted(p.name for p in out.iterdir())
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
                 "format": args.format, "files": files},
