@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from nas.cost import count_costs
-from nas.recipes.adabert import AdaBertRun, load_config
+from recipes.adabert import AdaBertRun, load_config
 
 
 def main() -> None:

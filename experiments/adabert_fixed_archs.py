@@ -32,7 +32,7 @@ import json
 import time
 from pathlib import Path
 
-from nas.recipes.adabert import AdaBertRun, load_config
+from recipes.adabert import AdaBertRun, load_config
 
 
 def main() -> None:

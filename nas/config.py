@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -30,6 +31,12 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: "
                           f"{', '.join(sorted(fields))}")
+    missing = [n for n, f in fields.items() if n not in data
+               and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+    if missing:
+        raise ConfigError(f"{where}: missing key {missing[0]!r} (required: "
+                          f"{', '.join(missing)})")
     hints = typing.get_type_hints(cls)
     values = {}
     for name, value in data.items():
@@ -62,6 +69,8 @@ def _check(hint: Any, value: Any, where: str) -> Any:
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if hint in (int, float, str, bool):
         if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")

@@ -1,8 +1,8 @@
-"""``nas report RUN_DIR``: teacher vs searched vs random, with plots (issue: AdaBERT e2e).
+"""``nas report RUN_DIR``: teacher vs searched vs random, with plots.
 
-Reads ``metrics.json``, ``log.jsonl`` and ``derived_arch.json`` of a run directory and
-writes ``report.md``, ``arch_distribution.png`` (how the architecture distribution
-moved during the search) and ``derived_cell.png``.
+Reads ``metrics.json`` and ``derived_arch.json`` of a run directory and writes
+``report.md`` and ``derived_cell.png``; the method that made the run adds its own
+sections and plots (:meth:`nas.methods.Method.report_sections`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ from typing import Any
 
 from nas.cli.common import human
 from nas.errors import NasError
+from nas.methods import method_of_run
 from nas.rundir import RunDir
 from nas.teacher import metric_parts, metric_score
-
-OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
-             "dilated conv": ("dil_conv_3", "dil_conv_5", "dil_conv_7"),
-             "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
-
 
 def _ms(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
@@ -71,7 +67,12 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
                   "forward pass of the first dev example(s), one CPU thread, padded to the "
                   f"batch's longest ({', '.join(map(str, sorted(seq)))} tokens)."]
-    pictures = _plots(run)
+    pictures = _derived_drawing(run)
+    method = method_of_run(run)
+    if method is not None:
+        extra_lines, extra_pictures = method.report_sections(run, metrics)
+        lines += extra_lines
+        pictures += extra_pictures
     lines += ["", *(f"![{p.stem}]({p.name})" for p in pictures)]
     text = "\n".join(lines)
     (run.path / "report.md").write_text(text + "\n")
@@ -79,44 +80,14 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
                   "report": str(run.path / "report.md")}
 
 
-def _plots(run: RunDir) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = []
-    epochs = run.read_log("search_epoch")
-    if epochs:
-        fig, (ax_d, ax_o) = plt.subplots(1, 2, figsize=(11, 4))
-        xs = [e["epoch"] for e in epochs]
-        depth = [e["probs"]["depth"] for e in epochs]
-        for k in range(len(depth[0])):
-            ax_d.plot(xs, [d[k] for d in depth], marker="o", label=f"K={k + 1}")
-        ax_d.set(title="depth distribution", xlabel="epoch", ylabel="probability")
-        ax_d.legend(fontsize=7, ncol=2)
-        edges = [n for n in epochs[0]["probs"] if n != "depth"]
-        from nas.ops.cnn import ADABERT_OPS
-
-        for group, ops in OP_GROUPS.items():
-            idx = [ADABERT_OPS.index(o) for o in ops]
-            ys = [sum(sum(e["probs"][n][i] for i in idx) for n in edges) / len(edges)
-                  for e in epochs]
-            ax_o.plot(xs, ys, marker="o", label=group)
-        ax_o.set(title="op distribution (mean over the 9 edges)", xlabel="epoch",
-                 ylabel="probability")
-        ax_o.legend(fontsize=8)
-        fig.tight_layout()
-        path = run.path / "arch_distribution.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        out.append(path)
+def _derived_drawing(run: RunDir) -> list[Path]:
+    """The derived architecture, drawn from the space it belongs to (any method)."""
     derived = run.load_json("derived_arch.json")
-    if derived is not None and "space_config" in derived:
-        from nas.draw import draw_architecture
-        from nas.space import get_space
+    if derived is None or "space_config" not in derived:
+        return []
+    from nas.draw import draw_architecture
+    from nas.space import get_space
 
-        space = get_space(derived["space"], **derived["space_config"])
-        out.append(draw_architecture(space, derived["choices"], run.path / "derived_cell.png",
-                                     title=f"derived architecture {derived['id']}"))
-    return out
+    space = get_space(derived["space"], **derived["space_config"])
+    return [draw_architecture(space, derived["choices"], run.path / "derived_cell.png",
+                              title=f"derived architecture {derived['id']}")]

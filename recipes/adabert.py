@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from nas.architecture import Architecture
 from nas.errors import NasError
-from nas.recipes.config import from_dict, read_yaml
+from nas.config import from_dict, read_yaml
 from nas.rundir import RunDir
 
 log = logging.getLogger("nas.adabert")
@@ -92,11 +92,11 @@ class AdaBertConfig:
 
 
 def load_config(path: str | Path) -> AdaBertConfig:
-    data = read_yaml(path)
-    method = data.pop("method", "adabert")
-    if method != "adabert":
-        raise ValueError(f"{path}: method {method!r} is not adabert")
-    return from_dict(AdaBertConfig, data, str(path))
+    """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
+    method, config = load_experiment(path)
+    if not isinstance(method, AdaBert):
+        raise ConfigError(f"{path}: method {method.name!r} is not adabert")
+    return config
 
 
 # ------------------------------------------------------------------------- helpers
@@ -398,7 +398,8 @@ class AdaBertRun:
         log.info("stage 5/5: export")
         return export(self.space, arch, self.run.path / "export", model=child,
                       labels=list(self.train.label_names), tokenizer=self.teacher.model_dir,
-                      max_length=self.cfg.data.max_seq_len)
+                      max_length=self.cfg.data.max_seq_len, task=self.cfg.task,
+                      overwrite=True)
 
 
 def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
@@ -453,3 +454,67 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
     run.run.save_json("metrics.json", {**(run.run.load_json("metrics.json") or {}), **metrics})
     run.run.log("done", searcher=searcher)
     return metrics
+
+
+# ------------------------------------------------------------------------- method
+
+
+@register_method("adabert")
+class AdaBert(Method):
+    """``method: adabert`` — the differentiable search, or the random baseline."""
+
+    config_class = AdaBertConfig
+    searchers = ("differentiable", "random")
+
+    def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
+        # the random baseline adds a stage to an existing run: no --resume needed for that
+        resume = options.resume or (options.searcher == "random"
+                                    and (Path(options.run_dir) / "config.yaml").is_file())
+        return run_adabert(config, options.run_dir, data_dir=options.data_dir,
+                           searcher=options.searcher or "differentiable", resume=resume,
+                           progress=options.progress,
+                           random_sample=options.extra.get("random_sample"))
+
+    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                             list[Path]]:
+        return [], _plots(run)
+
+
+OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
+             "dilated conv": ("dil_conv_3", "dil_conv_5", "dil_conv_7"),
+             "pool": ("max_pool_3", "avg_pool_3"), "skip": ("skip",), "zero": ("zero",)}
+
+
+def _plots(run: RunDir) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    epochs = run.read_log("search_epoch")
+    if epochs:
+        fig, (ax_d, ax_o) = plt.subplots(1, 2, figsize=(11, 4))
+        xs = [e["epoch"] for e in epochs]
+        depth = [e["probs"]["depth"] for e in epochs]
+        for k in range(len(depth[0])):
+            ax_d.plot(xs, [d[k] for d in depth], marker="o", label=f"K={k + 1}")
+        ax_d.set(title="depth distribution", xlabel="epoch", ylabel="probability")
+        ax_d.legend(fontsize=7, ncol=2)
+        edges = [n for n in epochs[0]["probs"] if n != "depth"]
+        from nas.ops.cnn import ADABERT_OPS
+
+        for group, ops in OP_GROUPS.items():
+            idx = [ADABERT_OPS.index(o) for o in ops]
+            ys = [sum(sum(e["probs"][n][i] for i in idx) for n in edges) / len(edges)
+                  for e in epochs]
+            ax_o.plot(xs, ys, marker="o", label=group)
+        ax_o.set(title="op distribution (mean over the 9 edges)", xlabel="epoch",
+                 ylabel="probability")
+        ax_o.legend(fontsize=8)
+        fig.tight_layout()
+        path = run.path / "arch_distribution.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out.append(path)
+    return out

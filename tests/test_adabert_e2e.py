@@ -11,7 +11,7 @@ import json
 import pytest
 
 from nas.errors import NasError
-from nas.recipes.adabert import AdaBertRun, load_config, run_adabert
+from recipes.adabert import AdaBertRun, load_config, run_adabert
 
 SMOKE = "experiments/adabert_smoke.yaml"
 
@@ -96,7 +96,7 @@ def test_interrupted_retrain_resumes_at_its_last_epoch(cache, tmp_path, monkeypa
 
     import torch
 
-    import nas.recipes.adabert as recipe
+    import recipes.adabert as recipe
 
     config = load_config(SMOKE)
     config = dataclasses.replace(config, retrain=dataclasses.replace(config.retrain, epochs=2))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.recipes.adabert import load_config
-from nas.recipes.config import ConfigError
+from recipes.adabert import load_config
+from nas.config import ConfigError
 
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("adabert_*.yaml"))
 

@@ -1,4 +1,8 @@
-"""``nas search CONFIG.yaml`` and ``nas report RUN_DIR``."""
+"""``nas run EXPERIMENT.yaml`` (alias ``nas search``) and ``nas report RUN_DIR``.
+
+``nas run`` reads the experiment's ``method:``, looks the recipe up in the method
+registry and runs it; the command knows no method by name.
+"""
 
 from __future__ import annotations
 
@@ -10,43 +14,59 @@ from nas.cli.common import emit
 from nas.errors import NasError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("search", help="run an experiment YAML end to end")
+def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("config", help="experiment YAML, e.g. experiments/adabert_sst2.yaml")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
-    p.add_argument("--searcher", default="differentiable", choices=["differentiable", "random"],
-                   help="random: retrain random architectures of the space with the same recipe")
+    p.add_argument("--searcher", metavar="NAME",
+                   help="a registered searcher the method accepts (default: the method's "
+                        "own); e.g. random: random architectures trained with the same recipe")
     p.add_argument("--random-sample", type=int, metavar="I",
-                   help="with --searcher random: retrain only sample I (0-based) and keep the "
+                   help="with --searcher random: evaluate only sample I (0-based) and keep the "
                         "others finished so far; run one process per sample to use more "
                         "cores")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_search)
+    p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+    p.set_defaults(func=cmd_run)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _add_run_parser(subparsers, "run", "run an experiment YAML end to end (any method)")
+    _add_run_parser(subparsers, "search", "alias of `nas run`")
 
     p = subparsers.add_parser("report", help="teacher vs searched vs random: table and plots")
-    p.add_argument("run_dir")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run_dir", help="a run directory written by `nas run`")
+    p.add_argument("--json", action="store_true", help="print the report data as JSON")
     p.set_defaults(func=cmd_report)
+    register_evaluate(subparsers)
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    from nas.recipes.adabert import load_config, run_adabert
+def cmd_run(args: argparse.Namespace) -> int:
+    from nas.methods import RunOptions, load_experiment
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    config = load_config(args.config)
-    if args.random_sample is not None and args.searcher != "random":
+    method, config = load_experiment(args.config)
+    searcher = method.check_searcher(args.searcher)
+    if searcher is not None:
+        _check_registered_searcher(searcher)
+    if args.random_sample is not None and searcher != "random":
         raise NasError("--random-sample needs --searcher random")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     run_dir = Path(args.run_dir or Path("runs") / config.name)
-    # the random baseline adds a stage to an existing run: no --resume needed for that
-    resume = args.resume or (args.searcher == "random" and (run_dir / "config.yaml").is_file())
-    metrics = run_adabert(config, run_dir, data_dir=args.data_dir, searcher=args.searcher,
-                          resume=resume, progress=not args.no_progress,
-                          random_sample=args.random_sample)
+    options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
+                         resume=args.resume, progress=not args.no_progress,
+                         extra={"random_sample": args.random_sample})
+    metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0
+
+
+def _check_registered_searcher(name: str) -> None:
+    """The searcher must exist in the registry (installed plug-ins included)."""
+    from searchers.base import SEARCHERS
+
+    SEARCHERS.get(name)  # an unknown name is one line listing the known ones
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -57,3 +77,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("evaluate", help="re-score a saved model on a task split",
+                              description="Re-score a run's export or an export directory. "
+                                          "The default split is the task's report split "
+                                          "(test when it has one, e.g. SST-2's clean "
+                                          "sentence-level test set).")
+    p.add_argument("path", help="a run directory (nas run) or an export directory")
+    p.add_argument("--split", help="train, dev or test (default: test when the task has it)")
+    p.add_argument("--task", help="task name (default: the one the run was made for)")
+    p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
+                   help="the runtime that runs the export")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from nas.evaluate import evaluate_saved
+
+    result = evaluate_saved(args.path, task=args.task, split=args.split,
+                            data_dir=args.data_dir, batch_size=args.batch_size,
+                            runtime=args.runtime)
+    values = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
+    emit(args, result, f"{result['task']}/{result['split']} ({result['file']}, "
+                       f"{result['examples']} examples): {values}")
+    return 0

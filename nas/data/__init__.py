@@ -13,6 +13,7 @@ from nas.data.tasks import (
     file_digest,
     load_corpus,
     load_task,
+    report_split,
     resolve_data_dir,
     train_val_split,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "iter_batches",
     "load_corpus",
     "load_task",
+    "report_split",
     "resolve_data_dir",
     "train_val_split",
 ]

@@ -78,7 +78,11 @@ _add(
     TaskSpec(
         name="sst2",
         kind="single",
-        files={"train": "sst2/train.tsv", "dev": "sst2/dev.tsv"},
+        # dev.tsv is a 10% carve of the GLUE training set and shares its phrases, so it
+        # serves validation (search batches, early stopping); results are reported on
+        # the sentence-level test set, which shares no phrase with train.
+        files={"train": "sst2/train.tsv", "dev": "sst2/dev.tsv",
+               "test": "sst2/test_sentences.tsv"},
         text_columns=("sentence",),
         label_column="label",
         label_values=("0", "1"),
@@ -352,6 +356,13 @@ def load_task(
         return _load_hub(name, split)
     spec = TASKS.get(name)
     return _load_local(spec, split, resolve_data_dir(data_dir))
+
+
+def report_split(name: str) -> str:
+    """The split results are reported on: ``test`` when the task has one, else ``dev``."""
+    if "/" in name:
+        return "dev"
+    return "test" if "test" in TASKS.get(name).files else "dev"
 
 
 def load_corpus(

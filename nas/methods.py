@@ -1,0 +1,107 @@
+"""The method registry: ``method:`` in an experiment YAML names a recipe (STYLE.md 17, 19).
+
+A method is one readable module (``recipes/adabert.py`` …) that composes the shared
+parts — data, teacher, searcher, evaluator, training loop, export — in the order its
+paper describes. It registers a :class:`Method` subclass under its name; the core never
+names a method: installed packages add theirs through the ``nas.methods`` entry-point
+group, and ``nas run EXPERIMENT.yaml`` dispatches through :data:`METHODS`.
+
+Hooks, in the order the CLI calls them::
+
+    method = METHODS.get(name)()
+    config = method.load_config(data, where)   # typed, range-checked, before any stage runs
+    metrics = method.run(config, options)      # every stage; results land in options.run_dir
+    method.report_sections(run, metrics)       # optional extra report lines and plots
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from nas.config import ConfigError, from_dict, read_yaml
+from nas.registry import Registry
+
+if TYPE_CHECKING:
+    from nas.rundir import RunDir
+
+METHODS: Registry[type[Method]] = Registry("method", entry_point_group="nas.methods")
+
+
+def register_method(name: str):
+    """Class decorator: register a :class:`Method` subclass under ``name``."""
+
+    def decorator(cls: type[Method]) -> type[Method]:
+        cls.name = name
+        METHODS.add(name, cls)
+        return cls
+
+    return decorator
+
+
+@dataclass
+class RunOptions:
+    """How a method runs, from the command line (none of it changes the result)."""
+
+    run_dir: Path
+    data_dir: str | None = None
+    searcher: str | None = None  # None: the method's default
+    resume: bool = False
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # method-specific flags
+
+
+class Method(abc.ABC):
+    """A recipe: a typed configuration and the stages that run it."""
+
+    name: ClassVar[str] = ""
+    #: the configuration dataclass; it must have ``name: str`` and ``task: str``
+    config_class: ClassVar[type]
+    #: searcher names this method accepts; the first is the default
+    searchers: ClassVar[tuple[str, ...]] = ()
+
+    def load_config(self, data: dict[str, Any], where: str) -> Any:
+        return from_dict(self.config_class, data, where)
+
+    def default_searcher(self) -> str | None:
+        return self.searchers[0] if self.searchers else None
+
+    def check_searcher(self, searcher: str | None) -> str | None:
+        """The searcher to use; an unaccepted one is a one-line error."""
+        if searcher is None:
+            return self.default_searcher()
+        if searcher not in self.searchers:
+            known = ", ".join(self.searchers) or "none (it does not search)"
+            raise ConfigError(f"method {self.name!r} cannot use --searcher {searcher}; "
+                              f"it accepts: {known}")
+        return searcher
+
+    @abc.abstractmethod
+    def run(self, config: Any, options: RunOptions) -> dict[str, Any]:
+        """Run every stage; write results into ``options.run_dir``; return the metrics."""
+
+    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                             list[Path]]:
+        """Method-specific lines and pictures for ``nas report`` (none by default)."""
+        return [], []
+
+
+def load_experiment(path: str | Path) -> tuple[Method, Any]:
+    """Read an experiment YAML: the method it names and its typed configuration."""
+    data = read_yaml(path)
+    name = data.pop("method", None)
+    if name is None:
+        raise ConfigError(f"{path}: missing key 'method' (one of: "
+                          f"{', '.join(METHODS.names()) or 'none installed'})")
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}: method must be a name, got {name!r}")
+    method = METHODS.get(name)()
+    return method, method.load_config(data, str(path))
+
+
+def method_of_run(run: RunDir) -> Method | None:
+    """The method a run directory was made by (``None`` for runs of other commands)."""
+    name = run.config.get("method")
+    return METHODS.get(name)() if isinstance(name, str) and name in METHODS else None

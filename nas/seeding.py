@@ -1,0 +1,39 @@
+"""Per-stage seeds: every stage of a run starts from a seed derived from the run's seed
+and the stage's name, never from whatever RNG state earlier stages left behind.
+
+Why: a search that consumed the global RNG derived a different architecture depending on
+whether the teacher came from the cache (fine-tuning on a cache miss drew from it). With
+a seed per stage, a stage's result depends only on (run seed, stage name, its inputs):
+the same with a cold or a warm cache, and the same after a resume at any stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+
+
+def stage_seed(run_seed: int, stage: str) -> int:
+    """A 63-bit seed from a hash of the run's seed and the stage's name (stable across
+    Python versions and processes, unlike ``hash()``)."""
+    digest = hashlib.sha256(f"{int(run_seed)}:{stage}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def seed_stage(run_seed: int, stage: str) -> int:
+    """Re-seed every global RNG (torch, numpy, random) for ``stage`` and return its seed.
+
+    The global RNGs are re-seeded as well as the stage's own generators because dropout
+    and parameter initialisation take no generator. Use the returned seed for the stage's
+    private generators (``torch.Generator().manual_seed(seed)``,
+    ``np.random.default_rng(seed)``).
+    """
+    import torch
+
+    seed = stage_seed(run_seed, stage)
+    torch.manual_seed(seed)
+    np.random.seed(seed % (1 << 32))
+    random.seed(seed)
+    return seed
