@@ -87,8 +87,8 @@ class Registry(Generic[T]):
         origin = self._origin_of(obj)
         if name in self._items:
             raise DuplicateNameError(
-                f"{self.kind} {name!r} is registered twice: by {self._origins[name]} and by "
-                f"{origin}; rename one of them or uninstall one package"
+                f"{self.kind} {name!r} is already registered by {self._origins[name]} and is "
+                f"registered again by {origin}; rename one of them or uninstall one package"
             )
         self._items[name] = obj
         self._origins[name] = origin

@@ -96,7 +96,7 @@ def test_a_name_registered_by_two_packages_is_an_error_naming_both(things, tmp_p
     make_dist(tmp_path, "pkg-two", {GROUP: {"two": "_nas_t_two"}},
               plugin_module("_nas_t_two", "host.THINGS.add('same', 2)"))
     for _ in range(2):  # the conflict stays an error on every lookup, not just the first
-        with pytest.raises(DuplicateNameError, match="'same' is registered twice") as err:
+        with pytest.raises(DuplicateNameError, match="'same' is already registered") as err:
             things.get("same")
         assert "pkg-one 0.1" in str(err.value) and "pkg-two 0.1" in str(err.value)
 
@@ -110,7 +110,7 @@ def test_a_name_registered_twice_outside_plugins_names_both_modules():
     registry: Registry[object] = Registry("thing")
     registry.add("x", make_dist)
     with pytest.raises(DuplicateNameError,
-                       match=f"by module {__name__} and by module json;"):
+                       match=f"by module {__name__} and is registered again by module json;"):
         registry.add("x", json.dumps)
 
 
@@ -160,5 +160,5 @@ def test_nas_reports_a_space_name_taken_by_two_packages(tmp_path):
     out = run_nas("spaces", "list", extra_path=tmp_path)
     assert out.returncode == 2
     (line,) = out.stderr.splitlines()
-    assert line.startswith("error: space 'demo-tiny' is registered twice")
+    assert line.startswith("error: space 'demo-tiny' is already registered by entry point")
     assert "nas-demo-plugin 0.1" in line and "demo-clash 0.1" in line
