@@ -14,6 +14,7 @@ from typing import Any
 
 import networkx as nx
 
+from nas.errors import ArchitectureError, SpaceDefinitionError
 from nas.space import SearchSpace
 
 INPUT_COLOUR = "#cfe2f3"
@@ -25,7 +26,8 @@ def cell_subgraph(graph: nx.DiGraph, cell: str) -> nx.DiGraph:
     """The nodes of ``cell`` plus, as inputs, the outside nodes that feed them."""
     inside = [n for n, a in graph.nodes(data=True) if a.get("cell") == cell]
     if not inside:
-        raise ValueError(f"no node of drawing group {cell!r} in this architecture")
+        raise ArchitectureError(f"no node of drawing group {cell!r} in this architecture; "
+                                f"pick a group the architecture keeps")
     sub = nx.DiGraph()
     inputs = []
     for n in inside:
@@ -133,8 +135,16 @@ def draw_architecture(space: SearchSpace, arch: Mapping[str, Any] | None, path: 
     graph = space.resolve(arch)
     groups = [(t, c) for t, c in space.drawing
               if any(a.get("cell") == c for _, a in graph.nodes(data=True))]
+    if not space.drawing:
+        raise SpaceDefinitionError(
+            f"space {space.name!r} declares nothing to draw (its drawing groups are empty); "
+            f"use `nas spaces show {space.name}` to see its graph"
+        )
     if not groups:
-        raise ValueError(f"space {space.name!r} declares nothing to draw")
+        raise ArchitectureError(
+            f"none of space {space.name!r}'s drawing groups "
+            f"({', '.join(c for _, c in space.drawing)}) is in this architecture"
+        )
     cols = min(2 if space.config.get("drawing_style") == "expression" else 3, len(groups))
     rows = math.ceil(len(groups) / cols)
     row_height = 3.0 if space.config.get("drawing_style") == "expression" else 4.2

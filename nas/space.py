@@ -272,7 +272,10 @@ class SearchSpace:
 # registry of space factories
 # ---------------------------------------------------------------------------
 
-SPACES: Registry[Callable[..., SearchSpace]] = Registry("space")
+#: Space factories by name. The built-in families (``spaces/``) and installed packages
+#: register through the ``nas.spaces`` entry-point group, loaded on the first lookup
+#: (:mod:`nas.registry`); the core never imports them.
+SPACES: Registry[Callable[..., SearchSpace]] = Registry("space", entry_point_group="nas.spaces")
 
 #: Per space, a small configuration (vocabulary, widths) for the registry-wide tests.
 TEST_CONFIGS: dict[str, dict[str, Any]] = {}
@@ -295,8 +298,6 @@ def register_space(name: str, test_config: Mapping[str, Any] | None = None):
 
 def get_space(name: str, **config: Any) -> SearchSpace:
     """Build the registered space ``name`` with ``config`` overriding its defaults."""
-    import spaces  # noqa: F401  (registers the built-in spaces)
-
     factory = SPACES.get(name)
     try:
         space = factory(**config)
@@ -307,13 +308,10 @@ def get_space(name: str, **config: Any) -> SearchSpace:
 
 def small_config(name: str) -> dict[str, Any]:
     """The small configuration a space registered for tests (empty if none)."""
-    import spaces  # noqa: F401
-
     SPACES.get(name)
     return dict(TEST_CONFIGS.get(name, {}))
 
 
 def list_spaces(pattern: str = "*") -> list[str]:
-    import spaces  # noqa: F401
-
+    """Registered space names matching a shell-style wildcard (plug-ins included), sorted."""
     return SPACES.names(pattern)

@@ -1,3 +1,9 @@
-"""Search-space families, one module each, registered by name (``nas spaces list``)."""
+"""Search-space families, one module each, registered by name (``nas spaces list``).
+
+This package is the built-in plug-in of the ``nas.spaces`` entry-point group
+(``pyproject.toml``): :data:`nas.space.SPACES` imports it on its first lookup, and the
+imports below run each family's ``@register_space``. The core never imports ``spaces``;
+an installed package adds its own families the same way (``docs/plugins.md``).
+"""
 
 from spaces import adabert, bert, efficientbert, mobilebert  # noqa: F401  (registration)

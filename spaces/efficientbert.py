@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nas.choices import Categorical, IntChoice
+from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, ChoiceRef, Dim, GraphBuilder
 from nas.ops.basic import BINARY_OPS, UNARY_OPS
 from nas.space import Constraint, SearchSpace, register_space
@@ -98,7 +99,10 @@ def efficientbert_space(
 ) -> SearchSpace:
     """EfficientBERT's space; ``hidden=360`` gives EfficientBERT-tiny's base."""
     if hidden % heads:
-        raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
+        raise SpaceDefinitionError(
+            f"space 'efficientbert': hidden ({hidden}) must be divisible by heads ({heads}); "
+            f"set hidden to a multiple of heads (e.g. {hidden - hidden % heads or heads})"
+        )
     ratios = tuple(str(r) for r in ratios)
     choices = [c for i in range(layers) for c in layer_choices(i, max_stack, ratios)]
 

@@ -37,22 +37,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command: bad input prints one ``error:`` line (exit 2), so does any other
+    exception (exit 1).
+
+    ``--debug`` re-raises instead, so the traceback shows. Warnings (a plug-in that failed
+    to load) print as one ``warning: <message>`` line each, without the source line.
+    """
+    import warnings
+
+    def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"warning: {message}", file=sys.stderr if file is None else file)
+
     parser = build_parser()
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error instead of one line")
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except NasError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:
-        print(f"error: {err.strerror}: {err.filename}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # e.g. `nas spaces show X | head`
-        sys.stderr.close()
-        return 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():
+        warnings.showwarning = one_line_warning
+        try:
+            return int(args.func(args) or 0)
+        except BrokenPipeError:  # e.g. `nas spaces show X | head`
+            sys.stderr.close()
+            return 0
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except Exception as err:
+            if args.debug:
+                raise
+            if isinstance(err, NasError):
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+            if isinstance(err, FileNotFoundError):
+                print(f"error: {err.strerror}: {err.filename}", file=sys.stderr)
+                return 2
+            message = " ".join(str(err).split())  # one line, whatever the exception holds
+            print(f"error: {type(err).__name__}: {message} (run with --debug for the traceback)",
+                  file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

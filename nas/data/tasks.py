@@ -67,14 +67,44 @@ class TaskSpec:
     doc: str = ""
 
 
-TASKS: Registry[TaskSpec] = Registry("task")
+#: Tasks by name: the built-in ones below, and those of installed packages, which register
+#: through the ``nas.tasks`` entry-point group (loaded on the first lookup, :mod:`nas.registry`).
+TASKS: Registry[TaskSpec] = Registry("task", entry_point_group="nas.tasks")
+
+TASK_KINDS = ("single", "pair", "tagging")
+METRICS = ("accuracy", "accuracy+f1")
 
 
-def _add(spec: TaskSpec) -> None:
+def register_task(spec: TaskSpec) -> TaskSpec:
+    """Check ``spec`` and register it under ``spec.name``; returns it.
+
+    A plug-in package calls this from the module its ``nas.tasks`` entry point names.
+    The checks are the ones :func:`load_task` relies on, so a bad declaration fails when
+    it is registered, naming the field, instead of when the data is first read.
+    """
+    where = f"task {spec.name!r}"
+    if spec.kind not in TASK_KINDS:
+        raise DataError(f"{where}: kind {spec.kind!r} is not one of {', '.join(TASK_KINDS)}")
+    if spec.metric not in METRICS:
+        raise DataError(f"{where}: metric {spec.metric!r} is not one of {', '.join(METRICS)}")
+    if "train" not in spec.files:
+        raise DataError(f"{where}: files needs a 'train' entry, got {sorted(spec.files)}")
+    wanted = {"single": 1, "pair": 2}.get(spec.kind)
+    if wanted is not None and (len(spec.text_columns) != wanted or not spec.label_column):
+        raise DataError(
+            f"{where}: a {spec.kind!r} task needs {wanted} text column(s) and a label_column, "
+            f"got text_columns={spec.text_columns!r}, label_column={spec.label_column!r}"
+        )
+    if not spec.label_values or len(spec.label_values) != len(spec.label_names or ()):
+        raise DataError(
+            f"{where}: label_values and label_names must be given, one name per value "
+            f"(got {spec.label_values!r} and {spec.label_names!r})"
+        )
     TASKS.add(spec.name, spec)
+    return spec
 
 
-_add(
+register_task(
     TaskSpec(
         name="sst2",
         kind="single",
@@ -90,7 +120,7 @@ _add(
         doc="SST-2 binary sentiment (GLUE), single sentence",
     )
 )
-_add(
+register_task(
     TaskSpec(
         name="mrpc",
         kind="pair",
@@ -112,7 +142,7 @@ SNIPS_INTENTS = (
     "SearchCreativeWork",
     "SearchScreeningEvent",
 )
-_add(
+register_task(
     TaskSpec(
         name="snips",
         kind="tagging",
@@ -291,7 +321,7 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> TaskData:
             fingerprint=_hash_strings([spec.name, split, *map(file_digest, files)]),
             sources=tuple(map(str, files)),
         )
-    raise AssertionError(f"unknown task kind {spec.kind!r}")  # a bug in TASKS
+    raise AssertionError(f"unknown task kind {spec.kind!r}")  # register_task checks kinds
 
 
 # Hub names that datasets knows under another split name.
