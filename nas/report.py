@@ -16,6 +16,7 @@ from nas.methods import method_of_run
 from nas.rundir import RunDir
 from nas.teacher import metric_parts, metric_score
 
+
 def _ms(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 

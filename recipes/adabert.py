@@ -27,8 +27,9 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from nas.architecture import Architecture
+from nas.config import ConfigError
 from nas.errors import NasError
-from nas.config import from_dict, read_yaml
+from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 
 log = logging.getLogger("nas.adabert")
