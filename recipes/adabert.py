@@ -170,7 +170,7 @@ class AdaBertRun:
         self.cfg = config
         self.data_dir = data_dir
         self.progress = progress
-        self.run = RunDir(run_dir, asdict(config), resume=resume)
+        self.run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
         torch.manual_seed(config.seed)
 
     # -- stages ------------------------------------------------------------------
