@@ -19,6 +19,7 @@ from evaluators.base import (
     Objective,
     Trial,
     TrialPruned,
+    check_objectives,
 )
 from nas.architecture import Architecture
 
@@ -62,7 +63,8 @@ class CostEvaluator(Evaluator):
         self.space = space
         self.seq_len = seq_len
         self.latency_fn = latency_fn
-        self.objectives = tuple(Objective(n, "minimize") for n in objectives)
+        self.objectives = check_objectives([Objective(n, "minimize") for n in objectives],
+                                           "cost evaluator")
 
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
         costs = counted_costs(self.space, arch, self.seq_len)

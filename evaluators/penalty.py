@@ -34,6 +34,7 @@ from evaluators.base import (
     EvaluatorError,
     Objective,
     Trial,
+    TrialPruned,
     check_objectives,
     check_result,
 )
@@ -126,7 +127,10 @@ class PenaltyEvaluator(Evaluator):
         if over:  # known up front: the inner evaluator is not run
             return EvalResult.failed(over, costs=costs)
 
-        result = check_result(self.inner, self.inner.evaluate(arch, trial))
+        try:
+            result = check_result(self.inner, self.inner.evaluate(arch, trial))
+        except TrialPruned as err:  # keep the counted costs with the pruned result
+            return EvalResult.pruned(str(err) or "pruned by the trial", costs=costs)
         costs = {**costs, **result.costs}
         if not result.ok:
             return replace(result, costs=costs)

@@ -216,20 +216,24 @@ class MultiTrialSearcher(abc.ABC):
                 raise SearcherError(
                     f"searcher state has {key} {state.get(key)!r}, this searcher has "
                     f"{value!r}; resume with the same searcher, space and objectives")
-        self.rng.bit_generator.state = copy.deepcopy(state["rng"])
-        self._next_id = int(state["next_id"])
-        self.pending = {}
-        for data in state["pending"]:
-            c = Candidate.from_dict(data)
-            self.pending[c.id] = Candidate(c.id, self.space.validate(c.arch), c.params)
-        self.history = []
-        for entry in state["history"]:
-            c = Candidate.from_dict(entry["candidate"])
-            self.history.append((Candidate(c.id, self.space.validate(c.arch), c.params),
-                                 EvalResult.from_dict(entry["result"])))
-        self.asked_ids = {c.arch.id for c in self.pending.values()}
-        self.asked_ids |= {c.arch.id for c, _ in self.history}
+        try:
+            rng, next_id = copy.deepcopy(state["rng"]), int(state["next_id"])
+            pending = [self._candidate(data) for data in state["pending"]]
+            history = [(self._candidate(entry["candidate"]), EvalResult.from_dict(entry["result"]))
+                       for entry in state["history"]]
+        except (KeyError, TypeError) as err:
+            raise SearcherError(f"searcher state is malformed ({type(err).__name__}: {err}); "
+                                "pass what state_dict() returned") from None
+        self.rng.bit_generator.state = rng
+        self._next_id = next_id
+        self.pending = {c.id: c for c in pending}
+        self.history = history
+        self.asked_ids = {c.arch.id for c in pending} | {c.arch.id for c, _ in history}
         self.load_extra_state(state.get("extra", {}))
+
+    def _candidate(self, data: Mapping[str, Any]) -> Candidate:
+        c = Candidate.from_dict(data)
+        return Candidate(c.id, self.space.validate(c.arch), c.params)
 
 
 # ---------------------------------------------------------------------------

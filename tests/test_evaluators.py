@@ -210,6 +210,8 @@ def test_cost_evaluator_counts_without_building_a_model(space, arch):
     assert all(o.direction == "minimize" for o in timed.objectives)
     with pytest.raises(EvaluatorError, match="latency_ms needs a latency_fn"):
         CostEvaluator(space, ("latency_ms",))
+    with pytest.raises(EvaluatorError, match="repeat"):
+        CostEvaluator(space, ("params", "params"))
 
 
 # ---------------------------------------------------------------------------
@@ -284,6 +286,7 @@ def test_inner_failures_pass_through_with_costs(space, arch):
     assert result.costs["params"] == count_costs(space, arch, SEQ).params
     pruned = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ)(arch, PruneAfter(2))
     assert pruned.status is Status.PRUNED and len(pruned.intermediate) == 2
+    assert pruned.costs["params"] == result.costs["params"]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -195,6 +195,8 @@ def test_state_survives_json_and_the_search_continues_identically(name, space, e
     other = make(name, space, objectives=(Objective("flops", "minimize"),))
     with pytest.raises(SearcherError, match="objectives"):
         other.load_state_dict(state)
+    with pytest.raises(SearcherError, match="malformed"):
+        make(name, space).load_state_dict({k: v for k, v in state.items() if k != "history"})
 
 
 def dominates(a, b, signs):
