@@ -305,9 +305,10 @@ class OneShotSearcher(abc.ABC):
                                                       # trainer.fit(step, state), then derives
         searcher.best()                               # the same candidate
 
-    ``state_dict()`` is JSON-safe and holds the derived candidate (a finished search is not
-    redone); the state *during* the search (weights, α, optimisers) is what ``fit``
-    checkpoints through its ``state`` argument.
+    Constructors take ``seed`` and keyword options that all have defaults (the contract
+    tests build ``cls(seed=0)``). ``state_dict()`` is JSON-safe and holds the derived
+    candidate (a finished search is not redone); the state *during* the search (weights,
+    α, optimisers) is what ``fit`` checkpoints through its ``state`` argument.
     """
 
     kind: ClassVar[str] = "one-shot"
