@@ -1,1 +1,24 @@
-"""Evaluators: score candidate architectures (warm-up-KD supernet inheritance, penalties)."""
+"""Evaluators: score candidate architectures (cost model, efficiency penalties; the
+warm-up-KD supernet evaluator plugs in the same way).
+
+Importing the package registers the built-in evaluators in ``EVALUATORS``; none of
+these modules imports torch at import time.
+"""
+
+from evaluators import costs, penalty  # noqa: F401  (registration)
+from evaluators.base import (
+    EVALUATORS,
+    EvalResult,
+    Evaluator,
+    EvaluatorError,
+    NullTrial,
+    Objective,
+    OptunaTrial,
+    Status,
+    Trial,
+    TrialPruned,
+    run_evaluation,
+)
+
+__all__ = ["EVALUATORS", "EvalResult", "Evaluator", "EvaluatorError", "NullTrial", "Objective",
+           "OptunaTrial", "Status", "Trial", "TrialPruned", "run_evaluation"]

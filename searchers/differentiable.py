@@ -16,6 +16,8 @@ The pieces are small and separately tested:
   its arg-max non-zero op; the other edges become ``zero``.
 * :class:`DifferentiableSearch` -- the bilevel first-order loop: an architecture step
   (Adam) on a validation batch, then a weight step (SGD) on a training batch.
+* :class:`DifferentiableSearcher` -- the same search behind the one-shot searcher
+  contract (registered as ``differentiable``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from nas.graph import ChoiceRef, plan
 from nas.network import GraphNet, ModelOutput
 from nas.ops import OPS
 from nas.space import SearchSpace
+from searchers.base import SEARCHERS, Candidate, OneShotSearcher, SearcherError, SupernetTrainer
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class TemperatureSchedule:
             frac = min(1.0, step / max(1, self.total_steps - 1))
             return self.start + (self.end - self.start) * frac
         if self.kind != "staircase":
-            raise ValueError(f"unknown temperature schedule {self.kind!r}; use staircase|linear")
+            raise SearcherError(f"unknown temperature schedule {self.kind!r}; use staircase or "
+                                "linear")
         every = max(1, min(self.every, max(1, self.total_steps // 10)))
         stairs = max(1, math.floor(self.reach * self.total_steps / every))
         ratio = (self.end / self.start) ** (1.0 / stairs)
@@ -239,3 +243,47 @@ class DifferentiableSearch:
         self.a_opt.load_state_dict(state["a_opt"])
         self.step_count = int(state["step"])
         self.generator.set_state(state["generator"])
+
+
+@SEARCHERS.register("differentiable")
+class DifferentiableSearcher(OneShotSearcher):
+    """GDAS/AdaBERT search as a one-shot searcher (SPEC §2, §8).
+
+    :meth:`search` builds a :class:`DifferentiableSearch` over ``trainer.supernet`` and
+    ``trainer.task_loss`` for ``epochs × steps_per_epoch`` steps, hands its ``step`` to
+    ``trainer.fit`` (which loops, checkpoints and resumes), and derives the architecture.
+    α stays frozen for the first ``arch_warmup`` fraction of the steps, after which τ
+    follows the staircase schedule over the remaining steps. The candidate's ``params``
+    hold the final choice probabilities.
+    """
+
+    def __init__(self, seed: int = 0, *, beta: float = 4.0, lr: float = 2e-2,
+                 lr_min: float = 5e-4, arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
+                 tau_every: int = 100, arch_warmup: float = 0.0,
+                 record: tuple[str, ...] = ()) -> None:
+        super().__init__(seed)
+        if not 0.0 <= arch_warmup < 1.0:
+            raise SearcherError(f"arch_warmup is a fraction of the search in [0, 1), got "
+                                f"{arch_warmup}")
+        self.options = dict(beta=beta, lr=lr, lr_min=lr_min, arch_lr=arch_lr,
+                            arch_weight_decay=arch_weight_decay)
+        self.tau_every = tau_every
+        self.arch_warmup = arch_warmup
+        self.record = tuple(record)
+        self.engine: DifferentiableSearch | None = None
+
+    def search(self, space: SearchSpace, trainer: SupernetTrainer) -> Candidate:
+        total = trainer.epochs * trainer.steps_per_epoch
+        if total < 1:
+            raise SearcherError(f"the search has {trainer.epochs} epoch(s) of "
+                                f"{trainer.steps_per_epoch} step(s); it needs at least one")
+        warmup = int(self.arch_warmup * total)
+        self.engine = DifferentiableSearch(
+            space, trainer.supernet, trainer.task_loss, total_steps=total,
+            schedule=TemperatureSchedule(total - warmup, every=self.tau_every),
+            seed=self.seed, record=self.record, arch_warmup_steps=warmup, **self.options)
+        trainer.fit(self.engine.step, self.engine)
+        probs = {name: torch.softmax(self.engine.alphas.logits(name).detach(), -1).tolist()
+                 for name in self.engine.alphas.choices}
+        self._best = Candidate(0, self.engine.derive(), {"probabilities": probs})
+        return self._best

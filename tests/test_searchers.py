@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from nas.arch_params import ArchParameters
 from nas.builder import build_supernet
 from nas.cost import batch_for
 from nas.space import get_space, small_config
-from searchers.base import SEARCHERS, RandomSearcher
+from searchers.base import SEARCHERS, SearcherError, run_steps
 from searchers.differentiable import (
     DifferentiableSearch,
     TemperatureSchedule,
@@ -19,6 +20,7 @@ from searchers.differentiable import (
     efficiency_loss,
     op_cost_table,
 )
+from searchers.random_search import RandomSearcher
 
 
 @pytest.fixture(scope="module")
@@ -139,14 +141,57 @@ def test_architecture_is_frozen_during_the_weight_warm_up(space):
     assert any(not torch.equal(before[n], search.alphas.logits(n)) for n in before)
 
 
-def test_random_searcher_is_seeded_and_records_nan_as_zero(space):
-    a, b = RandomSearcher(space, seed=3), RandomSearcher(space, seed=3)
-    archs = [a.ask() for _ in range(4)]
-    assert archs == [b.ask() for _ in range(4)]
-    a.tell(archs[0], float("nan"))
-    a.tell(archs[1], 0.7)
-    assert a.best() == (archs[1], 0.7) and a.history[0][1] == 0.0
-    restored = RandomSearcher(space, seed=99)
-    restored.load_state_dict(a.state_dict())
-    assert restored.ask() == a.ask()
+def test_random_searcher_is_seeded_by_its_own_generator(space):
+    searcher = RandomSearcher(space, seed=3)
+    np.random.seed(0)
+    first = [searcher.ask().arch for _ in range(4)]
+    again = RandomSearcher(space, seed=3)
+    np.random.seed(1)  # the global RNG plays no part
+    assert [again.ask().arch for _ in range(4)] == first
+    other = RandomSearcher(space, seed=4)
+    assert [other.ask().arch for _ in range(4)] != first
     assert SEARCHERS.get("random") is RandomSearcher
+
+
+class FixedBatchTrainer:
+    """One batch for training and validation, looped by the plain loop."""
+
+    def __init__(self, supernet, batch, loss, epochs=2, steps_per_epoch=3):
+        self.supernet, self.batch, self.task_loss = supernet, batch, loss
+        self.epochs, self.steps_per_epoch = epochs, steps_per_epoch
+
+    def train_batches(self, epoch, start_batch=0):
+        return [self.batch] * (self.steps_per_epoch - start_batch)
+
+    def val_batches(self, epoch):
+        return [self.batch]
+
+    def fit(self, step, state):
+        run_steps(self, step)
+
+
+def test_differentiable_searcher_runs_the_search_it_wraps(space):
+    manual, batch = _search(space, steps=6)
+    for _ in range(6):
+        manual.step(batch, batch)
+
+    wrapped, _ = _search(space, steps=6)  # same seed: same supernet initialisation
+    searcher = SEARCHERS.get("differentiable")(seed=0)
+    candidate = searcher.search(space, FixedBatchTrainer(wrapped.supernet, batch,
+                                                         wrapped.task_loss))
+    assert searcher.engine.step_count == 6
+    for name in manual.alphas.choices:
+        assert torch.equal(manual.alphas.logits(name), searcher.engine.alphas.logits(name))
+    assert candidate.arch == manual.derive() == searcher.best().arch
+    probs = candidate.params["probabilities"]
+    assert set(probs) == set(manual.alphas.choices)
+    assert all(sum(p) == pytest.approx(1.0) for p in probs.values())
+
+
+def test_differentiable_searcher_checks_its_options(space):
+    with pytest.raises(SearcherError, match="arch_warmup"):
+        SEARCHERS.get("differentiable")(arch_warmup=1.0)
+    search, batch = _search(space)
+    empty = FixedBatchTrainer(search.supernet, batch, search.task_loss, epochs=0)
+    with pytest.raises(SearcherError, match="at least one"):
+        SEARCHERS.get("differentiable")().search(space, empty)

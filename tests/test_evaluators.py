@@ -1,0 +1,309 @@
+"""Evaluators: the result and trial contract over every registered evaluator, then the
+cost evaluator and the penalty wrapper worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from evaluators.base import (
+    EVALUATORS,
+    EvalResult,
+    Evaluator,
+    EvaluatorError,
+    NullTrial,
+    Objective,
+    OptunaTrial,
+    Status,
+    Trial,
+    TrialPruned,
+    run_evaluation,
+)
+from evaluators.costs import CostEvaluator
+from evaluators.penalty import PenaltyEvaluator
+from nas.cost import count_costs
+from nas.errors import NasError
+from nas.space import get_space, small_config
+
+SEQ = 16
+
+
+@pytest.fixture(scope="module")
+def space():
+    return get_space("adabert", **small_config("adabert"))
+
+
+@pytest.fixture(scope="module")
+def arch(space):
+    return space.sample(0)
+
+
+class FakeTraining(Evaluator):
+    """Reports three "epochs" of accuracy, honours pruning, then returns the accuracy and
+    a measured latency; can crash or diverge on request."""
+
+    objectives = (Objective("accuracy", "maximize"),)
+
+    def __init__(self, accuracy=0.8, latency_ms=30.0, crash=None, intermediate_step=True):
+        self.accuracy, self.latency_ms, self.crash = accuracy, latency_ms, crash
+        self.calls = 0
+
+    def evaluate(self, arch, trial=None):
+        self.calls += 1
+        for epoch in range(3):
+            if self.crash is not None and epoch == 1:
+                raise self.crash
+            trial.report(epoch, self.accuracy * (epoch + 1) / 3)
+            if trial.should_prune():
+                raise TrialPruned(f"pruned at epoch {epoch}")
+        return EvalResult((self.accuracy,), metrics={"f1": 0.7},
+                          costs={"latency_ms": self.latency_ms})
+
+
+class PruneAfter(NullTrial):
+    """A trial whose pruner stops the evaluation after ``n`` reports."""
+
+    def __init__(self, n=1):
+        super().__init__(number=3)
+        self.n = n
+
+    def should_prune(self):
+        return len(self.reports) >= self.n
+
+
+# Every registered evaluator needs an entry here: a small instance on the test space,
+# and whether it wraps an inner evaluator (then ``inner`` is passed in).
+CASES = {
+    "costs": (lambda space, inner: CostEvaluator(space, ("params", "flops"), seq_len=SEQ),
+              False),
+    "penalty": (lambda space, inner: PenaltyEvaluator(
+        inner or CostEvaluator(space, ("params",), seq_len=SEQ), space, seq_len=SEQ,
+        max_params=1e9, targets={"params": 1e3}, penalty_weight=1e-3,
+        extra_objectives=("flops",)), True),
+}
+
+
+def test_every_registered_evaluator_has_a_contract_case():
+    assert set(EVALUATORS.names()) == set(CASES)
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request, space):
+    factory, wraps = CASES[request.param]
+    assert issubclass(EVALUATORS.get(request.param), Evaluator)
+    return factory, wraps
+
+
+def test_values_match_the_objectives(case, space, arch):
+    evaluator = case[0](space, None)
+    assert evaluator.objectives and all(isinstance(o, Objective) for o in evaluator.objectives)
+    result = evaluator(arch)
+    assert result.status is Status.COMPLETE and result.reason is None
+    assert len(result.values) == len(evaluator.objectives)
+    assert all(math.isfinite(v) for v in result.values)
+    assert result.seconds > 0
+    assert EvalResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+def test_reports_reach_the_trial_and_the_result(case, space, arch):
+    evaluator = case[0](space, None)
+    trial = NullTrial(number=4)
+    result = evaluator(arch, trial)
+    assert trial.reports and result.intermediate == trial.reports
+    assert isinstance(trial, Trial)
+
+
+def test_a_pruning_trial_gives_a_pruned_result(case, space, arch):
+    evaluator = case[0](space, None)
+    trial = PruneAfter(1)
+    result = evaluator(arch, trial)
+    assert result.status is Status.PRUNED and result.values == () and result.reason
+    assert result.intermediate == trial.reports and len(trial.reports) == 1
+
+
+def test_a_crash_inside_gives_a_failed_result(case, space, arch):
+    factory, wraps = case
+    if not wraps:
+        pytest.skip("wraps no inner evaluator (run_evaluation's own tests cover crashes)")
+    inner = FakeTraining(crash=RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB"))
+    result = factory(space, inner)(arch)
+    assert result.status is Status.FAILED and result.values == ()
+    assert result.reason == "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    assert result.intermediate == [(0, pytest.approx(0.8 / 3))]
+
+
+# ---------------------------------------------------------------------------
+# run_evaluation and EvalResult
+# ---------------------------------------------------------------------------
+
+
+def test_diverged_and_crashed_evaluations_fail_and_setup_errors_propagate(arch):
+    assert FakeTraining(accuracy=float("nan"))(arch).reason == \
+        "objective 'accuracy' is nan (diverged)"
+    crashed = run_evaluation(FakeTraining(crash=ZeroDivisionError("division by zero")), arch)
+    assert crashed.status is Status.FAILED and crashed.reason.startswith("ZeroDivisionError")
+    with pytest.raises(NasError, match="no such task"):
+        FakeTraining(crash=NasError("no such task 'sst3'"))(arch)
+
+    class TwoValues(FakeTraining):
+        def evaluate(self, arch, trial=None):
+            return EvalResult((1.0, 2.0))
+
+    with pytest.raises(EvaluatorError, match="2 value"):
+        TwoValues()(arch)
+
+
+def test_results_are_states_not_scores():
+    with pytest.raises(EvaluatorError, match="no objective values"):
+        EvalResult((0.0,), status="failed")
+    with pytest.raises(EvaluatorError, match="complete, failed or pruned"):
+        EvalResult(status="crashed")
+    with pytest.raises(EvaluatorError, match="direction"):
+        Objective("accuracy", "up")
+    failed = EvalResult.failed("loss is NaN\n  at step 3 ", costs={"params": 5})
+    assert failed.reason == "loss is NaN at step 3" and not failed.ok
+    assert len(EvalResult.failed("x" * 1000).reason) == 300
+    assert EvalResult.from_dict(failed.to_dict()) == failed
+    pruned = EvalResult.pruned(intermediate=[(0, 0.5)])
+    assert EvalResult.from_dict(json.loads(json.dumps(pruned.to_dict()))) == pruned
+    numpy = EvalResult((np.float32(0.5),), metrics={"acc": np.float64(0.5)},
+                       costs={"params": np.int64(7), "by": {"a": np.int64(1)}})
+    assert json.loads(json.dumps(numpy.to_dict()))["costs"] == {"params": 7, "by": {"a": 1}}
+    with pytest.raises(EvaluatorError, match="unexpected"):
+        EvalResult.from_dict({"status": "complete", "score": 1})
+
+
+def test_optuna_trial_reports_prunes_and_annotates(space, arch):
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    params = count_costs(space, arch, SEQ).params
+    study = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=params - 1))
+    trial = study.ask()
+    wrapped = OptunaTrial(trial)
+    wrapped.set_attr("arch_id", arch.id)
+    result = CostEvaluator(space, seq_len=SEQ)(arch, wrapped)
+    assert result.status is Status.PRUNED and result.reason == f"pruned on params = {params}"
+    assert trial.user_attrs == {"arch_id": arch.id} and wrapped.number == trial.number
+    assert study.trials[0].intermediate_values == {0: float(params)}
+
+    study = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=params + 1))
+    assert CostEvaluator(space, seq_len=SEQ)(arch, OptunaTrial(study.ask())).ok
+
+
+# ---------------------------------------------------------------------------
+# the cost evaluator
+# ---------------------------------------------------------------------------
+
+
+def test_cost_evaluator_counts_without_building_a_model(space, arch):
+    counted = count_costs(space, arch, SEQ)
+    result = CostEvaluator(space, ("flops", "params"), seq_len=SEQ)(arch)
+    assert result.values == (counted.flops, counted.params)
+    assert result.costs["macs"] == counted.macs and "latency_ms" not in result.costs
+    timed = CostEvaluator(space, ("params", "latency_ms"), seq_len=SEQ,
+                          latency_fn=lambda a: 2.5 * a["depth"])
+    assert timed(arch).values == (counted.params, 2.5 * arch["depth"])
+    assert timed(arch).costs["latency_ms_predicted"] == 2.5 * arch["depth"]
+    assert all(o.direction == "minimize" for o in timed.objectives)
+    with pytest.raises(EvaluatorError, match="latency_ms needs a latency_fn"):
+        CostEvaluator(space, ("latency_ms",))
+    with pytest.raises(EvaluatorError, match="repeat"):
+        CostEvaluator(space, ("params", "params"))
+
+
+# ---------------------------------------------------------------------------
+# the penalty wrapper
+# ---------------------------------------------------------------------------
+
+
+def test_hard_ceilings_known_up_front_skip_the_inner_evaluator(space, arch):
+    counted = count_costs(space, arch, SEQ)
+    for ceiling in ({"max_params": counted.params - 1}, {"max_flops": counted.flops - 1},
+                    {"max_latency_ms": 9.0}):
+        inner = FakeTraining()
+        result = PenaltyEvaluator(inner, space, seq_len=SEQ, latency_fn=lambda a: 10.0,
+                                  **ceiling)(arch)
+        assert result.status is Status.FAILED and result.reason.startswith("over budget")
+        assert inner.calls == 0 and result.costs["params"] == counted.params
+    inner = FakeTraining()
+    fits = PenaltyEvaluator(inner, space, seq_len=SEQ, max_params=counted.params,
+                            max_flops=counted.flops)(arch)
+    assert fits.ok and fits.values == (0.8,) and inner.calls == 1
+
+
+def test_a_measured_latency_is_checked_after_the_inner_run(space, arch):
+    inner = FakeTraining(latency_ms=30.0)
+    result = PenaltyEvaluator(inner, space, seq_len=SEQ, max_latency_ms=25.0)(arch)
+    assert inner.calls == 1 and result.status is Status.FAILED
+    assert result.reason == "over budget: latency_ms 30 > max_latency_ms 25"
+    assert result.metrics == {"f1": 0.7, "accuracy": 0.8} and len(result.intermediate) == 3
+    with pytest.raises(EvaluatorError, match="latency_fn"):
+        PenaltyEvaluator(CostEvaluator(space), space, max_latency_ms=25.0)(arch)
+
+
+def test_soft_penalty_by_hand(space, arch):
+    params = count_costs(space, arch, SEQ).params
+    # acc − λ·max(0, latency/target − 1): 0.8 − 0.5·(30/20 − 1) = 0.55
+    soft = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ, targets={"latency_ms": 20.0},
+                            penalty_weight=0.5)
+    assert soft.objectives == (Objective("penalized_accuracy", "maximize"),)
+    result = soft(arch)
+    assert result.values == (pytest.approx(0.55),) and result.metrics["accuracy"] == 0.8
+    under = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ,
+                             targets={"latency_ms": 40.0, "params": params})(arch)
+    assert under.values == (0.8,)  # at or under every target: no penalty
+    both = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ,
+                            targets={"latency_ms": 20.0, "params": params / 2},
+                            penalty_weight={"latency_ms": 0.5, "params": 0.1})(arch)
+    assert both.values == (pytest.approx(0.8 - 0.25 - 0.1),)
+    # a minimised objective is pushed up: params + 1·(params/(params/2) − 1)
+    smaller = PenaltyEvaluator(CostEvaluator(space, seq_len=SEQ), space, seq_len=SEQ,
+                               targets={"params": params / 2})(arch)
+    assert smaller.values == (pytest.approx(params + 1.0),)
+
+
+def test_extra_objectives_for_multi_objective_search(space, arch):
+    counted = count_costs(space, arch, SEQ)
+    multi = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ,
+                             extra_objectives=("latency_ms", "flops"))
+    assert [(o.name, o.direction) for o in multi.objectives] == [
+        ("accuracy", "maximize"), ("latency_ms", "minimize"), ("flops", "minimize")]
+    assert multi(arch).values == (0.8, 30.0, counted.flops)
+    predicted = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ,
+                                 extra_objectives=("latency_ms",), latency_fn=lambda a: 7.0)
+    result = predicted(arch)
+    assert result.values == (0.8, 7.0) and result.costs["latency_ms"] == 30.0
+    assert result.costs["latency_ms_predicted"] == 7.0
+
+
+def test_inner_failures_pass_through_with_costs(space, arch):
+    result = PenaltyEvaluator(FakeTraining(accuracy=float("nan")), space, seq_len=SEQ,
+                              extra_objectives=("params",))(arch)
+    assert result.status is Status.FAILED and "diverged" in result.reason
+    assert result.costs["params"] == count_costs(space, arch, SEQ).params
+    pruned = PenaltyEvaluator(FakeTraining(), space, seq_len=SEQ)(arch, PruneAfter(2))
+    assert pruned.status is Status.PRUNED and len(pruned.intermediate) == 2
+    assert pruned.costs["params"] == result.costs["params"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_params": 0}, "must be positive"),
+    ({"targets": {"memory": 1.0}}, "unknown cost 'memory'"),
+    ({"extra_objectives": ("energy",)}, "unknown extra objective"),
+    ({"targets": {"params": 1.0}, "penalty_weight": {"flops": 1.0}}, "without a target"),
+    ({"targets": {"params": 1.0}, "penalty_weight": -1.0}, ">= 0"),
+])
+def test_penalty_configuration_errors(space, kwargs, message):
+    with pytest.raises(EvaluatorError, match=message):
+        PenaltyEvaluator(FakeTraining(), space, **kwargs)
+
+
+def test_soft_targets_need_a_single_inner_objective(space):
+    with pytest.raises(EvaluatorError, match="one objective"):
+        PenaltyEvaluator(CostEvaluator(space, ("params", "flops")), space,
+                         targets={"params": 1.0})
+    with pytest.raises(EvaluatorError, match="repeat"):
+        PenaltyEvaluator(CostEvaluator(space, ("params",)), space, extra_objectives=("params",))
