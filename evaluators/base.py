@@ -367,4 +367,4 @@ def check_objectives(objectives: Sequence[Objective], owner: str) -> tuple[Objec
     return objectives
 
 
-EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator")
+EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator", entry_point_group="nas.evaluators")

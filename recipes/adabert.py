@@ -430,11 +430,11 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
             run.export(child, arch)
             run.run.save_json("searched.json", searched)
         metrics["searched"] = searched
-    from searchers.base import RandomSearcher
+    from searchers.random_search import RandomSearcher
 
     sampler = RandomSearcher(run.space, seed=config.seed)
     for i in range(config.random_samples if searcher == "random" else 0):
-        arch = sampler.ask()  # drawn for every i, so sample i is the same in every process
+        arch = sampler.ask().arch  # drawn for every i, so sample i is the same in every process
         name = f"random_{i}.json"
         if random_sample in (None, i) and not (run.run.path / name).is_file():
             _, done = run.retrain(arch, f"random{i}")

@@ -355,7 +355,7 @@ class SearcherRegistry(Registry[SearcherClass]):
     """
 
     def __init__(self) -> None:
-        super().__init__("searcher")
+        super().__init__("searcher", entry_point_group="nas.searchers")
         self._declared: dict[str, tuple[str, str]] = {}
 
     def declare(self, name: str, module: str, kind: str) -> None:
