@@ -190,6 +190,11 @@ class Trainer:
       a dict of values (dev metrics) added to that epoch's history row.
     * ``stateful``: name → object with ``state_dict()``/``load_state_dict()``, saved in and
       restored from the checkpoint.
+
+    Under ``torchrun`` initialise the process group first (gloo on CPU; on GPUs NCCL, after
+    ``torch.cuda.set_device(local_rank)``, with the model already on that device). The
+    batch source yields the same global batches on every rank; ``find_unused_parameters``
+    is DDP's (needed when a step leaves parameters unused, as hard Gumbel sampling does).
     """
 
     def __init__(self, model: nn.Module, settings: TrainSettings, batches: BatchSource,
@@ -456,7 +461,7 @@ class Trainer:
                         "repeat the interrupted run exactly", path, len(rng), self.world)
         mine = rng[self.rank % len(rng)]
         torch.set_rng_state(mine["torch"])
-        if "cuda" in mine and torch.cuda.is_available():
+        if "cuda" in mine and self.device.type == "cuda":
             torch.cuda.set_rng_state(mine["cuda"], self.device)
         pos = state["position"]
         self.epoch, self.batch, self.step = pos["epoch"], pos["batch"], pos["step"]
