@@ -4,26 +4,34 @@ Layout::
 
     RUN/config.yaml        the configuration snapshot the run was started with
     RUN/log.jsonl          one JSON line per stage or epoch (appended, never rewritten)
-    RUN/checkpoint.pt      the last checkpoint (written atomically)
+    RUN/checkpoint.safetensors  the last checkpoint (nas.checkpoint format, atomic)
     RUN/*.json             results: derived architecture, metrics...
     RUN/export/            the standalone model
 
 A run interrupted at any point loses nothing that was finished: checkpoints and
-results are written to a temporary file and renamed.
+results are written to a temporary file and renamed (:mod:`nas.checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
+from nas.checkpoint import (
+    CheckpointError,
+    atomic_write_json,
+    atomic_write_text,
+    load_state,
+    save_state,
+)
 from nas.errors import NasError
+
+CHECKPOINT_SUFFIX = ".safetensors"
+LEGACY_SUFFIX = ".pt"  # pickle checkpoints of earlier versions: refused, never loaded
 
 
 class RunDir:
@@ -46,7 +54,7 @@ class RunDir:
                         "started with; resume with the same file or start a new run")
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
-                self._atomic_write(snapshot, yaml.safe_dump(config, sort_keys=False))
+                atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
         elif not snapshot.is_file():
             raise NasError(f"{self.path} is not a run directory (no config.yaml)")
 
@@ -68,24 +76,39 @@ class RunDir:
 
     def save_json(self, name: str, data: Any) -> Path:
         path = self.path / name
-        self._atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        atomic_write_json(path, data, default=str)
         return path
 
     def load_json(self, name: str) -> Any | None:
         path = self.path / name
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def save_checkpoint(self, state: dict[str, Any], name: str = "checkpoint.pt") -> None:
-        tmp = self.path / (name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.path / name)
+    def checkpoint_path(self, name: str = "checkpoint") -> Path:
+        """``RUN/<name>.safetensors``; a ``.pt`` suffix in ``name`` (older callers) is dropped."""
+        stem = name.removesuffix(LEGACY_SUFFIX).removesuffix(CHECKPOINT_SUFFIX)
+        return self.path / (stem + CHECKPOINT_SUFFIX)
 
-    def load_checkpoint(self, name: str = "checkpoint.pt") -> dict[str, Any] | None:
-        path = self.path / name
-        return torch.load(path, weights_only=False) if path.is_file() else None
+    def save_checkpoint(self, state: dict[str, Any], name: str = "checkpoint") -> Path:
+        """Write ``state`` (nested dicts of state dicts, numbers...) as a checkpoint."""
+        path = self.checkpoint_path(name)
+        save_state(path, state)
+        return path
 
-    @staticmethod
-    def _atomic_write(path: Path, text: str) -> None:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    def load_checkpoint(self, name: str = "checkpoint") -> dict[str, Any] | None:
+        """The state saved under ``name``, or ``None`` when there is none.
+
+        A leftover pickle checkpoint (``<name>.pt``) of an earlier version is an error:
+        unpickling can run code, so it is never loaded.
+        """
+        path = self.checkpoint_path(name)
+        if path.is_file():
+            return load_state(path)
+        legacy = path.with_suffix(LEGACY_SUFFIX)
+        if legacy.is_file():
+            raise CheckpointError(
+                f"{legacy}: a checkpoint in the old pickle format, which is refused (loading "
+                "it could run code); delete it and run the stage again")
+        return None
+
+    def remove_checkpoint(self, name: str = "checkpoint") -> None:
+        self.checkpoint_path(name).unlink(missing_ok=True)

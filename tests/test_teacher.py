@@ -102,11 +102,57 @@ def test_interrupted_finetune_resumes_without_losing_steps(
         finetune_teacher("mrpc", str(tiny_teacher), config=TINY, cache_dir=cache,
                          checkpoint_every=1, progress=False)
     (run_dir,) = (cache / "teachers").iterdir()
-    assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "result.json").exists()
+    ckpt = run_dir / "checkpoint.safetensors"
+    assert ckpt.is_file() and not (run_dir / "result.json").exists()
     res = finetune_teacher("mrpc", str(tiny_teacher), config=TINY, cache_dir=cache,
                            checkpoint_every=1, progress=False)
     assert res.steps == 2 and "accuracy" in res.metrics and len(res.history) == 1
-    assert not (run_dir / "checkpoint.pt").exists() and (run_dir / "result.json").is_file()
+    assert not ckpt.exists() and (run_dir / "result.json").is_file()
+
+
+def test_finetune_resumes_bit_identically_inside_an_epoch(
+    tiny_teacher: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed in the second epoch after a checkpoint inside it (dropout on, shuffled data):
+    the resumed run ends with the very weights and history of an unbroken one."""
+    import torch
+    from safetensors.torch import load_file
+
+    import nas.data
+
+    config = FinetuneConfig(epochs=2, batch_size=8, max_seq_len=32, max_train_examples=24,
+                            lr=1e-3)  # 3 steps per epoch; checkpoints at steps 2, 3, 4, 6
+
+    def finetune(cache: Path) -> nas.teacher.FinetuneResult:
+        return finetune_teacher("mrpc", str(tiny_teacher), config=config, cache_dir=cache,
+                                checkpoint_every=2, progress=False)
+
+    straight = finetune(tmp_path / "straight")
+    real_iter, served = nas.data.iter_batches, {"n": 0}
+
+    def dying_iter(*args: object, **kwargs: object):
+        for batch in real_iter(*args, **kwargs):
+            if kwargs.get("shuffle"):  # a training batch, not a dev one
+                served["n"] += 1
+                if served["n"] == 6:  # epoch 2, batch 3: the last checkpoint is at step 4
+                    raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(nas.data, "iter_batches", dying_iter)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(tmp_path / "killed")
+    monkeypatch.setattr(nas.data, "iter_batches", real_iter)
+    (run_dir,) = (tmp_path / "killed" / "teachers").iterdir()
+    from nas.checkpoint import load_state
+
+    assert load_state(run_dir / "checkpoint.safetensors")["position"] == {
+        "epoch": 1, "batch": 1, "step": 4}
+    resumed = finetune(tmp_path / "killed")
+    assert resumed.history == straight.history and resumed.steps == straight.steps == 6
+    want = load_file(str(Path(straight.model_dir) / "model.safetensors"))
+    got = load_file(str(Path(resumed.model_dir) / "model.safetensors"))
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
 
 
 def test_cli_finetune_json_and_errors(tiny_teacher: Path, tmp_path: Path,
