@@ -241,13 +241,33 @@ class MultiTrialSearcher(abc.ABC):
 # ---------------------------------------------------------------------------
 
 Batch = Mapping[str, Any]
-StepFn = Callable[[Batch, Batch], Mapping[str, float]]
 
 
 class Stateful(Protocol):
     def state_dict(self) -> Mapping[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class SearchProcedure(Stateful, Protocol):
+    """What a one-shot searcher hands to ``trainer.fit``: the hooks of one weight-sharing
+    search inside the shared training loop (:class:`nas.train.Trainer`).
+
+    settings: the weight optimiser and schedule (:class:`nas.train.TrainSettings`).
+    before_step(step, batch): runs before each weight step on the paired batch
+        ``{"train": …, "val": …}`` (e.g. an architecture step on ``"val"``); returns
+        values to log.
+    weight_loss(model, batch): the weight step's loss on the paired batch, or
+        ``(loss, info)``.
+    state_dict()/load_state_dict(): the search's own state (α, its optimiser, sampling
+        generators), saved in the loop's checkpoint.
+    """
+
+    settings: Any
+
+    def before_step(self, step: int, batch: Batch) -> Mapping[str, float]: ...
+
+    def weight_loss(self, model: Any, batch: Batch) -> Any: ...
 
 
 class SupernetTrainer(Protocol):
@@ -261,10 +281,9 @@ class SupernetTrainer(Protocol):
     train_batches(epoch, start_batch): the epoch's training batches from ``start_batch``
         on (deterministic per epoch, so a resumed run sees the same batches).
     val_batches(epoch): the epoch's validation batches (for architecture steps).
-    fit(step, state): runs ``step(train_batch, val_batch)`` over every remaining batch of
-        every epoch; it owns checkpoints (``state.state_dict()``), resumption
-        (``state.load_state_dict``), logging and progress. :func:`run_steps` is the plain
-        loop without checkpoints.
+    fit(search): trains the supernet with the search's hooks; :func:`run_steps` does it
+        with the shared training loop, and a recipe passes its checkpoint file, logging
+        and progress bar through it.
     """
 
     supernet: torch.nn.Module
@@ -277,23 +296,36 @@ class SupernetTrainer(Protocol):
 
     def val_batches(self, epoch: int) -> Sequence[Batch]: ...
 
-    def fit(self, step: StepFn, state: Stateful) -> None: ...
+    def fit(self, search: SearchProcedure) -> None: ...
 
 
-def run_steps(trainer: SupernetTrainer, step: StepFn, start_epoch: int = 0,
-              start_batch: int = 0) -> list[Mapping[str, float]]:
-    """The plain search loop: ``step(train_batch, val_batches[i % n])`` for every batch of
-    every epoch from (``start_epoch``, ``start_batch``); returns each step's info."""
-    infos = []
-    for epoch in range(start_epoch, trainer.epochs):
+def paired_batches(trainer: SupernetTrainer) -> Callable[[int, int], Iterable[Batch]]:
+    """The loop's batch source: ``{"train": b_i, "val": val[i % n]}`` for batch i."""
+
+    def batches(epoch: int, start_batch: int) -> Iterable[Batch]:
         val = list(trainer.val_batches(epoch))
         if not val:
             raise SearcherError(f"epoch {epoch}: no validation batches for the architecture "
                                 "steps; give the search a validation split")
-        first = start_batch if epoch == start_epoch else 0
-        for i, batch in enumerate(trainer.train_batches(epoch, first), start=first):
-            infos.append(step(batch, val[i % len(val)]))
-    return infos
+        for i, batch in enumerate(trainer.train_batches(epoch, start_batch), start=start_batch):
+            yield {"train": batch, "val": val[i % len(val)]}
+
+    return batches
+
+
+def run_steps(trainer: SupernetTrainer, search: SearchProcedure, **loop_options: Any) -> Any:
+    """Train ``trainer.supernet`` with ``search``'s hooks in the shared training loop.
+
+    ``loop_options`` go to :class:`nas.train.Trainer` (``checkpoint``, ``after_step``,
+    ``on_epoch_end``, ``progress``, ``desc``…); returns its :class:`~nas.train.TrainResult`.
+    """
+    from nas.train import Trainer  # torch: imported when a search runs, not when listing
+
+    loop_options.setdefault("progress", False)
+    return Trainer(trainer.supernet, search.settings, paired_batches(trainer),
+                   trainer.steps_per_epoch, search.weight_loss,
+                   before_step=search.before_step, stateful={"search": search},
+                   **loop_options).fit()
 
 
 class OneShotSearcher(abc.ABC):
@@ -302,13 +334,14 @@ class OneShotSearcher(abc.ABC):
         searcher = SEARCHERS.get(name)(seed=0, **options)
         candidate = searcher.search(space, trainer)   # builds the relaxation over
                                                       # trainer.supernet, then calls
-                                                      # trainer.fit(step, state), then derives
+                                                      # trainer.fit(search), then derives
         searcher.best()                               # the same candidate
 
     Constructors take ``seed`` and keyword options that all have defaults (the contract
     tests build ``cls(seed=0)``). ``state_dict()`` is JSON-safe and holds the derived
     candidate (a finished search is not redone); the state *during* the search (weights,
-    α, optimisers) is what ``fit`` checkpoints through its ``state`` argument.
+    α, optimisers) is what ``fit`` checkpoints (the search procedure's state travels in
+    the training loop's checkpoint).
     """
 
     kind: ClassVar[str] = "one-shot"

@@ -14,8 +14,10 @@ The pieces are small and separately tested:
 * :func:`derive_cell_architecture` -- K = argmax; per intermediate node keep the two
   strongest incoming edges ranked by their strongest non-zero op; each kept edge takes
   its arg-max non-zero op; the other edges become ``zero``.
-* :class:`DifferentiableSearch` -- the bilevel first-order loop: an architecture step
-  (Adam) on a validation batch, then a weight step (SGD) on a training batch.
+* :class:`DifferentiableSearch` -- the bilevel first-order step: an architecture step
+  (Adam) on a validation batch before each weight step on a training batch. The weight
+  steps themselves (SGD, cosine schedule, clipping, checkpoints, resume) are the shared
+  training loop's (:mod:`nas.train`); this class supplies its hooks.
 * :class:`DifferentiableSearcher` -- the same search behind the one-shot searcher
   contract (registered as ``differentiable``).
 """
@@ -37,6 +39,7 @@ from nas.graph import ChoiceRef, plan
 from nas.network import GraphNet, ModelOutput
 from nas.ops import OPS
 from nas.space import SearchSpace
+from nas.train import TrainSettings
 from searchers.base import SEARCHERS, Candidate, OneShotSearcher, SearcherError, SupernetTrainer
 
 
@@ -150,22 +153,37 @@ def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
 LossFn = Callable[[ModelOutput, Mapping[str, torch.Tensor]], torch.Tensor]
 
 
+def weight_settings(*, epochs: int, lr: float = 2e-2, lr_min: float = 5e-4,
+                    checkpoint_every: int = 200, grad_clip: float = 5.0) -> TrainSettings:
+    """The weight optimiser of the search (SPEC §2, §8): SGD momentum 0.9, cosine from
+    ``lr`` to ``lr_min``, no weight decay, gradients clipped at norm 5."""
+    return TrainSettings(epochs=epochs, optimizer="sgd", momentum=0.9, lr=lr, lr_min=lr_min,
+                         weight_decay=0.0, schedule="cosine", grad_clip=grad_clip,
+                         checkpoint_every=checkpoint_every)
+
+
 class DifferentiableSearch:
     """First-order bilevel search over a supernet with hard Gumbel samples (GDAS/AdaBERT).
 
-    ``task_loss(output, batch)`` is the task part of the objective (e.g. (1−γ)·CE + γ·probe
-    KD); the searcher adds β·L_E. Weights: SGD momentum 0.9, lr ``lr`` → ``lr_min`` cosine;
-    architecture: Adam lr 3e-4, betas (0.5, 0.999), weight decay 1e-3 (SPEC §2, §8).
+    It plugs into the shared training loop as its step hooks (:func:`searchers.base.
+    run_steps` wires them): :meth:`before_step` takes the architecture step on the
+    batch's ``"val"`` part (none during the weight warm-up), and :meth:`weight_loss` is
+    the loss of the weight step on its ``"train"`` part. ``task_loss(output, batch)`` is
+    the task part of the objective (e.g. (1−γ)·CE + γ·probe KD); the search adds β·L_E.
+    Architecture optimiser: Adam lr 3e-4, betas (0.5, 0.999), weight decay 1e-3 (SPEC
+    §2, §8). Its state (α, their optimiser, the Gumbel generator) travels in the loop's
+    checkpoint through :meth:`state_dict`.
     """
 
     def __init__(self, space: SearchSpace, supernet: GraphNet, task_loss: LossFn, *,
-                 total_steps: int, beta: float = 4.0, lr: float = 2e-2, lr_min: float = 5e-4,
+                 total_steps: int, settings: TrainSettings, beta: float = 4.0,
                  arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
                  schedule: TemperatureSchedule | None = None, seed: int = 0,
                  record: tuple[str, ...] = (), arch_warmup_steps: int = 0) -> None:
         self.space = space
         self.supernet = supernet
         self.task_loss = task_loss
+        self.settings = settings
         self.beta = beta
         self.total_steps = total_steps
         self.record = record
@@ -180,43 +198,30 @@ class DifferentiableSearch:
         depth = [c for c in relaxed if c.kind == "depth"]
         self.depth_choice = depth[0] if depth else None
         self.schedule = schedule or TemperatureSchedule(total_steps - arch_warmup_steps)
-        self.w_opt = torch.optim.SGD(supernet.parameters(), lr=lr, momentum=0.9)
-        self.w_sched = torch.optim.lr_scheduler.CosineAnnealingLR(
-            self.w_opt, T_max=max(1, total_steps), eta_min=lr_min)
         self.a_opt = torch.optim.Adam(self.alphas.parameters(), lr=arch_lr, betas=(0.5, 0.999),
                                       weight_decay=arch_weight_decay)
-        self.step_count = 0
+        self.step_count = 0  # weight steps done (set by the loop before each step)
 
-    def _loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        tau = self.schedule(max(0, self.step_count - self.arch_warmup_steps))
+    def tau(self) -> float:
+        return self.schedule(max(0, self.step_count - self.arch_warmup_steps))
+
+    def _loss(self, model: nn.Module, batch: Mapping[str, torch.Tensor]
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+        tau = self.tau()
         weights = self.alphas.gumbel(tau, hard=True, generator=self.generator)
-        out = self.supernet(batch, weights=weights, hard=True, record=self.record)
+        out = model(batch, weights=weights, hard=True, record=self.record)
         task = self.task_loss(out, batch)
         eff = efficiency_loss(weights, self.costs, self.depth_choice)
         info = {"task_loss": task.item(), "efficiency": eff.item(), "tau": tau}
         return task + self.beta * eff, info
 
-    def step(self, train_batch: Mapping[str, torch.Tensor],
-             val_batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
-        """One architecture step on ``val_batch`` (none during the warm-up), then one weight
-        step on ``train_batch``."""
-        self.supernet.train()
-        arch_loss = torch.tensor(float("nan"))
-        if self.step_count >= self.arch_warmup_steps:
-            arch_loss = self._arch_step(val_batch)
-
-        self.w_opt.zero_grad(set_to_none=True)
-        loss, info = self._loss(train_batch)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.supernet.parameters(), 5.0)
-        self.w_opt.step()
-        self.w_sched.step()
-        self.step_count += 1
-        return {"loss": loss.item(), "arch_loss": arch_loss.item(), **info}
-
-    def _arch_step(self, val_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def before_step(self, step: int, batch: Mapping[str, Any]) -> dict[str, float]:
+        """The architecture step on ``batch["val"]`` (NaN while α is frozen)."""
+        self.step_count = step
+        if step < self.arch_warmup_steps:
+            return {"arch_loss": float("nan")}
         self.a_opt.zero_grad(set_to_none=True)
-        arch_loss, _ = self._loss(val_batch)
+        arch_loss, _ = self._loss(self.supernet, batch["val"])
         # Only α's gradient is needed here: skipping the weight gradients saves about a
         # third of this backward pass (first-order DARTS/GDAS leaves the weights alone).
         alphas = [p for p in self.alphas.parameters() if p.requires_grad]
@@ -224,24 +229,28 @@ class DifferentiableSearch:
         for p, g in zip(alphas, grads, strict=True):
             p.grad = g  # None (unused this step) is skipped by Adam, as after backward()
         self.a_opt.step()
-        return arch_loss.detach()
+        return {"arch_loss": arch_loss.item()}
+
+    def weight_loss(self, model: nn.Module, batch: Mapping[str, Any]
+                    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The weight step's loss on ``batch["train"]`` (``model``: the loop's network,
+        the DDP wrapper under torchrun)."""
+        return self._loss(model, batch["train"])
+
+    def probabilities(self) -> dict[str, list[float]]:
+        return {name: torch.softmax(self.alphas.logits(name).detach(), -1).tolist()
+                for name in self.alphas.choices}
 
     def derive(self) -> Architecture:
         return derive_cell_architecture(self.space, self.alphas)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"supernet": self.supernet.state_dict(), "alphas": self.alphas.state_dict(),
-                "w_opt": self.w_opt.state_dict(), "w_sched": self.w_sched.state_dict(),
-                "a_opt": self.a_opt.state_dict(), "step": self.step_count,
+        return {"alphas": self.alphas.state_dict(), "a_opt": self.a_opt.state_dict(),
                 "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.supernet.load_state_dict(state["supernet"])
         self.alphas.load_state_dict(state["alphas"])
-        self.w_opt.load_state_dict(state["w_opt"])
-        self.w_sched.load_state_dict(state["w_sched"])
         self.a_opt.load_state_dict(state["a_opt"])
-        self.step_count = int(state["step"])
         self.generator.set_state(state["generator"])
 
 
@@ -250,23 +259,23 @@ class DifferentiableSearcher(OneShotSearcher):
     """GDAS/AdaBERT search as a one-shot searcher (SPEC §2, §8).
 
     :meth:`search` builds a :class:`DifferentiableSearch` over ``trainer.supernet`` and
-    ``trainer.task_loss`` for ``epochs × steps_per_epoch`` steps, hands its ``step`` to
-    ``trainer.fit`` (which loops, checkpoints and resumes), and derives the architecture.
-    α stays frozen for the first ``arch_warmup`` fraction of the steps, after which τ
-    follows the staircase schedule over the remaining steps. The candidate's ``params``
-    hold the final choice probabilities.
+    ``trainer.task_loss`` for ``epochs × steps_per_epoch`` steps, hands it to
+    ``trainer.fit`` (the shared training loop with the recipe's checkpoints and logging),
+    and derives the architecture. α stays frozen for the first ``arch_warmup`` fraction
+    of the steps, after which τ follows the staircase schedule over the remaining steps.
+    The candidate's ``params`` hold the final choice probabilities.
     """
 
     def __init__(self, seed: int = 0, *, beta: float = 4.0, lr: float = 2e-2,
                  lr_min: float = 5e-4, arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
-                 tau_every: int = 100, arch_warmup: float = 0.0,
+                 tau_every: int = 100, arch_warmup: float = 0.0, checkpoint_every: int = 200,
                  record: tuple[str, ...] = ()) -> None:
         super().__init__(seed)
         if not 0.0 <= arch_warmup < 1.0:
             raise SearcherError(f"arch_warmup is a fraction of the search in [0, 1), got "
                                 f"{arch_warmup}")
-        self.options = dict(beta=beta, lr=lr, lr_min=lr_min, arch_lr=arch_lr,
-                            arch_weight_decay=arch_weight_decay)
+        self.beta, self.arch_lr, self.arch_weight_decay = beta, arch_lr, arch_weight_decay
+        self.lr, self.lr_min, self.checkpoint_every = lr, lr_min, checkpoint_every
         self.tau_every = tau_every
         self.arch_warmup = arch_warmup
         self.record = tuple(record)
@@ -278,12 +287,14 @@ class DifferentiableSearcher(OneShotSearcher):
             raise SearcherError(f"the search has {trainer.epochs} epoch(s) of "
                                 f"{trainer.steps_per_epoch} step(s); it needs at least one")
         warmup = int(self.arch_warmup * total)
+        settings = weight_settings(epochs=trainer.epochs, lr=self.lr, lr_min=self.lr_min,
+                                   checkpoint_every=self.checkpoint_every)
         self.engine = DifferentiableSearch(
-            space, trainer.supernet, trainer.task_loss, total_steps=total,
+            space, trainer.supernet, trainer.task_loss, total_steps=total, settings=settings,
+            beta=self.beta, arch_lr=self.arch_lr, arch_weight_decay=self.arch_weight_decay,
             schedule=TemperatureSchedule(total - warmup, every=self.tau_every),
-            seed=self.seed, record=self.record, arch_warmup_steps=warmup, **self.options)
-        trainer.fit(self.engine.step, self.engine)
-        probs = {name: torch.softmax(self.engine.alphas.logits(name).detach(), -1).tolist()
-                 for name in self.engine.alphas.choices}
-        self._best = Candidate(0, self.engine.derive(), {"probabilities": probs})
+            seed=self.seed, record=self.record, arch_warmup_steps=warmup)
+        trainer.fit(self.engine)
+        self._best = Candidate(0, self.engine.derive(),
+                               {"probabilities": self.engine.probabilities()})
         return self._best

@@ -74,6 +74,35 @@ class PruneAfter(NullTrial):
         return len(self.reports) >= self.n
 
 
+def _batch(space, seed, n=4):
+    import torch
+
+    from nas.cost import batch_for
+
+    g = torch.Generator().manual_seed(seed)
+    batch = batch_for(space, n, 8)
+    ids = torch.randint(0, space.config["vocab_size"], batch["input_ids"].shape, generator=g)
+    return {**batch, "input_ids": ids, "labels": torch.randint(0, 2, (n,), generator=g)}
+
+
+def _retrain(space, inner, workdir=None):
+    """The distilled-retrain evaluator on random token batches (2 epochs of 2 steps)."""
+    import torch
+
+    from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
+    from nas.train import TrainSettings
+
+    task = RetrainTask(
+        train_batches=lambda epoch, start: [_batch(space, 100 * epoch + i)
+                                            for i in range(start, 2)],
+        steps_per_epoch=2,
+        loss=lambda model, b: torch.nn.functional.cross_entropy(model(b).logits, b["labels"]),
+        val_batches=[_batch(space, 7)], test_batches=[_batch(space, 8)],
+        latency_batches={1: _batch(space, 9, n=1)}, seq_len=SEQ)
+    return DistilledRetrainEvaluator(space, task, TrainSettings(epochs=2, lr=1e-2), seed=0,
+                                     workdir=workdir, latency_repeats=1)
+
+
 # Every registered evaluator needs an entry here: a small instance on the test space,
 # and whether it wraps an inner evaluator (then ``inner`` is passed in).
 CASES = {
@@ -83,6 +112,7 @@ CASES = {
         inner or CostEvaluator(space, ("params",), seq_len=SEQ), space, seq_len=SEQ,
         max_params=1e9, targets={"params": 1e3}, penalty_weight=1e-3,
         extra_objectives=("flops",)), True),
+    "distilled-retrain": (lambda space, inner: _retrain(space, inner), False),
 }
 
 
@@ -307,3 +337,37 @@ def test_soft_targets_need_a_single_inner_objective(space):
                          targets={"params": 1.0})
     with pytest.raises(EvaluatorError, match="repeat"):
         PenaltyEvaluator(CostEvaluator(space, ("params",)), space, extra_objectives=("params",))
+
+
+def test_retrain_writes_weights_scores_test_and_resumes(space, arch, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    straight = _retrain(space, None, tmp_path / "a")(arch)
+    assert straight.ok and {"val_accuracy", "test_accuracy"} <= set(straight.metrics)
+    assert straight.costs["params"] == count_costs(space, arch, SEQ).params
+    assert straight.costs["latency"]["batch1"]["median_ms"] > 0
+    weights = tmp_path / "a" / arch.id / "model.safetensors"
+    assert weights.is_file() and not (tmp_path / "a" / arch.id / "checkpoint.safetensors").exists()
+
+    class Stop(Exception):
+        pass
+
+    evaluator = _retrain(space, None, tmp_path / "b")
+    real_loss = evaluator.task.loss
+    calls = {"n": 0}
+
+    def dying(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:  # inside the second epoch, after the first epoch's checkpoint
+            raise Stop
+        return real_loss(model, batch)
+
+    evaluator.task.loss = dying
+    with pytest.raises(Stop):
+        evaluator.evaluate(arch)
+    evaluator.task.loss = real_loss
+    resumed = evaluator(arch)
+    assert resumed.values == straight.values and resumed.metrics == straight.metrics
+    a, b = load_file(str(weights)), load_file(str(tmp_path / "b" / arch.id / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -255,7 +255,7 @@ class SyntheticTrainer:
         self.supernet = build_supernet(space)
         self.epochs, self.steps_per_epoch = epochs, steps_per_epoch
         self.space, self.batch_size, self.seq_len = space, batch_size, seq_len
-        self.fits, self.infos = 0, []
+        self.fits, self.result = 0, None
 
     def _batch(self, seed):
         g = torch.Generator().manual_seed(seed)
@@ -276,10 +276,10 @@ class SyntheticTrainer:
     def val_batches(self, epoch):
         return [self._batch(10_000 + epoch)]
 
-    def fit(self, step, state):
+    def fit(self, search):
         self.fits += 1
-        assert callable(state.state_dict) and callable(state.load_state_dict)
-        self.infos += run_steps(self, step)
+        assert callable(search.state_dict) and callable(search.load_state_dict)
+        self.result = run_steps(self, search)
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +294,7 @@ def test_one_shot_search_returns_a_valid_candidate(name, adabert):
         searcher.best()
     trainer = SyntheticTrainer(adabert)
     candidate = searcher.search(adabert, trainer)
-    assert trainer.fits == 1 and len(trainer.infos) == trainer.epochs * trainer.steps_per_epoch
+    assert trainer.fits == 1 and trainer.result.steps == trainer.epochs * trainer.steps_per_epoch
     assert isinstance(candidate, Candidate) and candidate.id == 0
     assert adabert.validate(dict(candidate.arch)) == candidate.arch
     assert searcher.best() == candidate

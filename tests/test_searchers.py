@@ -19,6 +19,7 @@ from searchers.differentiable import (
     derive_cell_architecture,
     efficiency_loss,
     op_cost_table,
+    weight_settings,
 )
 from searchers.random_search import RandomSearcher
 
@@ -88,6 +89,23 @@ def test_derivation_keeps_two_strongest_edges_per_node_and_argmax_depth(space):
     assert arch["cell.n2.from_prev2"] == "zero" and arch["cell.n2.from_n0"] == "zero"
 
 
+class FixedBatchTrainer:
+    """One batch for training and validation, trained by the shared loop."""
+
+    def __init__(self, supernet, batch, loss, epochs=2, steps_per_epoch=3, **loop):
+        self.supernet, self.batch, self.task_loss = supernet, batch, loss
+        self.epochs, self.steps_per_epoch, self.loop = epochs, steps_per_epoch, loop
+
+    def train_batches(self, epoch, start_batch=0):
+        return [self.batch] * (self.steps_per_epoch - start_batch)
+
+    def val_batches(self, epoch):
+        return [self.batch]
+
+    def fit(self, search):
+        self.result = run_steps(self, search, **self.loop)
+
+
 def _search(space, seed=0, steps=6, warmup=0):
     torch.manual_seed(seed)
     supernet = build_supernet(space)
@@ -96,48 +114,58 @@ def _search(space, seed=0, steps=6, warmup=0):
     def loss(out, b):
         return torch.nn.functional.cross_entropy(out.logits, b["labels"])
 
-    return DifferentiableSearch(space, supernet, loss, total_steps=steps, seed=seed,
-                                arch_warmup_steps=warmup), batch
+    search = DifferentiableSearch(space, supernet, loss, total_steps=steps, seed=seed,
+                                  settings=weight_settings(epochs=1), arch_warmup_steps=warmup)
+    return search, FixedBatchTrainer(supernet, batch, loss, epochs=1, steps_per_epoch=steps)
 
 
 def test_search_resumes_exactly_from_a_checkpoint(space, tmp_path):
-    straight, batch = _search(space)
-    for _ in range(6):
-        straight.step(batch, batch)
+    straight, trainer = _search(space)
+    trainer.fit(straight)
 
-    first, _ = _search(space)
-    for _ in range(3):
-        first.step(batch, batch)
-    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
-    resumed, _ = _search(space, seed=0)
-    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt"))
-    for _ in range(3):
-        info = resumed.step(batch, batch)
-    assert math.isfinite(info["loss"]) and resumed.step_count == 6
+    class Stop(Exception):
+        pass
+
+    def stop_after_3(step, info):
+        if step == 3:
+            raise Stop
+
+    first, trainer = _search(space)
+    trainer.loop = {"checkpoint": tmp_path / "search.safetensors", "after_step": stop_after_3}
+    first.settings = weight_settings(epochs=1, checkpoint_every=3)
+    with pytest.raises(Stop):
+        trainer.fit(first)
+    resumed, trainer = _search(space, seed=0)
+    resumed.settings = weight_settings(epochs=1, checkpoint_every=3)
+    trainer.loop = {"checkpoint": tmp_path / "search.safetensors"}
+    trainer.fit(resumed)
+    assert trainer.result.steps == 6 and math.isfinite(trainer.result.history[-1]["loss"])
     for name in straight.alphas.choices:
         assert torch.equal(straight.alphas.logits(name), resumed.alphas.logits(name))
     assert straight.derive() == resumed.derive()
+    for a, b in zip(straight.supernet.parameters(), resumed.supernet.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_search_moves_the_architecture_parameters(space):
-    search, batch = _search(space)
+    search, trainer = _search(space, steps=1)
     before = {n: search.alphas.logits(n).detach().clone() for n in search.alphas.choices}
-    search.step(batch, batch)
+    trainer.fit(search)
     moved = [n for n in before if not torch.equal(before[n], search.alphas.logits(n))]
     assert "depth" in moved and len(moved) >= 5
 
 
 def test_architecture_is_frozen_during_the_weight_warm_up(space):
-    search, batch = _search(space, warmup=2)
+    search, trainer = _search(space, steps=2, warmup=2)
     before = {n: search.alphas.logits(n).detach().clone() for n in search.alphas.choices}
     weights = {n: p.detach().clone() for n, p in search.supernet.named_parameters()}
-    for _ in range(2):
-        info = search.step(batch, batch)
-        assert math.isnan(info["arch_loss"])
+    logged = []
+    trainer.loop = {"after_step": lambda step, info: logged.append(info)}
+    trainer.fit(search)
+    assert all(math.isnan(info["arch_loss"]) for info in logged) and len(logged) == 2
     assert all(torch.equal(before[n], search.alphas.logits(n)) for n in before)
     assert any(not torch.equal(weights[n], p) for n, p in search.supernet.named_parameters())
-    info = search.step(batch, batch)
-    assert math.isfinite(info["arch_loss"])
+    assert math.isfinite(search.before_step(2, {"val": trainer.batch})["arch_loss"])
     assert any(not torch.equal(before[n], search.alphas.logits(n)) for n in before)
 
 
@@ -153,33 +181,15 @@ def test_random_searcher_is_seeded_by_its_own_generator(space):
     assert SEARCHERS.get("random") is RandomSearcher
 
 
-class FixedBatchTrainer:
-    """One batch for training and validation, looped by the plain loop."""
-
-    def __init__(self, supernet, batch, loss, epochs=2, steps_per_epoch=3):
-        self.supernet, self.batch, self.task_loss = supernet, batch, loss
-        self.epochs, self.steps_per_epoch = epochs, steps_per_epoch
-
-    def train_batches(self, epoch, start_batch=0):
-        return [self.batch] * (self.steps_per_epoch - start_batch)
-
-    def val_batches(self, epoch):
-        return [self.batch]
-
-    def fit(self, step, state):
-        run_steps(self, step)
-
-
 def test_differentiable_searcher_runs_the_search_it_wraps(space):
-    manual, batch = _search(space, steps=6)
-    for _ in range(6):
-        manual.step(batch, batch)
+    manual, trainer = _search(space, steps=6)
+    trainer.fit(manual)
 
-    wrapped, _ = _search(space, steps=6)  # same seed: same supernet initialisation
+    wrapped, trainer = _search(space, steps=6)  # same seed: same supernet initialisation
     searcher = SEARCHERS.get("differentiable")(seed=0)
-    candidate = searcher.search(space, FixedBatchTrainer(wrapped.supernet, batch,
-                                                         wrapped.task_loss))
-    assert searcher.engine.step_count == 6
+    candidate = searcher.search(space, FixedBatchTrainer(wrapped.supernet, trainer.batch,
+                                                         wrapped.task_loss, epochs=1,
+                                                         steps_per_epoch=6))
     for name in manual.alphas.choices:
         assert torch.equal(manual.alphas.logits(name), searcher.engine.alphas.logits(name))
     assert candidate.arch == manual.derive() == searcher.best().arch
@@ -191,7 +201,7 @@ def test_differentiable_searcher_runs_the_search_it_wraps(space):
 def test_differentiable_searcher_checks_its_options(space):
     with pytest.raises(SearcherError, match="arch_warmup"):
         SEARCHERS.get("differentiable")(arch_warmup=1.0)
-    search, batch = _search(space)
-    empty = FixedBatchTrainer(search.supernet, batch, search.task_loss, epochs=0)
+    search, trainer = _search(space)
+    empty = FixedBatchTrainer(search.supernet, trainer.batch, search.task_loss, epochs=0)
     with pytest.raises(SearcherError, match="at least one"):
         SEARCHERS.get("differentiable")().search(space, empty)
