@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from nas.cost import count_costs
-from recipes.adabert import AdaBertRun, load_config
+from recipes.adabert import AdaBert, load_config, open_run
 
 
 def main() -> None:
@@ -42,11 +42,10 @@ def main() -> None:
     for beta in (float(b) for b in args.betas.split(",")):
         cfg = dataclasses.replace(base, search=dataclasses.replace(base.search, beta=beta))
         out = Path(args.out) / f"beta_{beta:g}"
-        run = AdaBertRun(cfg, out, resume=out.exists(), progress=False)
-        run.prepare()
+        ctx = open_run(cfg, out, resume=(out / "config.yaml").is_file())
         start = time.time()
-        arch = run.search()
-        costs = count_costs(run.space, arch, cfg.data.max_seq_len)
+        arch = AdaBert().search(ctx, "differentiable")
+        costs = count_costs(ctx.space, arch, cfg.data.max_seq_len)
         row = {"beta": beta, "arch_id": arch.id, "depth": arch["depth"],
                "params": costs.params, "encoder_params": costs.params_by_group["encoder"],
                "flops": costs.flops, "search_seconds": round(time.time() - start, 1),

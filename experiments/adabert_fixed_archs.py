@@ -32,7 +32,8 @@ import json
 import time
 from pathlib import Path
 
-from recipes.adabert import AdaBertRun, load_config
+from evaluators.base import run_evaluation
+from recipes.adabert import load_config, open_run
 
 
 def main() -> None:
@@ -44,22 +45,24 @@ def main() -> None:
                              "derived_arch.json)")
     parser.add_argument("--out", default="runs/adabert_fixed_archs")
     args = parser.parse_args()
-    run = AdaBertRun(load_config(args.config), args.out, resume=True, progress=False)
-    run.prepare()
+    out = Path(args.out)
+    ctx = open_run(load_config(args.config), out, resume=(out / "config.yaml").is_file())
+    evaluator = ctx.retrain_evaluator()
     archs = {}
     for item in filter(None, args.archs.split(",")):
         depth, op = item.split(":")
         values = {name: (op if name.startswith("cell.") else value)
-                  for name, value in run.space.default().items()}
+                  for name, value in ctx.space.default().items()}
         archs[f"depth{depth}_{op}"] = {**values, "depth": int(depth)}
     for path in args.derived:
         archs[f"derived_{Path(path).parent.name}"] = json.loads(Path(path).read_text())["choices"]
     for tag, choices in archs.items():
-        arch = run.space.validate(choices)
+        arch = ctx.space.validate(choices)
         start = time.time()
-        _, result = run.retrain(arch, tag)
-        print(json.dumps({"arch": tag, "depth": arch["depth"], "dev": result["dev"],
-                          "params": result["params"], "flops": result["flops"],
+        result = run_evaluation(evaluator, arch)
+        print(json.dumps({"arch": tag, "depth": arch["depth"], "status": str(result.status),
+                          **result.metrics, "params": result.costs.get("params"),
+                          "flops": result.costs.get("flops"),
                           "seconds": round(time.time() - start, 1)}), flush=True)
 
 

@@ -21,13 +21,16 @@ def _ms(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
-def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any]) -> str:
+def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any],
+         split: str = "dev") -> str:
     lat1 = m["latency"]["batch1"]["median_ms"]
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
     flops = human(m["flops"]) if "flops" in m else "-"  # from 512 to billions
-    value = " / ".join(f"{100 * m['dev'][p]:.2f}" for p in metric_parts(metric))
+    scores = m.get(split)
+    value = (" / ".join(f"{100 * scores[p]:.2f}" for p in metric_parts(metric))
+             if scores else "-")
     return (f"| {name} | {value} | {m['params'] / 1e6:.2f}M | {flops} | "
             f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}× |")
 
@@ -46,28 +49,41 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     metric = metrics.get("metric", "accuracy")
     parts = metric_parts(metric)
     teacher = metrics["teacher"]
+    # Runs made before the report split existed measured on dev only.
+    evaluation = metrics.get("evaluation", {"split": "dev", "file": "the dev split"})
+    split = evaluation["split"]
     lines = [f"# Report: {run.path.name}", "",
-             f"| model | dev {' / '.join(parts)} (%) | params | FLOPs/example | "
+             f"Scores on `{split}` ({evaluation['file']}"
+             + (f", {evaluation['examples']} examples" if "examples" in evaluation else "")
+             + ")" + ("; the searches chose on dev, never on this split." if split != "dev"
+                      else "."), "",
+             f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
-             _row("teacher", teacher, metric, teacher)]
+             _row("teacher", teacher, metric, teacher, split)]
     if "searched" in metrics:
-        lines.append(_row("searched", metrics["searched"], metric, teacher))
+        lines.append(_row("searched", metrics["searched"], metric, teacher, split))
     if "random" in metrics:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):
             name = one.get("tag", f"random{i}").replace("random", "random ", 1)
-            lines.append(_row(name, one, metric, teacher))
+            lines.append(_row(name, one, metric, teacher, split))
         what = "" if len(parts) == 1 else f" (mean of {' and '.join(parts)})"
-        lines += ["", f"random baseline{what}: {100 * r['mean']:.2f} ± {100 * r['std']:.2f} "
-                      f"({len(r['runs'])} architectures)"]
-        if "searched" in metrics:
-            gap = metric_score(metrics["searched"]["dev"], metric) - r["mean"]
+        if r["runs"]:
+            lines += ["", f"random baseline{what}, {split}: {100 * r['mean']:.2f} ± "
+                          f"{100 * r['std']:.2f} ({len(r['runs'])} architectures)"]
+        if r.get("failed"):
+            lines.append(f"failed random trials: {', '.join(map(str, r['failed']))}")
+        if "searched" in metrics and r["runs"] and metrics["searched"].get(split):
+            gap = metric_score(metrics["searched"][split], metric) - r["mean"]
             lines.append(f"searched − random mean: {100 * gap:+.2f} points")
     seq = {m["latency"][f"batch{b}"]["seq_len"] for m in _models(metrics) for b in (1, 32)}
+    where = (f"{split} example(s) closest to its median length of "
+             f"{evaluation['latency_tokens']} tokens" if "latency_tokens" in evaluation
+             else "the first dev example(s)")
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
-                  "forward pass of the first dev example(s), one CPU thread, padded to the "
-                  f"batch's longest ({', '.join(map(str, sorted(seq)))} tokens)."]
+                  f"forward pass of the {where}, one CPU thread, padded to the batch's longest "
+                  f"({', '.join(map(str, sorted(seq)))} tokens)."]
     pictures = _derived_drawing(run)
     method = method_of_run(run)
     if method is not None:

@@ -1,13 +1,26 @@
-"""AdaBERT end to end (Chen et al., 2020; SPEC §2).
+"""AdaBERT (Chen et al., 2020; SPEC §2): task-adaptive CNN students by differentiable
+search, distilled from a fine-tuned BERT teacher.
 
-fine-tuned teacher (cached) → probes (cached) → differentiable search over cells and
-depth with hard Gumbel samples (only the sampled op runs), loss
-(1−γ)·CE + γ·probe-KD + β·L_E → derived architecture → the derived child retrained with
-distillation → dev evaluation → standalone export. ``searcher="random"`` replaces the
-search by random architectures of the same space trained with the same recipe.
+The method's steps, in order (:meth:`AdaBert.run`); each is a call into shared parts:
 
-Everything lands in a :class:`~nas.rundir.RunDir`; every stage that finished is kept,
-and ``resume=True`` continues an interrupted run from its last checkpoint.
+1. **teacher** — the teacher fine-tuned on the task (:func:`nas.teacher.finetune_teacher`,
+   cached by its settings);
+2. **data and probes** — the training subset, the validation split carved from it for
+   the architecture steps, and the teacher's per-layer probe logits (§3.2, cached);
+3. **search** — a one-shot searcher (``differentiable``: hard Gumbel samples, loss
+   (1−γ)·CE + γ·probe-KD + β·L_E) trains the supernet in the shared training loop and
+   derives an architecture; or a multi-trial searcher (``random``: the baseline) asks
+   for ``random_samples`` candidates;
+4. **retrain** — each candidate's child trained from scratch with the same distillation
+   loss (evaluator ``distilled-retrain``), scored on ``dev`` and measured on the task's
+   report split (``test`` when it has one: SST-2's sentences share no phrase with train);
+5. **export** — the searched student as a standalone model.
+
+Every stage starts from a seed derived from the run's seed and the stage's name
+(:mod:`nas.seeding`), so a result does not depend on what ran before it in the process
+(a cold or a warm teacher cache, a resume). Everything lands in a :class:`~nas.rundir.
+RunDir`; a finished stage is never redone and ``--resume`` continues an unfinished one
+from its checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,18 +37,26 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
+from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
 from nas.config import ConfigError
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
+from nas.seeding import seed_stage, stage_seed
+from nas.train import TrainSettings
 
 log = logging.getLogger("nas.adabert")
 
 
 # ---------------------------------------------------------------------------- config
+
+
+def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
+    for name, ok, allowed in pairs:
+        if not ok:
+            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
 
 @dataclass
@@ -45,9 +66,18 @@ class DataSettings:
     val_fraction: float = 0.1  # carved from train for the architecture steps
     max_seq_len: int = 64
 
+    def __post_init__(self) -> None:
+        _check([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
+                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)"),
+                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+
 
 @dataclass
 class SearchSettings:
+    """The search stage (SPEC §2, §8). The weights train with SGD (momentum 0.9, cosine
+    from ``lr`` to ``lr_min``, clip 5); α with Adam (``arch_lr``, ``arch_weight_decay``)."""
+
     epochs: int = 1
     batch_size: int = 32
     gamma: float = 0.8  # weight of probe KD
@@ -62,19 +92,41 @@ class SearchSettings:
     arch_warmup: float = 0.0
     tau_every: int = 100
     checkpoint_every: int = 50  # steps
+    alpha_log_every: int = 50  # steps between α snapshots in log.jsonl
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.arch_warmup < 1.0:
-            raise ValueError(f"arch_warmup must be in [0, 1), got {self.arch_warmup}")
+        _check([("epochs", self.epochs >= 1, "an integer >= 1"),
+                ("batch_size", self.batch_size >= 1, "an integer >= 1"),
+                ("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
+                ("beta", self.beta >= 0.0, "a number >= 0"),
+                ("kd_temperature", self.kd_temperature > 0.0, "a number > 0"),
+                ("lr", self.lr > 0.0, "a number > 0"),
+                ("lr_min", 0.0 <= self.lr_min <= self.lr, f"in [0, lr={self.lr}]"),
+                ("arch_lr", self.arch_lr > 0.0, "a number > 0"),
+                ("arch_weight_decay", self.arch_weight_decay >= 0.0, "a number >= 0"),
+                ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
+                ("tau_every", self.tau_every >= 1, "an integer >= 1"),
+                ("checkpoint_every", self.checkpoint_every >= 1, "an integer >= 1"),
+                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1")], self)
 
 
 @dataclass
-class RetrainSettings:
-    epochs: int = 1
-    batch_size: int = 32
+class RetrainSettings(TrainSettings):
+    """The distilled retrain: the shared loop's settings plus the distillation weights."""
+
     lr: float = 1e-3
+    grad_clip: float | None = 5.0
     gamma: float = 0.8
     kd_temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check([("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
+                ("kd_temperature", self.kd_temperature > 0.0, "a number > 0")], self)
+
+    def train_settings(self) -> TrainSettings:
+        fields = {k: v for k, v in asdict(self).items() if k not in ("gamma", "kd_temperature")}
+        return TrainSettings(**fields)
 
 
 @dataclass
@@ -90,6 +142,25 @@ class AdaBertConfig:
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
     random_samples: int = 3
     latency_repeats: int = 10
+
+    def __post_init__(self) -> None:
+        from nas.teacher import FinetuneConfig
+
+        _check([("name", bool(self.name.strip()), "a non-empty name"),
+                ("task", bool(self.task.strip()), "a task name"),
+                ("random_samples", self.random_samples >= 0, "an integer >= 0"),
+                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        known = set(FinetuneConfig.__dataclass_fields__)
+        unknown = sorted(set(self.teacher_finetune) - known)
+        if unknown:
+            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(sorted(known))}")
+        FinetuneConfig(**self.teacher_finetune)  # its own type checks, before any stage
+
+    def finetune_config(self) -> Any:
+        from nas.teacher import FinetuneConfig
+
+        return FinetuneConfig(**self.teacher_finetune)
 
 
 def load_config(path: str | Path) -> AdaBertConfig:
@@ -111,8 +182,8 @@ def _to_model_batch(batch: dict[str, torch.Tensor], pair: bool) -> dict[str, tor
     return batch
 
 
-def _loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor], probes: np.ndarray,
-          gamma: float, temperature: float) -> torch.Tensor:
+def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
+                      probes: np.ndarray, gamma: float, temperature: float) -> torch.Tensor:
     """(1−γ)·CE + γ·probe KD; student layer logits = the shared classifier on each
     active cell's pooled output (SPEC §2)."""
     from nas.distill.losses import probe_distillation_loss
@@ -141,82 +212,82 @@ def teacher_embedding_init(teacher_dir: str, dim: int) -> torch.Tensor:
     return projected * (weight.std() / projected.std())  # keep the teacher's scale
 
 
-def _init_embeddings(model: Any, table: torch.Tensor) -> None:
+def init_embeddings(model: Any, table: torch.Tensor) -> None:
     with torch.no_grad():
         emb = model.nodes["emb"].word_embeddings.weight
         emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
 
 
-@torch.no_grad()
-def evaluate(model: Any, batches: list[dict[str, torch.Tensor]], metric: str) -> dict[str, float]:
-    from nas.teacher import classification_metrics
+class _HFAdapter(torch.nn.Module):
+    """Calls a transformers classifier with an engine batch (for the latency timer)."""
 
-    model.eval()
-    preds, labels = [], []
-    for b in batches:
-        preds.append(model(b).logits.argmax(-1))
-        labels.append(b["labels"])
-    return classification_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy(), metric)
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.m = model
 
-
-# --------------------------------------------------------------------------- run
+    def forward(self, b: Mapping[str, torch.Tensor]) -> Any:
+        keys = ("input_ids", "attention_mask", "token_type_ids")
+        return self.m(**{k: b[k] for k in keys if k in b})
 
 
-class AdaBertRun:
-    """One run of the recipe; each method is a stage whose result is kept on disk."""
+# --------------------------------------------------------------------- the context
 
-    def __init__(self, config: AdaBertConfig, run_dir: str | Path, data_dir: str | None = None,
-                 resume: bool = False, progress: bool = True) -> None:
-        self.cfg = config
-        self.data_dir = data_dir
-        self.progress = progress
-        self.run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
-        torch.manual_seed(config.seed)
 
-    # -- stages ------------------------------------------------------------------
-    def prepare(self) -> None:
-        from nas.data import load_task, train_val_split
+class AdaBertContext:
+    """Stages 1–2 (teacher, data, probes) and the batches every later stage uses."""
+
+    def __init__(self, config: AdaBertConfig, run: RunDir, options: RunOptions) -> None:
+        self.cfg, self.run, self.options = config, run, options
+
+    def prepare(self) -> AdaBertContext:
+        from nas.data import load_task, report_split, train_val_split
         from nas.distill.cache import cached_probe_logits
         from nas.space import get_space
-        from nas.teacher import FinetuneConfig, finetune_teacher
+        from nas.teacher import finetune_teacher
         from nas.tokenization import load_tokenizer
 
-        cfg = self.cfg
+        cfg, progress = self.cfg, self.options.progress
         log.info("stage 1/5: teacher (fine-tuned on %s, cached)", cfg.task)
-        ft = finetune_teacher(cfg.task, cfg.teacher, self.data_dir,
-                              config=FinetuneConfig(**cfg.teacher_finetune),
-                              progress=self.progress)
-        self.teacher = ft
-        self.run.log("teacher", model_dir=ft.model_dir, metrics=ft.metrics,
-                     from_cache=ft.from_cache)
+        seed_stage(cfg.seed, "teacher")
+        self.teacher = finetune_teacher(cfg.task, cfg.teacher, self.options.data_dir,
+                                        config=cfg.finetune_config(), progress=progress)
+        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
+                     from_cache=self.teacher.from_cache)
 
-        train = load_task(cfg.task, "train", self.data_dir)
+        log.info("stage 2/5: data and teacher probes (cached)")
+        data_dir = self.options.data_dir
+        train = load_task(cfg.task, "train", data_dir)
         if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
-            rng = np.random.default_rng(cfg.seed)
+            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
             train = train.subset(np.sort(rng.permutation(len(train))
                                          [: cfg.data.max_train_examples]).tolist())
         self.train = train
-        self.search_train, self.search_val = train_val_split(train, cfg.data.val_fraction,
-                                                             cfg.seed)
-        self.dev = load_task(cfg.task, "dev", self.data_dir).head(cfg.data.max_dev_examples)
+        self.search_train, self.search_val = train_val_split(
+            train, cfg.data.val_fraction, stage_seed(cfg.seed, "split"))
+        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
+        self.report_split = report_split(cfg.task)
+        self.report = (self.dev if self.report_split == "dev"
+                       else load_task(cfg.task, self.report_split, data_dir))
         self.pair = train.is_pair
-        self.tokenizer = load_tokenizer(ft.model_dir)
-
-        log.info("stage 2/5: teacher probes (cached)")
-        kw = dict(max_seq_len=cfg.data.max_seq_len, progress=self.progress)
+        self.tokenizer = load_tokenizer(self.teacher.model_dir)
+        kw = dict(max_seq_len=cfg.data.max_seq_len, progress=progress)
+        model_dir = self.teacher.model_dir
         self.probes = {
-            "train": cached_probe_logits(ft.model_dir, train, **kw),
-            "search_train": cached_probe_logits(ft.model_dir, train, self.search_train, **kw),
-            "search_val": cached_probe_logits(ft.model_dir, train, self.search_val, **kw),
+            "train": cached_probe_logits(model_dir, train, **kw),
+            "search_train": cached_probe_logits(model_dir, train, self.search_train, **kw),
+            "search_val": cached_probe_logits(model_dir, train, self.search_val, **kw),
         }
         self.space = get_space("adabert", num_labels=train.num_labels, pair=self.pair,
                                **cfg.space)
-        self.embedding_init = teacher_embedding_init(ft.model_dir,
-                                                     self.space.config["hidden"])
-        self.dev_batches = list(self._batches(self.dev, cfg.retrain.batch_size, shuffle=False))
+        self.embedding_init = teacher_embedding_init(model_dir, self.space.config["hidden"])
+        bs = cfg.retrain.batch_size
+        self.dev_batches = list(self.batches(self.dev, bs, shuffle=False))
+        self.report_batches = list(self.batches(self.report, bs, shuffle=False))
+        self.latency_batches = self._median_length_batches()
+        return self
 
-    def _batches(self, data: Any, batch_size: int, shuffle: bool, seed: int = 0,
-                 start: int = 0):
+    def batches(self, data: Any, batch_size: int, shuffle: bool, seed: int = 0,
+                start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
         from nas.data import iter_batches
 
         for b in iter_batches(data, self.tokenizer, batch_size, self.cfg.data.max_seq_len,
@@ -224,237 +295,135 @@ class AdaBertRun:
                               start_batch=start):
             yield _to_model_batch(b, self.pair)
 
-    def search(self) -> Architecture:
-        """Stage 3: the differentiable search; checkpointed, resumable."""
-        from nas.builder import build_supernet
-        from searchers.differentiable import DifferentiableSearch, TemperatureSchedule
+    def _median_length_batches(self) -> dict[int, dict[str, torch.Tensor]]:
+        """Batches of 1 and 32 report-split examples at the split's median token length:
+        the speed ratios hold for typical inputs, not for the first (shortest) one."""
+        from nas.tokenization import encode
 
-        done = self.run.load_json("derived_arch.json")
-        if done is not None:
-            log.info("stage 3/5: search already finished, derived %s", done["choices"])
-            return self.space.validate(done["choices"])
-        cfg, s = self.cfg, self.cfg.search
-        per_epoch = math.ceil(len(self.search_train) / s.batch_size)
-        total = s.epochs * per_epoch
-        warmup = int(s.arch_warmup * total)
-        supernet = build_supernet(self.space)
-        _init_embeddings(supernet, self.embedding_init)
-        probes = self.probes
-
-        def task_loss(out, batch):
-            source = probes["search_val" if batch.get("split") == "val" else "search_train"]
-            return _loss(supernet, out, batch, source, s.gamma, s.kd_temperature)
-
-        search = DifferentiableSearch(
-            self.space, supernet, task_loss, total_steps=total, beta=s.beta, lr=s.lr,
-            lr_min=s.lr_min, arch_lr=s.arch_lr, arch_weight_decay=s.arch_weight_decay,
-            schedule=TemperatureSchedule(total - warmup, every=s.tau_every), seed=cfg.seed,
-            record=("layer_features",), arch_warmup_steps=warmup)
-        start_epoch, start_batch, sums = 0, 0, {}
-        ckpt = self.run.load_checkpoint()
-        if ckpt is not None:
-            search.load_state_dict(ckpt["search"])
-            start_epoch, start_batch, sums = ckpt["epoch"], ckpt["batch"], ckpt["sums"]
-            log.info("resuming the search at epoch %d, batch %d (step %d)", start_epoch,
-                     start_batch, search.step_count)
-        log.info("stage 3/5: search, %d epochs × %d steps", s.epochs, per_epoch)
-        t0 = time.time()
-        bar = tqdm(total=total, initial=search.step_count, desc="search",
-                   disable=not self.progress)
-        for epoch in range(start_epoch, s.epochs):
-            val = [{**b, "split": "val"} for b in self._batches(
-                self.search_val, s.batch_size, shuffle=True, seed=cfg.seed + 10_000 + epoch)]
-            batches = self._batches(self.search_train, s.batch_size, shuffle=True,
-                                    seed=cfg.seed + epoch, start=start_batch)
-            for i, batch in enumerate(batches, start=start_batch):
-                info = search.step(batch, val[i % len(val)])
-                for k, v in info.items():
-                    if not math.isnan(v):  # arch_loss is NaN while α is frozen
-                        sums[k] = sums.get(k, 0.0) + v
-                        sums[f"n_{k}"] = sums.get(f"n_{k}", 0) + 1
-                bar.update(1)
-                bar.set_postfix(loss=f"{info['loss']:.3f}", tau=f"{info['tau']:.2f}")
-                if search.step_count % s.checkpoint_every == 0:
-                    self.run.save_checkpoint({"search": search.state_dict(), "epoch": epoch,
-                                              "batch": i + 1, "sums": sums})
-            start_batch = 0
-            means = {k: v / sums[f"n_{k}"] for k, v in sums.items() if not k.startswith("n_")}
-            probs = {k: v.tolist() for k, v in
-                     ((c, torch.softmax(search.alphas.logits(c).detach(), -1))
-                      for c in search.alphas.choices)}
-            self.run.log("search_epoch", epoch=epoch + 1, step=search.step_count,
-                         **means, entropy=search.alphas.entropy(),
-                         argmax=dict(search.derive()), probs=probs)
-            sums = {}
-            self.run.save_checkpoint({"search": search.state_dict(), "epoch": epoch + 1,
-                                      "batch": 0, "sums": sums})
-        bar.close()
-        arch = search.derive()
-        space_config = {k: self.space.config[k] for k in
-                        ("num_labels", "pair", "vocab_size", "hidden", "max_depth")}
-        self.run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
-                                                 "space_config": space_config})
-        self.run.log("derived", arch=dict(arch), id=arch.id, seconds=time.time() - t0)
-        return arch
-
-    def retrain(self, arch: Architecture, tag: str) -> tuple[Any, dict[str, Any]]:
-        """Stage 4: train the child of ``arch`` from scratch with distillation, evaluate."""
-        from nas.builder import build_child
-        from nas.cost import count_costs, measure_latency
-
-        cfg, r = self.cfg, self.cfg.retrain
-        torch.manual_seed(cfg.seed)
-        child = build_child(self.space, arch)
-        _init_embeddings(child, self.embedding_init)
-        opt = torch.optim.AdamW(child.parameters(), lr=r.lr, weight_decay=0.01)
-        per_epoch = math.ceil(len(self.train) / r.batch_size)
-        steps = r.epochs * per_epoch
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
-        # A retrain of a deep random cell takes ~20 min here: keep a checkpoint per epoch
-        # so that an interrupted run resumes at the last finished epoch.
-        checkpoint = f"retrain_{tag}.pt"
-        start_epoch, seconds_before = 0, 0.0
-        state = self.run.load_checkpoint(checkpoint)
-        if state is not None:
-            child.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["rng"])
-            start_epoch, seconds_before = state["epoch"], state["seconds"]
-            log.info("resuming the retrain of %s at epoch %d", tag, start_epoch)
-        t0 = time.time() - seconds_before
-        bar = tqdm(total=steps, initial=start_epoch * per_epoch, desc=f"retrain {tag}",
-                   disable=not self.progress)
-        for epoch in range(start_epoch, r.epochs):
-            child.train()
-            for batch in self._batches(self.train, r.batch_size, shuffle=True,
-                                       seed=cfg.seed + 20_000 + epoch):
-                out = child(batch, record=("layer_features",))
-                loss = _loss(child, out, batch, self.probes["train"], r.gamma, r.kd_temperature)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(child.parameters(), 5.0)
-                opt.step()
-                sched.step()
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-            if epoch + 1 < r.epochs:
-                self.run.save_checkpoint(
-                    {"model": child.state_dict(), "optimizer": opt.state_dict(),
-                     "scheduler": sched.state_dict(), "rng": torch.get_rng_state(),
-                     "epoch": epoch + 1, "seconds": time.time() - t0}, checkpoint)
-        bar.close()
-        seconds = time.time() - t0
-        metrics = evaluate(child, self.dev_batches, self.dev.metric)
-        costs = count_costs(self.space, arch, self.cfg.data.max_seq_len)
-        latency = {}
-        for bs in (1, 32):
-            batch = next(self._batches(self.dev, bs, shuffle=False))
-            latency[f"batch{bs}"] = measure_latency(child, batch,
-                                                    repeats=cfg.latency_repeats).to_dict()
-        result = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": metrics,
-                  "params": costs.params, "flops": costs.flops, "seq_len": costs.seq_len,
-                  "latency": latency, "train_seconds": seconds}
-        self.run.log("retrained", **result)
-        (self.run.path / checkpoint).unlink(missing_ok=True)
-        return child, result
+        texts_b = self.report.texts_b
+        lengths = encode(self.tokenizer, list(self.report.texts_a),
+                         list(texts_b) if texts_b else None, self.cfg.data.max_seq_len,
+                         separate_b=False)["attention_mask"].sum(1).numpy()
+        median = float(np.median(lengths))
+        closest = np.argsort(np.abs(lengths - median), kind="stable")
+        self.median_tokens = int(round(median))
+        return {bs: next(self.batches(self.report.subset(sorted(closest[:bs].tolist())), bs,
+                                      shuffle=False))
+                for bs in (1, 32)}
 
     def teacher_costs(self) -> dict[str, Any]:
-        from nas.cost import count_model_params, measure_latency
-        from nas.teacher import load_teacher
-
-        model = load_teacher(self.teacher.model_dir).eval()
-
-        class _Adapter(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, b):
-                keys = ("input_ids", "attention_mask", "token_type_ids")
-                return self.m(**{k: b[k] for k in keys if k in b})
-
-        latency = {}
-        for bs in (1, 32):
-            batch = next(self._batches(self.dev, bs, shuffle=False))
-            latency[f"batch{bs}"] = measure_latency(_Adapter(model), batch,
-                                                    repeats=self.cfg.latency_repeats).to_dict()
-        return {"dev": self.teacher.metrics, "params": count_model_params(model),
-                "flops": self._teacher_flops(model.config), "seq_len": self.cfg.data.max_seq_len,
-                "latency": latency, "model_dir": self.teacher.model_dir}
-
-    def _teacher_flops(self, config: Any) -> int:
-        """The teacher's FLOPs per example at ``max_seq_len``, from the engine's design of
-        the same shape (the cost model the students are counted with)."""
-        from nas.cost import count_costs
+        from nas.cost import count_costs, count_model_params, measure_latency
         from nas.hf import space_kwargs_from_hf
         from nas.space import get_space
+        from nas.teacher import evaluate, load_teacher
 
-        name, kwargs = space_kwargs_from_hf(config)
-        return count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
+        known = self.run.load_json("teacher.json")
+        if known is not None:
+            return known
+        model = load_teacher(self.teacher.model_dir, num_labels=self.train.num_labels).eval()
+        name, kwargs = space_kwargs_from_hf(model.config)
+        flops = count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
+        latency = {f"batch{bs}": measure_latency(_HFAdapter(model), batch,
+                                                 repeats=self.cfg.latency_repeats).to_dict()
+                   for bs, batch in self.latency_batches.items()}
+        report = evaluate(model, self.report, self.tokenizer,
+                          max_seq_len=self.cfg.data.max_seq_len)
+        costs = {"dev": self.teacher.metrics, self.report_split: report,
+                 "params": count_model_params(model), "flops": flops,
+                 "seq_len": self.cfg.data.max_seq_len, "latency": latency,
+                 "model_dir": self.teacher.model_dir}
+        self.run.save_json("teacher.json", costs)
+        return costs
 
-    def export(self, child: Any, arch: Architecture) -> Path:
-        from nas.export import export
+    def retrain_evaluator(self) -> DistilledRetrainEvaluator:
+        """Stage 4's evaluator: the child trained from scratch on the whole training
+        subset with (1−γ)·CE + γ·probe-KD, scored on dev, measured on the report split."""
+        cfg, r = self.cfg, self.cfg.retrain
+        probes = self.probes["train"]
 
-        log.info("stage 5/5: export")
-        return export(self.space, arch, self.run.path / "export", model=child,
-                      labels=list(self.train.label_names), tokenizer=self.teacher.model_dir,
-                      max_length=self.cfg.data.max_seq_len, task=self.cfg.task,
-                      overwrite=True)
+        def train_batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+            return self.batches(self.train, r.batch_size, shuffle=True,
+                                seed=stage_seed(cfg.seed, f"retrain-order:{epoch}"),
+                                start=start)
+
+        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            out = model(batch, record=("layer_features",))
+            return distillation_loss(model, out, batch, probes, r.gamma, r.kd_temperature)
+
+        task = RetrainTask(
+            train_batches=train_batches, steps_per_epoch=math.ceil(len(self.train) /
+                                                                   r.batch_size),
+            loss=loss, val_batches=self.dev_batches, metric=self.dev.metric,
+            test_batches=self.report_batches if self.report_split != "dev" else None,
+            init=lambda model: init_embeddings(model, self.embedding_init),
+            latency_batches=self.latency_batches, seq_len=cfg.data.max_seq_len)
+        return DistilledRetrainEvaluator(
+            self.space, task, r.train_settings(), seed=cfg.seed,
+            workdir=self.run.path / "retrain", latency_repeats=cfg.latency_repeats,
+            progress=self.options.progress)
 
 
-def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
-                searcher: str = "differentiable", resume: bool = False,
-                progress: bool = True, random_sample: int | None = None) -> dict[str, Any]:
-    """Run the whole recipe; returns (and writes ``metrics.json``) the final metrics.
+# ----------------------------------------------------------------- the search stage
 
-    ``random_sample=i`` retrains only the i-th random architecture (others already
-    finished are still reported), so separate processes can share the baseline.
-    """
-    if searcher not in ("differentiable", "random"):
-        raise ValueError(f"searcher must be 'differentiable' or 'random', got {searcher!r}")
-    if random_sample is not None and not 0 <= random_sample < config.random_samples:
-        raise NasError(f"--random-sample {random_sample}: the config asks for "
-                       f"{config.random_samples} random samples (0 to "
-                       f"{config.random_samples - 1})")
-    run = AdaBertRun(config, run_dir, data_dir, resume, progress)
-    run.prepare()
-    metrics: dict[str, Any] = run.run.load_json("metrics.json") or {}
-    metrics["teacher"] = run.teacher_costs()
-    if searcher == "differentiable":
-        arch = run.search()
-        searched = run.run.load_json("searched.json")
-        if searched is None or not (run.run.path / "export" / "config.json").is_file():
-            log.info("stage 4/5: retrain the derived architecture")
-            child, searched = run.retrain(arch, "searched")
-            run.export(child, arch)
-            run.run.save_json("searched.json", searched)
-        metrics["searched"] = searched
-    from searchers.random_search import RandomSearcher
 
-    sampler = RandomSearcher(run.space, seed=config.seed)
-    for i in range(config.random_samples if searcher == "random" else 0):
-        arch = sampler.ask().arch  # drawn for every i, so sample i is the same in every process
-        name = f"random_{i}.json"
-        if random_sample in (None, i) and not (run.run.path / name).is_file():
-            _, done = run.retrain(arch, f"random{i}")
-            run.run.save_json(name, done)
-    # read back from disk: another process may have finished a sample meanwhile
-    runs = [r for i in range(config.random_samples if searcher == "random" else 0)
-            if (r := run.run.load_json(f"random_{i}.json")) is not None]
-    if runs:
-        from nas.teacher import metric_score
+class AdaBertSupernetTrainer:
+    """The recipe's side of the one-shot search (:class:`searchers.base.SupernetTrainer`):
+    batches, the task loss, and the loop's checkpoint and logging in the run folder."""
 
-        scores = [metric_score(r["dev"], run.dev.metric) for r in runs]
-        metrics["random"] = {"runs": runs, "metric": run.dev.metric,
-                             "mean": statistics.mean(scores),
-                             "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
-    metrics["metric"] = run.dev.metric
-    # Merge with what is on disk now: the searched and random runs may share a run
-    # directory and finish in either order.
-    run.run.save_json("metrics.json", {**(run.run.load_json("metrics.json") or {}), **metrics})
-    run.run.log("done", searcher=searcher)
-    return metrics
+    def __init__(self, ctx: AdaBertContext) -> None:
+        from nas.builder import build_supernet
+
+        self.ctx, s = ctx, ctx.cfg.search
+        self.epochs = s.epochs
+        self.steps_per_epoch = math.ceil(len(ctx.search_train) / s.batch_size)
+        self.supernet = build_supernet(ctx.space)
+        init_embeddings(self.supernet, ctx.embedding_init)
+
+    def task_loss(self, out: Any, batch: Mapping[str, Any]) -> torch.Tensor:
+        s = self.ctx.cfg.search
+        source = self.ctx.probes["search_val" if batch.get("split") == "val"
+                                 else "search_train"]
+        return distillation_loss(self.supernet, out, batch, source, s.gamma, s.kd_temperature)
+
+    def train_batches(self, epoch: int, start_batch: int = 0) -> Iterator[dict[str, Any]]:
+        seed = stage_seed(self.ctx.cfg.seed, f"search-order:{epoch}")
+        return self.ctx.batches(self.ctx.search_train, self.ctx.cfg.search.batch_size,
+                                shuffle=True, seed=seed, start=start_batch)
+
+    def val_batches(self, epoch: int) -> list[dict[str, Any]]:
+        seed = stage_seed(self.ctx.cfg.seed, f"search-val-order:{epoch}")
+        return [{**b, "split": "val"} for b in self.ctx.batches(
+            self.ctx.search_val, self.ctx.cfg.search.batch_size, shuffle=True, seed=seed)]
+
+    def fit(self, search: Any) -> None:
+        from searchers.base import run_steps
+
+        run, every = self.ctx.run, self.ctx.cfg.search.alpha_log_every
+
+        def log_alpha(step: int, info: dict[str, float]) -> None:
+            if step % every == 0:  # the α trajectory, not just one point per epoch
+                run.log("alpha", step=step, tau=info.get("tau"), probs=search.probabilities())
+
+        def log_epoch(epoch: int, means: dict[str, float]) -> dict[str, Any]:
+            run.log("search_epoch", epoch=epoch + 1, step=search.step_count + 1, **means,
+                    entropy=search.alphas.entropy(), argmax=dict(search.derive()),
+                    probs=search.probabilities())
+            return {}
+
+        run_steps(self, search, checkpoint=run.checkpoint_path("search"),
+                  after_step=log_alpha, on_epoch_end=log_epoch,
+                  progress=self.ctx.options.progress, desc="search",
+                  find_unused_parameters=True)
+
+
+def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
+             resume: bool = False, progress: bool = False) -> AdaBertContext:
+    """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
+    ``ctx.retrain_evaluator()``)."""
+    run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
+    options = RunOptions(run_dir=Path(run_dir), data_dir=data_dir, resume=resume,
+                         progress=progress)
+    return AdaBertContext(config, run, options).prepare()
 
 
 # ------------------------------------------------------------------------- method
@@ -462,24 +431,136 @@ def run_adabert(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | N
 
 @register_method("adabert")
 class AdaBert(Method):
-    """``method: adabert`` — the differentiable search, or the random baseline."""
+    """``method: adabert`` — the differentiable search, or a multi-trial baseline."""
 
     config_class = AdaBertConfig
     searchers = ("differentiable", "random")
 
     def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
+        from searchers.base import SEARCHERS
+
+        searcher = options.searcher or self.default_searcher()
+        sample = options.extra.get("random_sample")
+        if sample is not None and not 0 <= sample < config.random_samples:
+            raise NasError(f"--random-sample {sample}: the config asks for "
+                           f"{config.random_samples} random samples (0 to "
+                           f"{config.random_samples - 1})")
         # the random baseline adds a stage to an existing run: no --resume needed for that
-        resume = options.resume or (options.searcher == "random"
+        resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
-        return run_adabert(config, options.run_dir, data_dir=options.data_dir,
-                           searcher=options.searcher or "differentiable", resume=resume,
-                           progress=options.progress,
-                           random_sample=options.extra.get("random_sample"))
+        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume)
+        ctx = AdaBertContext(config, run, options).prepare()
+        metrics: dict[str, Any] = run.load_json("metrics.json") or {}
+        metrics["teacher"] = ctx.teacher_costs()
+        if SEARCHERS.kind_of(searcher) == "one-shot":
+            arch = self.search(ctx, searcher)
+            metrics["searched"] = self.retrain_and_export(ctx, arch)
+        else:
+            metrics["random"] = self.multi_trial(ctx, searcher, sample)
+        metrics["metric"] = ctx.dev.metric
+        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
+            ctx.report.sources), "examples": len(ctx.report),
+            "latency_tokens": ctx.median_tokens}
+        # Merge with what is on disk now: the searched and random runs may share a run
+        # directory and finish in either order.
+        run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})
+        run.log("done", searcher=searcher)
+        return metrics
+
+    # -- stage 3 -------------------------------------------------------------------
+    def search(self, ctx: AdaBertContext, name: str) -> Architecture:
+        """The one-shot search; its derived architecture is kept and never searched again."""
+        from searchers.base import SEARCHERS
+
+        done = ctx.run.load_json("derived_arch.json")
+        if done is not None:
+            log.info("stage 3/5: search already finished, derived %s", done["choices"])
+            return ctx.space.validate(done["choices"])
+        s = ctx.cfg.search
+        seed = seed_stage(ctx.cfg.seed, "search")
+        trainer = AdaBertSupernetTrainer(ctx)
+        log.info("stage 3/5: %s search, %d epochs × %d steps", name, s.epochs,
+                 trainer.steps_per_epoch)
+        searcher = SEARCHERS.get(name)(
+            seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
+            arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
+            arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,
+            record=("layer_features",))
+        t0 = time.time()
+        arch = searcher.search(ctx.space, trainer).arch
+        space_config = {k: ctx.space.config[k] for k in
+                        ("num_labels", "pair", "vocab_size", "hidden", "max_depth")}
+        ctx.run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
+                                                "space_config": space_config})
+        ctx.run.log("derived", arch=dict(arch), id=arch.id, seconds=time.time() - t0)
+        ctx.run.remove_checkpoint("search")
+        return arch
+
+    # -- stages 4 and 5 --------------------------------------------------------------
+    def retrain_and_export(self, ctx: AdaBertContext, arch: Architecture) -> dict[str, Any]:
+        from evaluators.base import run_evaluation
+
+        searched = ctx.run.load_json("searched.json")
+        if searched is not None and (ctx.run.path / "export" / "config.json").is_file():
+            return searched
+        log.info("stage 4/5: retrain the derived architecture")
+        evaluator = ctx.retrain_evaluator()
+        result = run_evaluation(evaluator, arch)
+        if not result.ok:
+            raise NasError(f"the retrain of the derived architecture {arch.id} "
+                           f"{result.status}: {result.reason}")
+        searched = _row(ctx, "searched", arch, result)
+        ctx.run.log("retrained", **searched)
+        log.info("stage 5/5: export")
+        from nas.export import export
+
+        export(ctx.space, arch, ctx.run.path / "export", weights=evaluator.weights_path(arch),
+               labels=list(ctx.train.label_names), tokenizer=ctx.teacher.model_dir,
+               max_length=ctx.cfg.data.max_seq_len, task=ctx.cfg.task, overwrite=True)
+        ctx.run.save_json("searched.json", searched)
+        return searched
+
+    def multi_trial(self, ctx: AdaBertContext, name: str, only: int | None) -> dict[str, Any]:
+        """Stage 3 as a multi-trial search (the random baseline): ``random_samples``
+        candidates of the same space, each scored by the same retrain."""
+        from nas.teacher import metric_score
+        from searchers.base import SEARCHERS
+        from searchers.loop import run_trials
+
+        searcher = SEARCHERS.get(name)(ctx.space, seed=ctx.cfg.seed,
+                                       objectives=ctx.retrain_evaluator().objectives)
+        log.info("stage 3-4/5: %d %s trials, each retrained", ctx.cfg.random_samples, name)
+        trials = run_trials(searcher, ctx.retrain_evaluator(), ctx.cfg.random_samples,
+                            ctx.run.path / "trials", only=only)
+        runs = [_row(ctx, f"random{c.id}", c.arch, r) for c, r in trials if r.ok]
+        failed = [c.id for c, r in trials if not r.ok]
+        if not runs:
+            return {"runs": [], "failed": failed}
+        scores = [metric_score(r[ctx.report_split], ctx.dev.metric) for r in runs]
+        return {"runs": runs, "metric": ctx.dev.metric, "split": ctx.report_split,
+                "mean": statistics.mean(scores),
+                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0, "failed": failed}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
         return [], _plots(run)
 
+
+def _row(ctx: AdaBertContext, tag: str, arch: Architecture, result: Any) -> dict[str, Any]:
+    """One model's line of ``metrics.json`` (the report's table)."""
+    split = ctx.report_split
+    strip = (lambda prefix: {k[len(prefix):]: v for k, v in result.metrics.items()
+                             if k.startswith(prefix)})
+    row = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": strip("val_"),
+           "params": result.costs["params"], "flops": result.costs["flops"],
+           "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
+           "train_seconds": result.costs["train_seconds"]}
+    if split != "dev":
+        row[split] = strip(f"{split}_")
+    return row
+
+
+# -------------------------------------------------------------------------- report
 
 OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
              "dilated conv": ("dil_conv_3", "dil_conv_5", "dil_conv_7"),
@@ -487,35 +568,36 @@ OP_GROUPS = {"conv": ("std_conv_3", "std_conv_5", "std_conv_7"),
 
 
 def _plots(run: RunDir) -> list[Path]:
+    """How the depth and op distributions moved during the search (every logged α
+    snapshot, so a one-epoch search still shows a trajectory)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = []
-    epochs = run.read_log("search_epoch")
-    if epochs:
-        fig, (ax_d, ax_o) = plt.subplots(1, 2, figsize=(11, 4))
-        xs = [e["epoch"] for e in epochs]
-        depth = [e["probs"]["depth"] for e in epochs]
-        for k in range(len(depth[0])):
-            ax_d.plot(xs, [d[k] for d in depth], marker="o", label=f"K={k + 1}")
-        ax_d.set(title="depth distribution", xlabel="epoch", ylabel="probability")
-        ax_d.legend(fontsize=7, ncol=2)
-        edges = [n for n in epochs[0]["probs"] if n != "depth"]
-        from nas.ops.cnn import ADABERT_OPS
+    from nas.ops.cnn import ADABERT_OPS
 
-        for group, ops in OP_GROUPS.items():
-            idx = [ADABERT_OPS.index(o) for o in ops]
-            ys = [sum(sum(e["probs"][n][i] for i in idx) for n in edges) / len(edges)
-                  for e in epochs]
-            ax_o.plot(xs, ys, marker="o", label=group)
-        ax_o.set(title="op distribution (mean over the 9 edges)", xlabel="epoch",
-                 ylabel="probability")
-        ax_o.legend(fontsize=8)
-        fig.tight_layout()
-        path = run.path / "arch_distribution.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        out.append(path)
-    return out
+    snapshots = run.read_log("alpha") or run.read_log("search_epoch")
+    if not snapshots:
+        return []
+    fig, (ax_d, ax_o) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = [e["step"] for e in snapshots]
+    depth = [e["probs"]["depth"] for e in snapshots]
+    for k in range(len(depth[0])):
+        ax_d.plot(xs, [d[k] for d in depth], label=f"K={k + 1}")
+    ax_d.set(title="depth distribution", xlabel="search step", ylabel="probability")
+    ax_d.legend(fontsize=7, ncol=2)
+    edges = [n for n in snapshots[0]["probs"] if n != "depth"]
+    for group, ops in OP_GROUPS.items():
+        idx = [ADABERT_OPS.index(o) for o in ops]
+        ys = [sum(sum(e["probs"][n][i] for i in idx) for n in edges) / len(edges)
+              for e in snapshots]
+        ax_o.plot(xs, ys, label=group)
+    ax_o.set(title=f"op distribution (mean over the {len(edges)} edges)", xlabel="search step",
+             ylabel="probability")
+    ax_o.legend(fontsize=8)
+    fig.tight_layout()
+    path = run.path / "arch_distribution.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]

@@ -1,4 +1,5 @@
-"""AdaBERT end to end on the smoke configuration: the pipeline, the report, and resume.
+"""AdaBERT end to end on the smoke configuration: the pipeline through ``nas run``, the
+report, the random baseline as a multi-trial search, resume, and a pinned result.
 
 The smoke run fine-tunes the packaged teacher on 256 SST-2 examples (cached in a
 temporary folder for this module), searches for one short epoch and retrains.
@@ -10,8 +11,9 @@ import json
 
 import pytest
 
+from nas.cli import main
 from nas.errors import NasError
-from recipes.adabert import AdaBertRun, load_config, run_adabert
+from recipes.adabert import AdaBert, load_config, open_run
 
 SMOKE = "experiments/adabert_smoke.yaml"
 
@@ -24,109 +26,85 @@ def cache(tmp_path_factory):
     mp.undo()
 
 
-def test_smoke_pipeline_and_report(cache, tmp_path):
+def _run(*argv: str) -> int:
+    return main(["run", SMOKE, "--no-progress", *argv])
+
+
+def test_smoke_pipeline_report_evaluate_and_random_baseline(cache, tmp_path, capsys):
     from nas.report import write_report
 
-    config = load_config(SMOKE)
-    metrics = run_adabert(config, tmp_path / "run", progress=False)
+    run_dir = tmp_path / "run"
+    assert _run("--run-dir", str(run_dir)) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     teacher, searched = metrics["teacher"], metrics["searched"]
-    assert 0.0 <= searched["dev"]["accuracy"] <= 1.0
+    assert metrics["evaluation"]["split"] == "test"
+    assert metrics["evaluation"]["file"].endswith("sst2/test_sentences.tsv")
+    assert 0.0 <= searched["test"]["accuracy"] <= 1.0 and "accuracy" in searched["dev"]
+    assert 0.0 <= teacher["test"]["accuracy"] <= 1.0
     assert searched["params"] < teacher["params"] / 4
-    derived = json.loads((tmp_path / "run" / "derived_arch.json").read_text())
+    derived = json.loads((run_dir / "derived_arch.json").read_text())
     assert derived["choices"] == searched["arch"]
-    exported = (tmp_path / "run" / "export" / "config.json").read_text()
-    assert all(f'"{name}"' in exported for name in searched["arch"])
-    epochs = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text()
-              .splitlines() if '"search_epoch"' in line]
+    exported = json.loads((run_dir / "export" / "config.json").read_text())
+    assert exported["architecture"]["choices"] == searched["arch"]
+    assert exported["task"] == "sst2"
+    log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    epochs = [row for row in log if row["stage"] == "search_epoch"]
     assert len(epochs) == 1 and {"loss", "tau", "entropy", "argmax", "probs"} <= set(epochs[0])
+    assert any(row["stage"] == "alpha" for row in log)  # α snapshots within the epoch
+    assert not (run_dir / "search.safetensors").exists()  # removed once derived
 
-    # one process per random sample: sample 1 alone, then the rest
-    one = run_adabert(config, tmp_path / "run", searcher="random", resume=True,
-                      progress=False, random_sample=1)
-    assert [r["tag"] for r in one["random"]["runs"]] == ["random1"]
-    assert not (tmp_path / "run" / "random_0.json").exists()
-    with pytest.raises(NasError, match="--random-sample 2"):
-        run_adabert(config, tmp_path / "run", searcher="random", resume=True,
-                    progress=False, random_sample=2)
-    random_metrics = run_adabert(config, tmp_path / "run", searcher="random", resume=True,
-                                 progress=False)
-    assert len(random_metrics["random"]["runs"]) == config.random_samples
-    assert random_metrics["random"]["runs"][1] == one["random"]["runs"][0]  # kept, not redone
-    assert "searched" in random_metrics  # the earlier stage's results are kept
-    text, data = write_report(tmp_path / "run")
-    assert "| searched |" in text and "random baseline:" in text
-    assert all((tmp_path / "run" / name).stat().st_size > 5000
+    # nas evaluate re-scores the export on the clean test set: the same number
+    capsys.readouterr()
+    assert main(["evaluate", str(run_dir), "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["split"] == "test" and scored["metrics"] == searched["test"]
+
+    # the random baseline: one process per trial (trial 1 alone), then the rest
+    assert _run("--run-dir", str(run_dir), "--searcher", "random", "--random-sample", "1") == 0
+    assert (run_dir / "trials" / "1.json").is_file()
+    assert not (run_dir / "trials" / "0.json").exists()
+    assert _run("--run-dir", str(run_dir), "--searcher", "random", "--random-sample", "2") == 2
+    assert "--random-sample 2" in capsys.readouterr().err
+    one = json.loads((run_dir / "trials" / "1.json").read_text())
+    assert _run("--run-dir", str(run_dir), "--searcher", "random") == 0
+    assert json.loads((run_dir / "trials" / "1.json").read_text()) == one  # kept, not redone
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [r["tag"] for r in metrics["random"]["runs"]] == ["random0", "random1"]
+    assert "searched" in metrics  # the earlier stage's results are kept
+    text, _ = write_report(run_dir)
+    assert "Scores on `test` (" in text and "| searched |" in text
+    assert "random baseline, test:" in text
+    assert all((run_dir / name).stat().st_size > 5000
                for name in ("arch_distribution.png", "derived_cell.png"))
+
+
+def test_searchers_come_from_the_registry_and_the_method(cache, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", SMOKE, "--searcher", "lanas"])
+    assert exit_.value.code == 2 and "invalid choice: 'lanas'" in capsys.readouterr().err
 
 
 def test_interrupted_search_resumes_to_the_same_architecture(cache, tmp_path, monkeypatch):
     from searchers.differentiable import DifferentiableSearch
 
     config = load_config(SMOKE)
-    straight = AdaBertRun(config, tmp_path / "straight", progress=False)
-    straight.prepare()
-    expected = straight.search()
+    expected = AdaBert().search(open_run(config, tmp_path / "straight"), "differentiable")
 
-    real_step = DifferentiableSearch.step
-    calls = {"n": 0}
+    real, calls = DifferentiableSearch.before_step, {"n": 0}
 
-    def dying_step(self, train_batch, val_batch):
+    def dying(self, step, batch):
         calls["n"] += 1
         if calls["n"] == 5:  # after the checkpoint of step 3
             raise KeyboardInterrupt
-        return real_step(self, train_batch, val_batch)
+        return real(self, step, batch)
 
-    monkeypatch.setattr(DifferentiableSearch, "step", dying_step)
-    killed = AdaBertRun(config, tmp_path / "killed", progress=False)
-    killed.prepare()
+    monkeypatch.setattr(DifferentiableSearch, "before_step", dying)
     with pytest.raises(KeyboardInterrupt):
-        killed.search()
-    monkeypatch.setattr(DifferentiableSearch, "step", real_step)
-    assert killed.run.load_checkpoint()["search"]["step"] == 3
+        AdaBert().search(open_run(config, tmp_path / "killed"), "differentiable")
+    monkeypatch.setattr(DifferentiableSearch, "before_step", real)
+    assert (tmp_path / "killed" / "search.safetensors").is_file()
 
-    with pytest.raises(ValueError, match="--resume"):
-        AdaBertRun(config, tmp_path / "killed", progress=False)
-    resumed = AdaBertRun(config, tmp_path / "killed", resume=True, progress=False)
-    resumed.prepare()
-    assert resumed.search() == expected
-
-
-def test_interrupted_retrain_resumes_at_its_last_epoch(cache, tmp_path, monkeypatch):
-    import dataclasses
-
-    import torch
-
-    import recipes.adabert as recipe
-
-    config = load_config(SMOKE)
-    config = dataclasses.replace(config, retrain=dataclasses.replace(config.retrain, epochs=2))
-    straight = AdaBertRun(config, tmp_path / "straight", progress=False)
-    straight.prepare()
-    arch = straight.space.validate(straight.space.default())
-    expected_model, expected = straight.retrain(arch, "fixed")
-    assert not (tmp_path / "straight" / "retrain_fixed.pt").exists()  # removed when done
-
-    real_loss, calls = recipe._loss, {"n": 0}
-    per_epoch = -(-len(straight.train) // config.retrain.batch_size)
-
-    def dying_loss(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == per_epoch + 2:  # inside the second epoch
-            raise KeyboardInterrupt
-        return real_loss(*args, **kwargs)
-
-    monkeypatch.setattr(recipe, "_loss", dying_loss)
-    killed = AdaBertRun(config, tmp_path / "killed", progress=False)
-    killed.prepare()
-    with pytest.raises(KeyboardInterrupt):
-        killed.retrain(arch, "fixed")
-    monkeypatch.setattr(recipe, "_loss", real_loss)
-    assert killed.run.load_checkpoint("retrain_fixed.pt")["epoch"] == 1
-
-    resumed = AdaBertRun(config, tmp_path / "killed", resume=True, progress=False)
-    resumed.prepare()
-    model, result = resumed.retrain(arch, "fixed")
-    assert result["dev"] == expected["dev"]
-    resumed_state = model.state_dict()
-    for name, value in expected_model.state_dict().items():
-        assert torch.equal(value, resumed_state[name]), name
+    with pytest.raises(NasError, match="--resume"):
+        open_run(config, tmp_path / "killed")
+    resumed = open_run(config, tmp_path / "killed", resume=True)
+    assert AdaBert().search(resumed, "differentiable") == expected

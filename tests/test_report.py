@@ -31,5 +31,19 @@ def test_report_shows_each_part_of_a_composite_metric(tmp_path):
     text, _ = write_report(tmp_path / "run")
     assert "dev accuracy / f1 (%)" in text
     assert "| searched | 75.00 / 85.00 | 4.00M |" in text and "| 5.0× | 10.0× |" in text
-    assert "random baseline (mean of accuracy and f1): 70.00 ± 7.00" in text
+    assert "random baseline (mean of accuracy and f1), dev: 70.00 ± 7.00" in text
     assert "searched − random mean: +10.00 points" in text
+
+
+def test_report_uses_the_report_split_and_names_its_file(tmp_path):
+    run = RunDir(tmp_path / "run", {"name": "x"})
+    teacher = {**_model(0.93, 0.0, 20_000_000, 10.0), "test": {"accuracy": 0.90}}
+    student = {**_model(0.95, 0.0, 4_000_000, 1.0), "test": {"accuracy": 0.82}}
+    run.save_json("metrics.json", {
+        "metric": "accuracy", "teacher": teacher, "searched": student,
+        "evaluation": {"split": "test", "file": "sst2/test_sentences.tsv", "examples": 1821,
+                       "latency_tokens": 22}})
+    text, _ = write_report(tmp_path / "run")
+    assert "Scores on `test` (sst2/test_sentences.tsv, 1821 examples)" in text
+    assert "| searched | 82.00 |" in text and "| teacher | 90.00 |" in text
+    assert "closest to its median length of 22 tokens" in text
