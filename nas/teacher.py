@@ -159,6 +159,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
     max_train_examples: int | None = None
+    max_dev_examples: int | None = None  # evaluate on the first N dev examples (smoke runs)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -206,7 +207,10 @@ def finetune_key(
             "task": task,
             "teacher": teacher_id,
             "data": data_fingerprints,
-            "config": asdict(config),
+            # a setting added later enters the key only when set, so that the keys (and
+            # the cached teachers) of earlier runs stay valid
+            "config": {k: v for k, v in asdict(config).items()
+                       if not (k in ("max_dev_examples",) and v is None)},
             "version": 1,  # bump when the training procedure changes
         },
         sort_keys=True,
@@ -322,7 +326,7 @@ def finetune_teacher(
     teacher_path = resolve_teacher(teacher)
     tid = teacher_identity(teacher_path)
     train = load_task(task, "train", data_dir)
-    dev = load_task(task, "dev", data_dir)
+    dev = load_task(task, "dev", data_dir).head(config.max_dev_examples)
     if train.kind not in ("single", "pair", "tagging"):
         raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
     train = train.head(config.max_train_examples)
