@@ -35,6 +35,18 @@ def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any],
             f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}× |")
 
 
+def _overlap_lines(evaluation: dict[str, Any]) -> list[str]:
+    """How many dev / report texts overlap the training texts (leakage), when counted."""
+    lines = []
+    for name, o in evaluation.get("overlap_with_train", {}).items():
+        if o["examples"] and o["shared_phrase"] / o["examples"] > 0.05:
+            lines.append(f"Warning: {o['shared_phrase']} of {o['examples']} `{name}` texts "
+                         f"overlap the training texts (exact, or a shared phrase of ≥ "
+                         f"{o['min_words']} words); scores there overstate unseen-text "
+                         "accuracy.")
+    return lines
+
+
 def _models(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     found = [metrics["teacher"]] + ([metrics["searched"]] if "searched" in metrics else [])
     return found + list(metrics.get("random", {}).get("runs", []))
@@ -56,7 +68,7 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
              f"Scores on `{split}` ({evaluation['file']}"
              + (f", {evaluation['examples']} examples" if "examples" in evaluation else "")
              + ")" + ("; the searches chose on dev, never on this split." if split != "dev"
-                      else "."), "",
+                      else "."), *_overlap_lines(evaluation), "",
              f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",

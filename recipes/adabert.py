@@ -269,6 +269,7 @@ class AdaBertContext:
         self.report = (self.dev if self.report_split == "dev"
                        else load_task(cfg.task, self.report_split, data_dir))
         self.pair = train.is_pair
+        self.overlap = self._check_overlap(load_task(cfg.task, "train", data_dir))
         self.tokenizer = load_tokenizer(self.teacher.model_dir)
         kw = dict(max_seq_len=cfg.data.max_seq_len, progress=progress)
         model_dir = self.teacher.model_dir
@@ -285,6 +286,24 @@ class AdaBertContext:
         self.report_batches = list(self.batches(self.report, bs, shuffle=False))
         self.latency_batches = self._median_length_batches()
         return self
+
+    def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:
+        """Count (and warn about) dev and report texts that overlap the training texts."""
+        from nas.data.overlap import text_overlap
+
+        def texts(data: Any) -> list[str]:
+            return list(data.texts_a) + list(data.texts_b or ())
+
+        found = {}
+        for name, data in (("dev", self.dev), (self.report_split, self.report)):
+            overlap = text_overlap(texts(train), texts(data))
+            found[name] = {"examples": overlap.examples, "exact": overlap.exact,
+                           "shared_phrase": overlap.shared_phrase,
+                           "min_words": overlap.min_words}
+            if overlap.fraction > 0.05:
+                log.warning(overlap.message(f"{self.cfg.task}/{name}"))
+        self.run.log("overlap", **found)
+        return found
 
     def batches(self, data: Any, batch_size: int, shuffle: bool, seed: int = 0,
                 start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
@@ -460,7 +479,7 @@ class AdaBert(Method):
         metrics["metric"] = ctx.dev.metric
         metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
             ctx.report.sources), "examples": len(ctx.report),
-            "latency_tokens": ctx.median_tokens}
+            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
         # Merge with what is on disk now: the searched and random runs may share a run
         # directory and finish in either order.
         run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})

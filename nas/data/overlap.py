@@ -1,0 +1,69 @@
+"""Leakage check: how many validation texts overlap the training texts.
+
+SST-2's ``dev.tsv`` is a carve of the GLUE training set, which holds every phrase of
+each training sentence: nearly every dev item shares a long phrase with training, and a
+small student scores far higher there than on unseen sentences. A user's own data can
+have the same defect, so every run counts it and warns.
+
+A validation text *overlaps* when it equals a training text, when it contains a run of
+``min_words`` consecutive words of one, or when the whole (shorter) text occurs inside
+a training text of ``min_words`` or more words: "contains, or is contained in, a
+training phrase of ``min_words`` or more words".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Overlap:
+    examples: int
+    exact: int
+    shared_phrase: int  # exact matches included
+    min_words: int
+
+    @property
+    def fraction(self) -> float:
+        return self.shared_phrase / self.examples if self.examples else 0.0
+
+    def message(self, what: str) -> str:
+        return (f"{what}: {self.shared_phrase} of {self.examples} validation texts "
+                f"({100 * self.fraction:.0f}%) overlap the training texts ({self.exact} "
+                f"exact, the rest share a phrase of ≥ {self.min_words} words); scores on "
+                "them overstate what the model does on unseen text")
+
+
+def _words(text: str) -> list[str]:
+    return text.lower().split()
+
+
+def _shingles(words: Sequence[str], n: int) -> Iterable[tuple[str, ...]]:
+    return (tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+
+def text_overlap(train: Sequence[str], validation: Sequence[str], min_words: int = 8
+                 ) -> Overlap:
+    """Count validation texts that equal, contain or lie inside a training phrase of
+    ``min_words`` or more words (whitespace words, case-folded)."""
+    exact_set = {" ".join(_words(t)) for t in train}
+    valid = [_words(t) for t in validation]
+    long_train = [w for w in map(_words, train) if len(w) >= min_words]
+    # every n-gram of the long training texts, for n = min_words and for the lengths of
+    # the shorter validation texts (a short text counts when it lies inside one)
+    lengths = {min_words} | {len(w) for w in valid if 0 < len(w) < min_words}
+    grams: set[str] = set()
+    for words in long_train:
+        for n in lengths:
+            grams.update(" ".join(g) for g in _shingles(words, n))
+    exact = shared = 0
+    for words in valid:
+        if " ".join(words) in exact_set:
+            exact += 1
+            shared += 1
+        elif len(words) < min_words:
+            shared += " ".join(words) in grams
+        elif any(" ".join(g) in grams for g in _shingles(words, min_words)):
+            shared += 1
+    return Overlap(len(validation), exact, shared, min_words)
