@@ -123,6 +123,15 @@ def _minimal(fn: _Fn) -> _Fn:
     return _Fn(tuple(deps), tuple(classes), table)
 
 
+def _varies(table: Mapping[tuple, Any], k: int) -> bool:
+    """Whether changing position ``k`` of the key alone changes a value of ``table``."""
+    seen: dict[tuple, Any] = {}
+    for combo, value in table.items():
+        if seen.setdefault(combo[:k] + combo[k + 1:], value) != value:
+            return True
+    return False
+
+
 def _representatives(classes: Mapping[Scalar, int]) -> list[Scalar]:
     """One value per class, in class order."""
     reps: dict[int, Scalar] = {}
@@ -377,6 +386,21 @@ class _Analysis:
                 args[k] = t[tuple(m[combo[p]] for p, m in cols)]
             table[combo] = _call(fn, args)
         return _minimal(_Fn(deps, tuple(classes), table))
+
+    def _relevant_inputs(self, inputs: Sequence[_Fn], fn: Callable[..., Any]
+                         ) -> set[int] | _Fn | None:
+        """Inputs whose change alone can change ``fn``'s value, over the product of each
+        input's values (a superset of the combinations that occur); a constant ``_Fn`` if
+        none can; ``None`` if that product is too large too."""
+        values = [sorted(set(i.table.values()), key=repr) for i in inputs]  # type: ignore
+        if math.prod(len(v) for v in values) > ENUMERATION_LIMIT:
+            return None
+        table = {combo: _call(fn, combo) for combo in itertools.product(*values)}
+        relevant = {k for k in range(len(inputs)) if len(values[k]) > 1 and _varies(table, k)}
+        if not relevant:
+            (value,) = set(table.values())
+            return _Fn.const(value)
+        return relevant
 
     def _refine(self, deps: Sequence[str], inputs: Sequence[_Fn]) -> list[dict[Scalar, int]]:
         """Per choice, the classes no input tells apart (the common refinement)."""
