@@ -18,6 +18,7 @@ from nas.errors import NasError
 COMMAND_MODULES = (
     "nas.cli.spaces",
     "nas.cli.cost",
+    "nas.cli.latency",
     "nas.cli.teacher",
     "nas.cli.augment",
     "nas.cli.search",
