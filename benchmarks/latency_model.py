@@ -148,9 +148,9 @@ def main() -> None:
                       f"{r['estimated_share']:>9.1%}  {'met' if met else 'missed':<6} | "
                       f"{'':>5} {o['median_ms']:>9.1f} {o['mape']:>6.1%} {o['noise']:>6.1%}",
                       flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+                if args.json:  # after each line, so that a long run keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

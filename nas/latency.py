@@ -458,7 +458,7 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
 
 
 def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
-              archs: int = 8, pool: int = 200, repeats: int = 10, end_to_end: int = 5,
+              archs: int = 10, pool: int = 200, repeats: int = 10, end_to_end: int = 5,
               seed: int = 0, clock: str = "wall", table: LatencyTable | None = None,
               log: Callable[[str], None] | None = None) -> LatencyTable:
     """Time the op calls of each space and fit its overhead at each setting (see the

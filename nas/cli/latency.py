@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--seq-lens", nargs="+", type=int, default=[128], metavar="L")
     c.add_argument("--threads", nargs="+", type=int, default=[1], metavar="T",
                    help="CPU threads (torch.set_num_threads) to calibrate for")
-    c.add_argument("--archs", type=int, default=8, help="children timed end to end per space")
+    c.add_argument("--archs", type=int, default=10, help="children timed end to end per space")
     c.add_argument("--pool", type=int, default=200, help="random draws whose op calls are timed")
     c.add_argument("--repeats", type=int, default=10, help="most timed runs per op call")
     c.add_argument("--end-to-end", type=int, default=5, help="timed runs per child")
