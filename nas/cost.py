@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.architecture import Architecture
 from nas.graph import plan
 from nas.ops import OPS
 from nas.space import SearchSpace
@@ -65,31 +64,12 @@ def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,
     """
     from nas.cost_tables import tables_for
 
-    values = space.default() if arch is None else _valid_values(space, arch)
-    params, macs = tables_for(space, seq_len).count(values)
+    tables = tables_for(space, seq_len)
+    values = None if arch is None else tables.canonical_values(arch)
+    if values is None:  # else validating would return it unchanged
+        values = space.default() if arch is None else space.validate(arch)
+    params, macs = tables.count(values)
     return _costs(space, seq_len, params, macs)
-
-
-def _valid_values(space: SearchSpace, arch: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``arch`` itself when it already is a valid architecture of ``space`` in canonical
-    form (as a searcher's draws are), else what :meth:`SearchSpace.validate` returns
-    (or raises). Skips building a new :class:`Architecture` per call: at search speed,
-    that construction costs more than the count."""
-    if isinstance(arch, Architecture) and arch.space not in (None, space.name):
-        return space.validate(arch)
-    choices = space.choice_map
-    if len(arch) != len(choices):
-        return space.validate(arch)
-    for name, value in arch.items():
-        choice = choices.get(name)
-        if choice is None or value not in choice.values:
-            return space.validate(arch)
-        canonical = choice.values[choice.values.index(value)]
-        if type(canonical) is not type(value) or canonical != value:
-            return space.validate(arch)
-    if any(rule.check(arch) is not None for rule in space.constraints):
-        return space.validate(arch)
-    return arch
 
 
 def count_costs_reference(space: SearchSpace, arch: Mapping[str, Any] | None = None,

@@ -37,6 +37,7 @@ from typing import Any
 
 import networkx as nx
 
+from nas.architecture import Architecture
 from nas.choices import Scalar
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, ChoiceRef, Dim
@@ -607,6 +608,7 @@ class CostTables:
         self.seq_len = seq_len
         s = self._s = analysis.s
         self._analysis = analysis
+        self._allowed = {c.name: {v: v for v in c.values} for c in space.choices()}
         self.cost_groups: list[str] = []
         for n in s.order:
             if s.group(n) not in self.cost_groups:
@@ -639,8 +641,12 @@ class CostTables:
         known = [fn for _, fn in members if fn.table is not None]
         identity = [_Fn(deps, tuple({v: i for i, v in enumerate(self._s.domain(c))}
                                     for c in deps), {})]
-        classes = self._analysis._refine(deps, known if len(known) == len(members) else
-                                         identity)
+        # Keyed by the plain values when they are few enough to list (a C-level key);
+        # by classes only where the values are too many (AdaBERT's embedding is used
+        # unless six edges are all 'zero': 2^6 classes of 10^6 values).
+        plain = math.prod(len(self._s.domain(c)) for c in deps) <= ENUMERATION_LIMIT
+        classes = self._analysis._refine(deps, known if len(known) == len(members) and
+                                         not plain else identity)
         if all(len(set(cl.values())) == len(cl) for cl in classes):  # plain values
             key = itemgetter(*deps) if deps else (lambda values: ())
         elif len(deps) == 1:
@@ -672,6 +678,28 @@ class CostTables:
                     row[k + e.slot] += value[1]
             else:
                 group.table[group.key(values)] = tuple(row)
+
+    def canonical_values(self, arch: Mapping[str, Any]) -> Mapping[str, Scalar] | None:
+        """``arch``'s values as a plain mapping if it is a valid architecture of the space
+        in canonical form (every choice, each at an allowed value of the same type, no
+        rule broken), which :meth:`SearchSpace.validate` would return unchanged, as a
+        searcher's draws are; else ``None``."""
+        if isinstance(arch, Architecture):
+            if arch.space not in (None, self.space.name):
+                return None
+            arch = arch.to_dict()["choices"]  # a plain dict: lookups at C speed
+        if len(arch) != len(self._allowed):
+            return None
+        for name, value in arch.items():
+            allowed = self._allowed.get(name)
+            if allowed is None:
+                return None
+            canonical = allowed.get(value, _ERROR) if value.__hash__ else _ERROR
+            if type(canonical) is not type(value):  # 1.0 and True find 1: not canonical
+                return None
+        if any(rule.check(arch) is not None for rule in self.space.constraints):
+            return None
+        return arch
 
     @property
     def entries(self) -> int:
