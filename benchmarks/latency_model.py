@@ -8,7 +8,7 @@ For each space family and setting (batch x sequence length, one thread by defaul
 * **calibration** (``--calibrate``): :func:`nas.latency.calibrate` with its defaults,
   timed, into ``--table`` (default: this machine's table in the cache folder);
 * **error**: ``--archs`` random architectures that were not calibrated on, each built and
-  timed end to end (median of ``--runs`` runs after two warm-up runs) and predicted by the
+  timed end to end (median of ``--runs`` runs after three warm-up runs) and predicted by the
   model: MAPE and worst absolute percentage error, and the share of op calls the model
   had to estimate (keys it never timed);
 * **noise floor**: the first ``--noise-archs`` of them are timed again (another median of
@@ -74,13 +74,13 @@ def evaluate(model: LatencyModel, space, setting: Setting, args) -> dict:
         child = build_child(space, arch).eval()
         batch = batch_for(space, setting.batch_size, setting.seq_len)
         rows.append({"arch": arch.id, "predicted_ms": pred.latency_ms,
-                     "measured_ms": time_forward(child, batch, 2, args.runs),
+                     "measured_ms": time_forward(child, batch, 3, args.runs),
                      "estimated_calls": pred.estimated_calls, "calls": pred.calls})
         if len(children) < args.noise_archs:
             children[arch.id] = (child, batch)
     for row in rows:  # again, after everything else: drift on a shared machine is noise too
         if row["arch"] in children:
-            row["measured_again_ms"] = time_forward(*children[row["arch"]], 2, args.runs)
+            row["measured_again_ms"] = time_forward(*children[row["arch"]], 3, args.runs)
     out = {"space": space.name, "setting": setting.key, "rows": rows,
            "estimated_share": sum(r["estimated_calls"] for r in rows)
            / sum(r["calls"] for r in rows)}

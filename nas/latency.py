@@ -437,7 +437,8 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
             budget_s: float = 0.25, clock: str = "wall") -> float:
     """Median milliseconds of one op call at ``setting``, on random inputs: the op built
     alone at its widths, its inputs random ``(batch, length, width)`` states and the
-    batch's token ids (at most ``repeats`` runs after one warm-up, fewer past ``budget_s``)."""
+    batch's token ids (at most ``repeats`` runs after two warm-up runs, fewer past
+    ``budget_s``)."""
     from nas.cost import batch_for
 
     module = OPS.get(call.op)(list(call.in_widths), call.width, dict(call.params)).eval()
@@ -454,18 +455,18 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
             return module(xs, call.width, call.params, ctx)
     probe = time_runs(run, 1, 1)["wall"]
     n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
-    return time_runs(run, 0, n)[clock]
+    return time_runs(run, 1, n)[clock]
 
 
 def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
-              archs: int = 10, pool: int = 200, repeats: int = 10, end_to_end: int = 5,
+              archs: int = 10, pool: int = 200, repeats: int = 10, end_to_end: int = 10,
               seed: int = 0, clock: str = "wall", table: LatencyTable | None = None,
               log: Callable[[str], None] | None = None) -> LatencyTable:
     """Time the op calls of each space and fit its overhead at each setting (see the
     module docstring); adds to ``table`` (a new one by default) and returns it.
 
     ``pool`` draws give the op keys to time (each once per setting); ``archs`` children
-    timed end to end (median of ``end_to_end`` runs) give the fit.
+    timed end to end (:func:`time_child`, at most ``end_to_end`` runs) give the fit.
     """
     from nas.builder import build_child
     from nas.cost import batch_for
@@ -493,7 +494,7 @@ def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
                 for arch in picked:
                     child = build_child(space, arch).eval()
                     batch = batch_for(space, setting.batch_size, setting.seq_len)
-                    measured = time_forward(child, batch, 1, end_to_end)[clock]
+                    measured = time_child(child, batch, end_to_end, clock=clock)
                     p = model.ops_ms(space, arch, setting)
                     rows.append(([p.ops_ms, float(p.calls), 1.0], measured))
                 fit = _fit_overhead(rows, [a.id for a in picked])
@@ -513,6 +514,16 @@ def time_forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], warm
     :func:`nas.cost.measure_latency`, which reports the wall clock)."""
     model.eval()
     return time_runs(lambda: model(batch), warmup, repeats)
+
+
+def time_child(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], repeats: int = 10,
+               budget_s: float = 2.0, clock: str = "wall") -> float:
+    """Median milliseconds of a child's forward pass after three warm-up runs (the first
+    two of a fresh model are slow), over ``repeats`` runs or fewer past ``budget_s``
+    (at least three)."""
+    probe = time_forward(model, batch, 1, 1)["wall"]
+    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
+    return time_forward(model, batch, 1, n)[clock]
 
 
 def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -> Fit:

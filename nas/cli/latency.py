@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--archs", type=int, default=10, help="children timed end to end per space")
     c.add_argument("--pool", type=int, default=200, help="random draws whose op calls are timed")
     c.add_argument("--repeats", type=int, default=10, help="most timed runs per op call")
-    c.add_argument("--end-to-end", type=int, default=5, help="timed runs per child")
+    c.add_argument("--end-to-end", type=int, default=10, help="most timed runs per child")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall clock, or the thread's CPU time (one thread; for machines "
