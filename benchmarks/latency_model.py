@@ -17,8 +17,9 @@ For each space family and setting (batch x sequence length, one thread by defaul
   measurement and asked for the next.
 
 Target (issue 13): MAPE <= 10%, or <= twice the noise floor. Prints one line per space
-and setting; ``--json`` writes every measurement. Record the output in
-``benchmarks/RESULTS.md`` with the command.
+and setting, then what the errors are made of (:func:`summarize`); ``--json`` writes every
+measurement and ``--summarize JSON`` prints the second part again from them. Record the
+output in ``benchmarks/RESULTS.md`` with the command.
 """
 
 from __future__ import annotations
@@ -96,6 +97,26 @@ def evaluate(model: LatencyModel, space, setting: Setting, args) -> dict:
     return out
 
 
+def summarize(results: list[dict], clock: str) -> None:
+    """What the errors are made of, from recorded measurements (nothing is timed): the
+    rank correlation of predicted and measured latency (what a search ranking needs),
+    the median ratio measured / predicted (a shift of the whole machine's speed between
+    calibration and measurement shows here), and the MAPE left after dividing every
+    prediction by that one ratio (fitted on the held-out set itself: optimistic)."""
+    from scipy.stats import spearmanr
+
+    print(f"{clock} clock: {'space':<16} {'setting':<26} {'Spearman':>8} {'measured/pred':>13} "
+          f"{'MAPE after one scale':>20}")
+    for r in results:
+        measured = np.array([row["measured_ms"][clock] for row in r["rows"]])
+        predicted = np.array([row["predicted_ms"] for row in r["rows"]])
+        ratio = float(np.median(measured / predicted))
+        shape = float(np.mean(np.abs(ratio * predicted - measured) / measured))
+        rho = spearmanr(predicted, measured).statistic
+        print(f"{'':>11}{r['space']:<16} {r['setting']:<26} {rho:>8.3f} {ratio:>13.3f} "
+              f"{shape:>20.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spaces", nargs="+",
@@ -112,7 +133,13 @@ def main() -> None:
     parser.add_argument("--table", default=None, help="latency table (default: this machine's)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", default=None, help="write every measurement here")
+    parser.add_argument("--summarize", metavar="JSON",
+                        help="print what the errors of a recorded run are made of, and exit")
     args = parser.parse_args()
+    if args.summarize:
+        with open(args.summarize) as f:
+            summarize(json.load(f), args.clock)
+        return
     torch.manual_seed(0)
     settings = [parse_setting(s, args.threads) for s in args.settings]
     spaces = [get_space(n) for n in args.spaces]
@@ -151,6 +178,7 @@ def main() -> None:
                 if args.json:  # after each line, so that a long run keeps what it measured
                     with open(args.json, "w") as f:
                         json.dump(results, f, indent=1)
+    summarize(results, model.table.clock)
 
 
 if __name__ == "__main__":
