@@ -28,6 +28,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "others finished so far; run one process per sample to use more "
                         "cores")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    p.add_argument("--break-lock", action="store_true",
+                   help="take over the run directory's lock left by a process on another "
+                        "host (make sure that run is over: two writers corrupt a run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     p.set_defaults(func=cmd_run)
@@ -58,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
-                         extra={"random_sample": args.random_sample})
+                         extra={"random_sample": args.random_sample,
+                                "break_lock": args.break_lock})
     metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0
