@@ -116,7 +116,7 @@ def load_architecture(text_or_path: str | Path | Mapping[str, Any] | None) -> Ar
         return Architecture.from_dict(text_or_path)
     text = str(text_or_path)
     stripped = text.lstrip()
-    if stripped.startswith("{"):
+    if stripped.startswith(("{", "[")):  # JSON, not a path (a list is refused below)
         source, content = "inline JSON", text
     else:
         path = Path(text)

@@ -22,7 +22,7 @@ from nas.builder import build_child, build_supernet, extract_child
 from nas.cost import batch_for
 from nas.errors import ExportError
 from nas.export import export
-from nas.runtime import load
+from nas.runtime import file_manifest, load
 from nas.space import get_space, list_spaces, small_config
 
 TOL = 1e-4
@@ -180,8 +180,6 @@ def test_missing_weights_are_named(exported):
 def _relist(exported):
     """Rewrite the export's file list after a test edited a file on purpose, so that the
     checks behind the hash check are reached."""
-    from nas.runtime import file_manifest
-
     path = exported / "config.json"
     config = json.loads(path.read_text())
     config["files"] = file_manifest(exported)
@@ -271,7 +269,8 @@ def test_missing_tensor_and_broken_config_are_named(exported):
         load(exported)
     with pytest.raises(ExportError, match="model.onnx: missing"):
         (exported / "config.json").write_text(json.dumps(
-            {"format": "nas-export", "graph": {}, "labels": [], "inputs": [], "files": {}}))
+            {"format": "nas-export", "graph": {}, "labels": ["a"], "inputs": ["input_ids"],
+             "files": file_manifest(exported)}))
         load(exported, "onnx")
 
 

@@ -10,7 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit
+from nas.cli.common import emit, non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -23,7 +23,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
     p.add_argument("--searcher", choices=searcher_names,
                    help="a registered searcher the method accepts (default: the method's "
                         "own); e.g. random: random architectures trained with the same recipe")
-    p.add_argument("--random-sample", type=int, metavar="I",
+    p.add_argument("--random-sample", type=non_negative_int, metavar="I",
                    help="with --searcher random: evaluate only sample I (0-based) and keep the "
                         "others finished so far; run one process per sample to use more "
                         "cores")
@@ -86,7 +86,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="train, dev or test (default: test when the task has it)")
     p.add_argument("--task", help="task name (default: the one the run was made for)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="examples per forward pass")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="the runtime that runs the export")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
