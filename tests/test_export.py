@@ -44,8 +44,8 @@ BLOCKED_RUNNER = textwrap.dedent("""
 
     diffs = {}
     for directory in sys.argv[1:]:
-        batch = torch.load(directory + "/../batch.pt")[directory]
-        ref = torch.load(directory + "/../logits.pt")[directory]
+        batch = torch.load(directory + "/../batch.pt", weights_only=True)[directory]
+        ref = torch.load(directory + "/../logits.pt", weights_only=True)[directory]
         for runtime in ("torch", "onnx"):
             got = load(directory, runtime)(batch)
             diffs[f"{directory}:{runtime}"] = float((got - ref).abs().max())
@@ -157,6 +157,29 @@ def test_export_with_supernet_weights_slices_them(tmp_path):
     other = get_space("tinybert", **small_config("tinybert"))
     with pytest.raises(ExportError, match=r"supernet\.pt: (lacks|tensor .* does not contain)"):
         export(other, None, tmp_path / "wrong", weights=ckpt)
+
+
+def test_export_takes_the_model_of_a_training_checkpoint(tmp_path):
+    """A nas.checkpoint training state (model, optimizer, counters) exports its model."""
+    from nas.checkpoint import save_state
+
+    space = get_space("bert", **small_config("bert"))
+    torch.manual_seed(0)
+    child = build_child(space, space.default())
+    batch = _batch(space)
+    opt = torch.optim.AdamW(child.parameters(), lr=0.1)
+    child(batch).logits.sum().backward()
+    opt.step()  # trained weights, and an optimizer state with tensors of its own
+    ckpt = tmp_path / "checkpoint.safetensors"
+    save_state(ckpt, {"model": child.state_dict(), "optimizer": opt.state_dict(), "step": 1})
+    out = export(space, None, tmp_path / "child", weights=ckpt)
+    with torch.no_grad():
+        ref = child.eval()(batch).logits
+    assert torch.equal(load(out)(batch), ref)
+    save_state(tmp_path / "search.safetensors", {"search": {"step": 1}, "epoch": 0})
+    with pytest.raises(ExportError, match=r"search\.safetensors: expected a state dict of "
+                                          r"tensors, .* \(it holds: search, epoch\)"):
+        export(space, None, tmp_path / "other", weights=tmp_path / "search.safetensors")
 
 
 def test_label_count_must_match(tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 from nas.arch_params import ArchParameters
 from nas.builder import build_supernet
+from nas.checkpoint import load_state, save_state
 from nas.cost import batch_for
 from nas.space import get_space, small_config
 from searchers.base import SEARCHERS, SearcherError, run_steps
@@ -108,9 +109,9 @@ def test_search_resumes_exactly_from_a_checkpoint(space, tmp_path):
     first, _ = _search(space)
     for _ in range(3):
         first.step(batch, batch)
-    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
+    save_state(tmp_path / "ckpt.safetensors", first.state_dict())  # the run folder's format
     resumed, _ = _search(space, seed=0)
-    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt"))
+    resumed.load_state_dict(load_state(tmp_path / "ckpt.safetensors"))
     for _ in range(3):
         info = resumed.step(batch, batch)
     assert math.isfinite(info["loss"]) and resumed.step_count == 6
