@@ -70,7 +70,8 @@ class Architecture(Mapping[str, Any]):
     def id(self) -> str:
         """A 12-hex-digit id stable across processes and machines."""
         text = f"{self.space or ''}:{self._json}"
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
+        # an identifier, not a security hash: SHA-1 keeps the ids of existing runs
+        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
         """The file form: ``{"space": ..., "choices": {...}}``."""

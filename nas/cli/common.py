@@ -67,7 +67,8 @@ def arch_from_args(space: SearchSpace, arch: str | None) -> Architecture:
     if arch is None:
         return space.default()
     loaded = load_architecture(arch)
-    assert loaded is not None
+    if loaded is None:  # not reached: only None loads as None
+        return space.default()
     if loaded.space not in (None, space.name):
         raise NasError(f"the architecture is for space {loaded.space!r}, not {space.name!r}")
     for name, value in loaded.items():
