@@ -121,12 +121,20 @@ def load_architecture(text_or_path: str | Path | Mapping[str, Any] | None) -> Ar
         source, content = "inline JSON", text
     else:
         path = Path(text)
-        if not path.is_file():
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        try:
+            exists = path.is_file()
+        except OSError:  # e.g. a name too long to be a path
+            exists = False
+        if not exists:
             raise ArchitectureError(
-                f"architecture file {text!r} does not exist; pass a JSON file path or inline "
+                f"architecture file {shown!r} does not exist; pass a JSON file path or inline "
                 'JSON such as \'{"depth": 3}\''
             )
-        source, content = str(path), path.read_text()
+        try:
+            source, content = str(path), path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ArchitectureError(f"{path}: cannot read it as JSON text ({err})") from None
     try:
         data = json.loads(content)
     except json.JSONDecodeError as err:

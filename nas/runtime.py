@@ -47,7 +47,10 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ExportError(f"{path}: missing; not an exported model directory (run nas export)")
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ExportError(f"{path}: not UTF-8 text (byte {err.start}); the file is damaged, "
+                          "re-export") from None
     except json.JSONDecodeError as err:
         raise ExportError(f"{path}: broken JSON at line {err.lineno} column {err.colno}: "
                           f"{err.msg}") from None
@@ -187,16 +190,39 @@ def build_network(config: Mapping[str, Any], source: str = CONFIG_FILE) -> torch
         graph = from_json(config["graph"])
     except NasError as err:
         raise ExportError(f"{source}: bad graph: {err}") from None
-    except (KeyError, TypeError, ValueError) as err:
-        raise ExportError(f"{source}: the graph is malformed ({type(err).__name__}: {err})") \
-            from None
+    except Exception as err:  # networkx fails in many ways on malformed node-link data
+        raise ExportError(f"{source}: the graph is malformed ({_brief(err)})") from err
     try:
         return GraphNet(graph, resolved=True)
     except NasError as err:
         raise ExportError(f"{source}: cannot build the graph: {err}") from None
-    except (KeyError, TypeError, ValueError) as err:
+    except Exception as err:  # an op built from malformed parameters (torch, int(), ...)
         raise ExportError(f"{source}: an op's parameters are missing or malformed "
-                          f"({type(err).__name__}: {err})") from None
+                          f"({_brief(err)})") from err
+
+
+def _brief(err: BaseException) -> str:
+    """An exception as one short line: its type and the start of its message."""
+    message = " ".join(str(err).split())
+    return f"{type(err).__name__}: {message[:200]}" if message else type(err).__name__
+
+
+@torch.no_grad()
+def check_runs(network: torch.nn.Module, inputs: Sequence[str], source: str) -> None:
+    """One forward pass on a two-token input: a config whose graph builds but cannot run
+    (a parameter of the wrong type, widths that do not meet) fails here, at load time, in
+    one line, instead of at the first prediction."""
+    batch = {name: (torch.ones if name.startswith("attention_mask") else torch.zeros)(
+        1, 2, dtype=torch.long) for name in inputs}  # id 0 exists in every vocabulary
+    was_training = network.training
+    network.eval()
+    try:
+        network(batch)
+    except Exception as err:  # any op may fail on malformed parameters
+        raise ExportError(f"{source}: the model in it cannot run ({_brief(err)}); the file is "
+                          "damaged, re-export") from err
+    finally:
+        network.train(was_training)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -283,7 +309,11 @@ class ExportedModel:
     def vocab_size(self) -> int:
         if self.is_hf:
             return int(self.config["vocab_size"])
-        return int(self.config.get("vocab_size") or 1000)
+        if self.config.get("vocab_size"):
+            return int(self.config["vocab_size"])
+        graph = self.network.graph if self.runtime == "torch" else _graph_of(self.config)
+        tables = _vocab_sizes(graph)
+        return tables[0] if tables else 1000
 
     def check_seq_len(self, seq_len: int) -> None:
         """A one-line error when ``seq_len`` is beyond the model's positions."""
@@ -378,13 +408,24 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
             raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
         return ExportedModel(directory, config, runtime, session)
     network = build_network(config, str(directory / CONFIG_FILE))
+    tables = _vocab_sizes(network.graph)
+    if config.get("vocab_size") is not None and tables and config["vocab_size"] != tables[0]:
+        raise ExportError(f"{directory / CONFIG_FILE}: vocab_size is {config['vocab_size']} but "
+                          f"the model's embedding table has {tables[0]} rows")
     heads = int(network.graph.nodes[network.outputs[0]].get("width", 0))
     if heads != len(config["labels"]):
         raise ExportError(f"{directory / CONFIG_FILE}: {len(config['labels'])} labels for a "
                           f"model with {heads} outputs; the label list does not fit the head")
     path = directory / WEIGHTS_FILE
     load_state(network, read_weights(path), str(path))
+    check_runs(network, config["inputs"], str(directory / CONFIG_FILE))
     return ExportedModel(directory, config, runtime, network.eval())
+
+
+def _vocab_sizes(graph: Any) -> list[int]:
+    """The sizes of the graph's token-embedding tables."""
+    return [attrs["params"]["vocab_size"] for _, attrs in graph.nodes(data=True)
+            if "vocab_size" in attrs.get("params", {})]
 
 
 def _graph_of(config: Mapping[str, Any]) -> Any:
