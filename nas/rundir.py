@@ -19,7 +19,10 @@ whose process is gone on the same host is stale: it is reported in one line and 
 over. A lock held by a live process, or by a process on another host (whose liveness
 cannot be checked from here), refuses the second writer; ``break_lock=True``
 (``--break-lock``) takes a lock from another host over. ``RunDir(path)`` alone only
-reads and takes no lock (``nas report``, ``nas evaluate``).
+reads and takes no lock (``nas report``, ``nas evaluate``). Processes that write
+disjoint files of one run (one random-baseline sample each) name themselves with
+``writer="random3"``: each named writer has a lock of its own (``RUN/.lock-random3``),
+so they share the folder while two processes doing the same sample still cannot.
 
 **Starting, resuming, re-running.** ``resume=True`` on a folder with no run is an
 error (it never quietly starts afresh). A folder whose run finished no stage yet (it
@@ -33,6 +36,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -131,9 +135,10 @@ def _describe(owner: dict[str, Any]) -> str:
     return f"process {owner.get('pid', '?')} on {owner.get('host', '?')}"
 
 
-def _acquire(run: Path, break_lock: bool) -> None:
-    """Take ``run/.lock`` for this process (see the module docstring)."""
-    path = (run / LOCK_FILE).resolve()
+def _acquire(lock: Path, break_lock: bool) -> None:
+    """Take the lock file ``lock`` of a run folder for this process (module docstring)."""
+    run = lock.parent
+    path = lock.resolve()
     held = _HELD.get(path)
     if held is not None and held.owner == os.getpid():
         held.count += 1
@@ -222,9 +227,12 @@ class RunDir:
     """
 
     def __init__(self, path: str | Path, config: dict[str, Any] | None = None,
-                 resume: bool = False, break_lock: bool = False) -> None:
+                 resume: bool = False, break_lock: bool = False, writer: str = "") -> None:
         self.path = Path(path)
         self._lock: Path | None = None
+        if writer and not re.fullmatch(r"[A-Za-z0-9_-]+", writer):
+            raise ValueError(f"writer must be letters, digits, _ or -, got {writer!r}")
+        lock_name = f"{LOCK_FILE}-{writer}" if writer else LOCK_FILE
         snapshot = self.path / SNAPSHOT
         if config is None:
             if not snapshot.is_file():
@@ -236,8 +244,8 @@ class RunDir:
             raise NasError(f"{self.path}: is a file, not a run directory; choose another "
                            "--run-dir")
         self.path.mkdir(parents=True, exist_ok=True)
-        _acquire(self.path, break_lock)
-        self._lock = (self.path / LOCK_FILE).resolve()
+        _acquire(self.path / lock_name, break_lock)
+        self._lock = (self.path / lock_name).resolve()
         try:
             self._open(config, resume)
         except BaseException:

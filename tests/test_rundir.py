@@ -177,3 +177,22 @@ def test_a_damaged_result_file_is_named(tmp_path):
         (run.path / "metrics.json").write_bytes(b'{"a": "\xff"}')
         with pytest.raises(NasError, match=r"metrics.json: not UTF-8 text"):
             run.load_json("metrics.json")
+
+
+def test_named_writers_share_a_folder_but_not_a_name(tmp_path):
+    run = tmp_path / "run"
+    RunDir(run, CONFIG).close()
+    sleeper = subprocess.Popen(["sleep", "30"])  # noqa: S607 (a stand-in live process)
+    try:
+        _write_lock(run, pid=sleeper.pid, started=time.time() + 1)
+        os.replace(run / LOCK_FILE, run / (LOCK_FILE + "-random1"))  # sample 1 is running
+        with pytest.raises(RunLockError, match="in use by process"):
+            RunDir(run, CONFIG, resume=True, writer="random1")
+        with RunDir(run, CONFIG, resume=True, writer="random0") as other:
+            assert (other.path / ".lock-random0").is_file()
+        assert not (run / ".lock-random0").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(ValueError, match="writer must be"):
+        RunDir(run, CONFIG, resume=True, writer="../x")
