@@ -87,7 +87,7 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
-def _process_alive(pid: int, since: float | None) -> bool:
+def _process_alive(pid: int, since: Any) -> bool:
     """Whether the process that took a lock at time ``since`` is still running.
 
     A pid can be reused once its process is gone: a live process with that pid that
@@ -101,10 +101,12 @@ def _process_alive(pid: int, since: float | None) -> bool:
         return False
     except PermissionError:  # alive, another user's
         pass
-    except OSError:
+    except (OSError, OverflowError):  # no such pid can exist
         return False
     started = _process_start_time(pid)
-    return not (started is not None and since is not None and started > since + 1.0)
+    if started is None or not isinstance(since, int | float) or isinstance(since, bool):
+        return True  # cannot tell: a live pid keeps the lock
+    return started <= since + 1.0
 
 
 class _Held:

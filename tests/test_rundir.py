@@ -196,3 +196,11 @@ def test_named_writers_share_a_folder_but_not_a_name(tmp_path):
         sleeper.wait()
     with pytest.raises(ValueError, match="writer must be"):
         RunDir(run, CONFIG, resume=True, writer="../x")
+
+
+@pytest.mark.parametrize("fields", [{"pid": 2**70}, {"pid": "abc"}, {"pid": -3},
+                                    {"pid": os.getpid(), "started": "yesterday"}])
+def test_odd_lock_contents_count_as_stale(tmp_path, fields):
+    _write_lock(tmp_path / "run", **fields)
+    with pytest.warns(UserWarning, match="stale lock"), RunDir(tmp_path / "run", CONFIG):
+        assert _lock(tmp_path / "run")["pid"] == os.getpid()
