@@ -86,9 +86,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"experiment file {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: broken YAML: {err}") from None
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at "
+                          f"offset {err.start}); save the file as UTF-8") from None
+    except yaml.YAMLError as err:  # one line: where and what, not PyYAML's excerpt
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        what = getattr(err, "problem", None) or " ".join(str(err).split())
+        raise ConfigError(f"{p}: broken YAML{where}: {what}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of settings at the top level")
     return data

@@ -467,7 +467,11 @@ class AdaBert(Method):
         # the random baseline adds a stage to an existing run: no --resume needed for that
         resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume)
+        # processes that each evaluate one random sample write the same folder: one lock
+        # per sample instead of the folder's single-writer lock
+        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume,
+                     break_lock=bool(options.extra.get("break_lock")),
+                     writer="" if sample is None else f"random{sample}")
         ctx = AdaBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
         metrics["teacher"] = ctx.teacher_costs()

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from nas.cli.common import add_space_config_option, arch_from_args, emit, space_from_args
+from nas.cli.common import (
+    add_space_config_option,
+    arch_from_args,
+    emit,
+    non_negative_int,
+    positive_int,
+    space_from_args,
+)
 from nas.errors import NasError
 
 
@@ -27,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="comma-separated label names (default LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
                                        "MiniLM teacher's, when the vocabulary fits)")
-    p.add_argument("--max-length", type=int, default=128, help="tokenizer truncation length")
+    p.add_argument("--max-length", type=positive_int, default=128,
+                   help="tokenizer truncation length")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a previous export in the output directory completely")
     add_space_config_option(p)
@@ -45,12 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="CPU latency (median, p90) and throughput")
     p.add_argument("directory")
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=positive_int, default=128,
+                   help="tokens per example (at most the model's positions)")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"))
-    p.add_argument("--repeats", type=int, default=10, help="timed runs per batch size")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs per batch size")
-    p.add_argument("--threads", type=int, help="intra-op threads (default: the runtime's own; "
-                                              "on a busy machine 1 is often fastest)")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per batch size")
+    p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed runs per batch size")
+    p.add_argument("--threads", type=positive_int,
+                   help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
+                        "often fastest)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -95,10 +105,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from nas.runtime import benchmark, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
-    if args.seq_len < 1 or args.repeats < 1 or args.warmup < 0:
-        raise NasError("--seq-len and --repeats must be positive and --warmup non-negative")
-    if args.threads is not None and args.threads < 1:
-        raise NasError(f"--threads must be a positive integer, got {args.threads}")
     model = load(args.directory, args.runtime, args.threads)
     rows = benchmark(model, sizes, args.seq_len, args.repeats, args.warmup)
     lines = [f"{args.directory} ({args.runtime}, sequence length {args.seq_len}, "

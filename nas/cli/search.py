@@ -10,7 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit
+from nas.cli.common import emit, non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -23,11 +23,14 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
     p.add_argument("--searcher", choices=searcher_names,
                    help="a registered searcher the method accepts (default: the method's "
                         "own); e.g. random: random architectures trained with the same recipe")
-    p.add_argument("--random-sample", type=int, metavar="I",
+    p.add_argument("--random-sample", type=non_negative_int, metavar="I",
                    help="with --searcher random: evaluate only sample I (0-based) and keep the "
                         "others finished so far; run one process per sample to use more "
                         "cores")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    p.add_argument("--break-lock", action="store_true",
+                   help="take over the run directory's lock left by a process on another "
+                        "host (make sure that run is over: two writers corrupt a run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     p.set_defaults(func=cmd_run)
@@ -58,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
-                         extra={"random_sample": args.random_sample})
+                         extra={"random_sample": args.random_sample,
+                                "break_lock": args.break_lock})
     metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0
@@ -82,7 +86,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="train, dev or test (default: test when the task has it)")
     p.add_argument("--task", help="task name (default: the one the run was made for)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="examples per forward pass")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="the runtime that runs the export")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -273,7 +273,8 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> TaskData:
     path = root / spec.files[split]
     if spec.kind in ("single", "pair"):
         rows = read_tsv(path, (*spec.text_columns, spec.label_column))
-        assert spec.label_values is not None and spec.label_names is not None
+        # register_task fills both for these kinds (an internal invariant, not user input)
+        assert spec.label_values is not None and spec.label_names is not None  # noqa: S101
         labels = _map_labels([(ln, r[-1]) for ln, r in rows], spec.label_values, path)
         texts_a = tuple(r[0] for _, r in rows)
         texts_b = tuple(r[1] for _, r in rows) if spec.kind == "pair" else None
@@ -303,7 +304,8 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> TaskData:
                         f"from the train split ({len(tag_names)} tags)"
                     )
             tag_ids.append(tuple(tag_index[t] for t in seq))
-        assert spec.label_values is not None and spec.label_names is not None
+        # register_task fills both for these kinds (an internal invariant, not user input)
+        assert spec.label_values is not None and spec.label_names is not None  # noqa: S101
         labels = _map_labels(list(enumerate(intents, start=1)), spec.label_values,
                              path / "label", what="intent")
         files = [path / n for n in ("seq.in", "seq.out", "label")]
