@@ -93,6 +93,9 @@ class SearchSettings:
     tau_every: int = 100
     checkpoint_every: int = 50  # steps
     alpha_log_every: int = 50  # steps between α snapshots in log.jsonl
+    # efficiency-loss scale: "normalised" (op costs 0..1, edges averaged) or "published"
+    # (0.1 per op, edges summed, as the published code; searchers/differentiable.py)
+    op_costs: str = "normalised"
 
     def __post_init__(self) -> None:
         _check([("epochs", self.epochs >= 1, "an integer >= 1"),
@@ -107,7 +110,9 @@ class SearchSettings:
                 ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
                 ("tau_every", self.tau_every >= 1, "an integer >= 1"),
                 ("checkpoint_every", self.checkpoint_every >= 1, "an integer >= 1"),
-                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1")], self)
+                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1"),
+                ("op_costs", self.op_costs in ("normalised", "published"),
+                 "normalised or published")], self)
 
 
 @dataclass
@@ -508,7 +513,7 @@ class AdaBert(Method):
             seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
             arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
             arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,
-            record=("layer_features",))
+            record=("layer_features",), op_costs=s.op_costs)
         t0 = time.time()
         arch = searcher.search(ctx.space, trainer).arch
         space_config = {k: ctx.space.config[k] for k in
