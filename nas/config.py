@@ -136,7 +136,7 @@ def apply_overrides(data: dict[str, Any], items: list[str] | tuple[str, ...], wh
                 child = node[part.strip()] = {}
             if not isinstance(child, dict):
                 dotted = ".".join(parts[:depth + 1])
-                raise ConfigError(f"--set {key}: {where}: {dotted} is {child!r}, not a mapping "
+                raise ConfigError(f"--set {item}: {where}: {dotted} is {child!r}, not a mapping "
                                   f"of settings; set {dotted}=VALUE instead")
             node = child
         node[parts[-1].strip()] = value

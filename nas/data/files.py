@@ -469,7 +469,8 @@ def _label_keys(table: _Table, column: str) -> tuple[str, list[str]]:
         kinds.setdefault(kind, (row, key))
         keys.append(key)
     if len(kinds) > 1:
-        examples = ", ".join(f"{k}s (e.g. {v[1]!r} at row {v[0]})" for k, v in kinds.items())
+        examples = " and ".join(f"{k}s (e.g. {v[1]!r} at row {v[0]})"
+                                for k, v in kinds.items())
         raise DataError(f"{table.where}: column {column!r} mixes label types: {examples}; "
                         f"write every label the same way")
     return next(iter(kinds)), keys
