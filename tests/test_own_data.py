@@ -90,6 +90,21 @@ def test_two_column_csv_with_a_header_of_other_names(tmp_path):
     assert "review" not in data.texts_a  # the header was not read as an example
 
 
+def test_headerless_columns_by_number_and_a_byte_order_mark(tmp_path):
+    rows = [(i, f"text {i}", "yes" if i % 2 else "no") for i in range(20)]
+    path = _csv(tmp_path / "three.csv", rows, header=None)
+    data = load_task(resolve_task({"train": str(path), "header": False, "text": 1,
+                                   "label": 2}), "train")
+    assert data.texts_a[0] == "text 0" and data.label_names == ("no", "yes")
+    bom = _write(tmp_path / "excel.csv", "\ufeff" + (tmp_path / "three.csv").read_text())
+    with pytest.raises(DataError, match=r"no column called 'text' \(the columns are 0, text 0, "
+                                        r"no\).*header: false"):
+        resolve_task(str(bom))  # no BOM left in the first column's name
+    excel = _write(tmp_path / "excel2.csv", "\ufefftext,label\n" + "".join(
+        f"t{i},{i % 2}\n" for i in range(20)))
+    assert load_task(resolve_task(str(excel)), "train").label_names == ("0", "1")
+
+
 def test_numeric_labels_sort_numerically(tmp_path):
     rows = [(f"text {i}", [2, 10, 1][i % 3]) for i in range(30)]
     data = load_task(resolve_task(str(_csv(tmp_path / "n.csv", rows))), "train")

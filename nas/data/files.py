@@ -31,11 +31,9 @@ their names travel to the export and ``nas predict``. Every problem with a file 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,19 +41,34 @@ from pathlib import Path
 from typing import Any
 
 from nas.data.overlap import exact_overlap
+from nas.data.tables import (
+    FORMATS,
+    READER_FORMATS,
+    Examples,
+    Table,
+    class_order,
+    map_to_classes,
+    pick_columns,
+    read_examples,
+    read_table,
+    tag_order,
+)
+from nas.data.tasks import (
+    TASKS,
+    TaskData,
+    TaskSpec,
+    _hash_strings,
+    file_digest,
+    register_task,
+    train_val_split,
+)
 from nas.errors import DataError, RegistryError
 
 log = logging.getLogger("nas.data")
 
-#: file suffix → reader format (``format:`` in the mapping overrides it)
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "json", ".json": "json",
-           ".ndjson": "json", ".parquet": "parquet", ".pq": "parquet"}
-READER_FORMATS = ("csv", "tsv", "json", "parquet")
 SPLITS = ("train", "validation", "test")
 COLUMN_KEYS = ("text", "text_pair", "label", "tokens", "tags")
 OPTION_KEYS = ("path", "name", "header", "format", "val_fraction", "metric")
-#: split names a saved DatasetDict may use for validation
-_VALIDATION_NAMES = ("validation", "dev", "valid", "val")
 _DEFAULT_VAL_FRACTION = 0.1
 
 
@@ -221,362 +234,10 @@ def normalise_task(task: Any, base_dir: str | Path | None = None) -> Any:
     return parsed.to_source()
 
 
-# ------------------------------------------------------------------------ reading
-
-
-@dataclass
-class _Table:
-    """One split's columns, as read from a file (``where`` names it in messages)."""
-
-    where: str
-    columns: list[str]
-    data: dict[str, list[Any]]
-    class_names: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ClassLabel names
-
-    def __len__(self) -> int:
-        return len(self.data[self.columns[0]]) if self.columns else 0
-
-
-def _format_of(path: Path, given: str | None) -> str:
-    if path.is_dir():
-        return "disk"
-    if given:
-        return given
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise DataError(f"{path}: unknown file type {path.suffix or '(no suffix)'!r}; use "
-                        f".csv, .tsv, .jsonl, .parquet or a datasets folder, or set "
-                        f"format: csv|tsv|json|parquet in the task mapping")
-    return fmt
-
-
-def _datasets_cache() -> str:
-    from nas.teacher import cache_root  # light: no torch at import
-
-    return str(cache_root() / "datasets")
-
-
-def _first_line(err: BaseException) -> str:
-    cause = err.__cause__ or err.__context__ or err
-    text = f"{type(cause).__name__}: {cause}" if cause is not err else str(err)
-    return " ".join(text.split())[:200]
-
-
-def _load(path: Path, fmt: str) -> Any:
-    """A ``datasets.Dataset`` (or ``DatasetDict`` for a folder) read from ``path``."""
-    import datasets
-
-    enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # "Generating train split": noise for a small file
-    try:
-        if fmt == "disk":
-            return datasets.load_from_disk(str(path))
-        kwargs: dict[str, Any] = {}
-        if fmt in ("csv", "tsv"):
-            # every row as data (the header is decided below), empty fields as "" (a
-            # review saying "NA" stays a text), TSV with quoting off like GLUE's files
-            kwargs = dict(header=None, na_filter=False)
-            if fmt == "tsv":
-                kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)
-        reader = "csv" if fmt == "tsv" else fmt
-        return datasets.load_dataset(reader, data_files={"train": str(path)}, split="train",
-                                     cache_dir=_datasets_cache(), **kwargs)
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
-    except Exception as err:  # noqa: BLE001 - pandas/pyarrow raise many kinds; one line each
-        reason = _first_line(err)
-        if "No columns to parse" in reason or "corresponds to no data" in reason:
-            raise DataError(f"{path}: empty file (no rows); add examples, one per line"
-                            ) from None
-        if isinstance(err, UnicodeDecodeError) or "codec can't decode" in reason:
-            raise DataError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
-        raise DataError(f"{path}: cannot read it as {fmt} ({reason}); check the file's "
-                        f"format or set format: in the task mapping") from None
-    finally:
-        if enabled:
-            datasets.enable_progress_bars()
-
-
-def _class_names(features: Any) -> dict[str, tuple[str, ...]]:
-    """``ClassLabel`` names of each column (or of its items, for tag sequences)."""
-    out = {}
-    for column, feature in features.items():
-        inner = getattr(feature, "feature", None)
-        names = getattr(feature, "names", None) or getattr(inner, "names", None)
-        if names:
-            out[column] = tuple(str(n) for n in names)
-    return out
-
-
-def _table_from_dataset(ds: Any, where: str) -> _Table:
-    columns = list(ds.column_names)
-    return _Table(where, columns, {c: list(ds[c]) for c in columns}, _class_names(ds.features))
-
-
-def _split_of_dict(dd: Any, split: str, path: Path) -> Any | None:
-    names = _VALIDATION_NAMES if split == "validation" else (split,)
-    for name in names:
-        if name in dd:
-            return dd[name]
-    if split == "train":
-        raise DataError(f"{path}: the saved datasets folder has no train split (it has "
-                        f"{', '.join(dd)}); name the splits train, validation, test")
-    return None
-
-
-def _read_table(path: Path, split: str, fmt: str | None, header: bool | None,
-                columns: Mapping[str, str]) -> _Table | None:
-    """The rows of ``split`` in ``path`` (``None``: a DatasetDict without that split)."""
-    fmt = _format_of(path, fmt)
-    ds = _load(path, fmt)
-    where = str(path)
-    if isinstance(ds, dict):  # a DatasetDict (a dict of splits)
-        ds = _split_of_dict(ds, split, path)
-        if ds is None:
-            return None
-        where = f"{path} ({ds.split or split} split)"
-    elif fmt == "disk" and split != "train":
-        return None  # a single saved Dataset holds the training data only
-    if len(ds) == 0:
-        raise DataError(f"{where}: empty file (no rows); add examples, one per line")
-    if fmt in ("csv", "tsv"):
-        return _headed(ds, where, header, columns)
-    return _table_from_dataset(ds, where)
-
-
-def _headed(ds: Any, where: str, header: bool | None, columns: Mapping[str, str]) -> _Table:
-    """A CSV/TSV read with every row as data: decide whether the first row is a header.
-
-    A header is assumed when ``header: true``, when the task names its columns, or when
-    the first row holds ``text`` and ``label`` (or ``tokens`` and ``tags``). A file of
-    exactly two columns without those names is header-less (text, then label) when its
-    first row's label also labels another row: a header's ``sentiment`` would not.
-    """
-    raw = [ds[c] for c in ds.column_names]
-    first = [str(col[0]).strip() for col in raw]
-    if header is None:
-        named = [v for v in columns.values() if not v.isdigit()]
-        numbered = [v for v in columns.values() if v.isdigit()]
-        if named:
-            header = True
-        elif numbered:
-            header = False
-        elif {"text", "label"} <= set(first) or {"tokens", "tags"} <= set(first):
-            header = True
-        elif len(raw) == 2:
-            header = first[1] not in {str(v).strip() for v in raw[1][1:]}
-        else:
-            header = True
-    if not header:
-        names = [str(i) for i in range(len(raw))]
-        return _Table(where, names, {n: list(col) for n, col in zip(names, raw, strict=True)})
-    if len(ds) == 1:
-        raise DataError(f"{where}: empty file, the header is not followed by any row")
-    if len(set(first)) != len(first) or "" in first:
-        raise DataError(f"{where}: the header row {first} has empty or repeated column names; "
-                        f"name every column once (or set header: false)")
-    return _Table(where, first, {n: list(col[1:]) for n, col in zip(first, raw, strict=True)})
-
-
-# ------------------------------------------------------------------------ columns
-
-
-@dataclass(frozen=True)
-class _Columns:
-    kind: str  # single, pair, tagging
-    text: str = ""
-    text_pair: str = ""
-    label: str = ""
-    tokens: str = ""
-    tags: str = ""
-
-
-def _pick_columns(table: _Table, given: Mapping[str, str]) -> _Columns:
-    """The columns to use: the ones named in the mapping, else ``text``/``label`` (and
-    ``text_pair``, or ``tokens``/``tags``) when present, else text and label of a
-    two-column file."""
-    cols = table.columns
-    if "tokens" in given or "tags" in given or (
-            "text" not in given and "text" not in cols and {"tokens", "tags"} <= set(cols)):
-        chosen = {"tokens": given.get("tokens", "tokens"), "tags": given.get("tags", "tags"),
-                  "label": given.get("label", "label")}
-        kind = "tagging"
-    elif given or "text" in cols:
-        chosen = {"text": given.get("text", "text"), "label": given.get("label", "label")}
-        if "text_pair" in given or "text_pair" in cols:
-            chosen["text_pair"] = given.get("text_pair", "text_pair")
-        kind = "pair" if "text_pair" in chosen else "single"
-    elif len(cols) == 2:
-        chosen, kind = {"text": cols[0], "label": cols[1]}, "single"
-    else:
-        raise DataError(f"{table.where}: no column called 'text' (the columns are "
-                        f"{', '.join(cols)}); name yours in the task mapping: "
-                        f"text: COLUMN, label: COLUMN")
-    for key, column in chosen.items():
-        if column not in cols:
-            raise DataError(f"{table.where}: no column {column!r} for {key} (the columns are "
-                            f"{', '.join(cols)}); set {key}: COLUMN in the task mapping")
-    if kind == "tagging" and "label" not in given and "label" not in cols:
-        raise DataError(f"{table.where}: a tagging task also needs a sentence label column "
-                        f"(like SNIPS's intent), none called 'label' (the columns are "
-                        f"{', '.join(cols)}); set label: COLUMN in the task mapping")
-    return _Columns(kind=kind, **chosen)
-
-
-# ------------------------------------------------------------------------- labels
-
-_INTEGER = re.compile(r"[+-]?\d+")
-
-
-def _label_key(value: Any, where: str, row: int, column: str) -> tuple[str, str]:
-    """``(type, canonical string)`` of one label: ``number``, ``word`` or ``bool``."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise DataError(f"{where}: row {row} has no label in column {column!r}; fill it in "
-                        f"or remove the row")
-    if isinstance(value, bool):
-        return "bool", str(value).lower()
-    if isinstance(value, int):
-        return "number", str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise DataError(f"{where}: row {row}: label {value!r} in column {column!r} is not "
-                            f"a class (only classification: use words or whole numbers)")
-        return "number", str(int(value))
-    if isinstance(value, str):
-        text = value.strip()
-        return ("number", str(int(text))) if _INTEGER.fullmatch(text) else ("word", text)
-    raise DataError(f"{where}: row {row}: label {value!r} in column {column!r} is not a word "
-                    f"or a number; write one class name per row")
-
-
-def _label_keys(table: _Table, column: str) -> tuple[str, list[str]]:
-    """The type (``number``, ``word`` or ``bool``) and canonical labels of a column.
-
-    A ``ClassLabel`` column maps its indices to its names. A column mixing numbers and
-    words (``1``, ``spam``) is an error: the classes would depend on how each row is
-    written.
-    """
-    values = table.data[column]
-    if column in table.class_names:
-        names = table.class_names[column]
-        return "word", [names[int(v)] if v is not None and 0 <= int(v) < len(names)
-                        else _bad_class_index(table, column, i, v)
-                        for i, v in enumerate(values, start=1)]
-    kinds: dict[str, tuple[int, str]] = {}
-    keys = []
-    for row, value in enumerate(values, start=1):
-        kind, key = _label_key(value, table.where, row, column)
-        kinds.setdefault(kind, (row, key))
-        keys.append(key)
-    if len(kinds) > 1:
-        examples = " and ".join(f"{k}s (e.g. {v[1]!r} at row {v[0]})"
-                                for k, v in kinds.items())
-        raise DataError(f"{table.where}: column {column!r} mixes label types: {examples}; "
-                        f"write every label the same way")
-    return next(iter(kinds)), keys
-
-
-def _bad_class_index(table: _Table, column: str, row: int, value: Any) -> str:
-    raise DataError(f"{table.where}: row {row}: class index {value!r} in column {column!r} is "
-                    f"not one of the column's {len(table.class_names[column])} ClassLabel names")
-
-
-def _class_order(kind: str, keys: Sequence[str], names: tuple[str, ...] | None) -> tuple[str, ...]:
-    if names is not None:
-        return names
-    distinct = set(keys)
-    if kind == "number":
-        return tuple(sorted(distinct, key=int))
-    return tuple(sorted(distinct))
-
-
-def _map_to_classes(table: _Table, column: str, keys: Sequence[str], classes: Sequence[str],
-                    train_where: str, what: str = "label") -> tuple[int, ...]:
-    index = {c: i for i, c in enumerate(classes)}
-    out = []
-    for row, key in enumerate(keys, start=1):
-        if key not in index:
-            shown = ", ".join(classes[:10]) + (", ..." if len(classes) > 10 else "")
-            raise DataError(f"{table.where}: {what} {key!r} (row {row}) never occurs in the "
-                            f"training data {train_where} ({shown}); the model cannot learn "
-                            f"it: add training examples of it or remove those rows")
-        out.append(index[key])
-    return tuple(out)
-
-
-# -------------------------------------------------------------------- the examples
-
-
-@dataclass
-class _Examples:
-    """One split's examples in canonical form, before they become a TaskData."""
-
-    texts_a: tuple[str, ...]
-    texts_b: tuple[str, ...] | None
-    label_keys: list[str]
-    label_kind: str
-    tokens: tuple[tuple[str, ...], ...] | None = None
-    tag_keys: list[list[str]] | None = None
-
-
-def _texts(table: _Table, column: str) -> tuple[str, ...]:
-    out = []
-    for row, value in enumerate(table.data[column], start=1):
-        if value is None:
-            raise DataError(f"{table.where}: row {row} has no text in column {column!r}; fill "
-                            f"it in or remove the row")
-        if isinstance(value, list | dict):
-            raise DataError(f"{table.where}: row {row}: column {column!r} holds a "
-                            f"{type(value).__name__}, not a text; name a text column")
-        out.append(str(value))
-    return tuple(out)
-
-
-def _sequence(value: Any, where: str, row: int, column: str) -> list[Any]:
-    if isinstance(value, str):
-        return value.split()
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise DataError(f"{where}: row {row}: column {column!r} should hold a list (or a "
-                    f"space-separated string), got {value!r}")
-
-
-def _examples(table: _Table, cols: _Columns) -> _Examples:
-    label_kind, label_keys = _label_keys(table, cols.label)
-    if cols.kind != "tagging":
-        return _Examples(_texts(table, cols.text),
-                         _texts(table, cols.text_pair) if cols.kind == "pair" else None,
-                         label_keys, label_kind)
-    tag_names = table.class_names.get(cols.tags)
-    tokens, tags = [], []
-    for row, (toks, tgs) in enumerate(zip(table.data[cols.tokens], table.data[cols.tags],
-                                          strict=True), start=1):
-        toks = [str(t) for t in _sequence(toks, table.where, row, cols.tokens)]
-        tgs = _sequence(tgs, table.where, row, cols.tags)
-        if len(toks) != len(tgs) or not toks:
-            raise DataError(f"{table.where}: row {row}: {len(tgs)} tags for {len(toks)} tokens; "
-                            f"each token needs exactly one tag")
-        if tag_names is not None:
-            tgs = [tag_names[int(t)] for t in tgs]
-        tokens.append(tuple(toks))
-        tags.append([str(t).strip() for t in tgs])
-    return _Examples(tuple(" ".join(t) for t in tokens), None, label_keys, label_kind,
-                     tokens=tuple(tokens), tag_keys=tags)
-
-
-def _tag_order(tags: Sequence[Sequence[str]], names: tuple[str, ...] | None) -> tuple[str, ...]:
-    if names is not None:
-        return names
-    distinct = {t for seq in tags for t in seq}
-    return (("O",) if "O" in distinct else ()) + tuple(sorted(distinct - {"O"}))
-
-
 # ---------------------------------------------------------------- identity and name
 
 
 def _digest_path(path: Path) -> list[str]:
-    from nas.data.tasks import file_digest
-
     if path.is_file():
         return [file_digest(path)]
     return [f"{p.relative_to(path)}:{file_digest(p)}" for p in sorted(path.rglob("*"))
@@ -614,104 +275,111 @@ def _identity(spec: FileTask) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------- registration
 
 
-def _check_overlap(train: _Examples, other: _Examples, where: str, train_where: str,
+def _read_splits(spec: FileTask) -> dict[str, Table]:
+    """Every split the files hold: ``train``, and ``validation`` / ``test`` when given."""
+    source = spec.path
+    if source is None:
+        paths = dict(spec.splits)
+    elif source.is_dir():
+        paths = {s: source for s in SPLITS}  # a saved DatasetDict holds the splits
+    else:
+        paths = {"train": source}
+    tables = {}
+    for split, path in paths.items():
+        table = read_table(path, split, spec.format, spec.header, spec.columns)
+        if table is not None:
+            tables[split] = table
+    return tables
+
+
+def _check_overlap(train: Sequence[str], other: Sequence[str], where: str, train_where: str,
                    split: str) -> None:
     """Warn (one line, never fail) when validation or test texts repeat training texts."""
-
-    def texts(e: _Examples) -> list[str]:
-        b = e.texts_b or ("",) * len(e.texts_a)
-        return [f"{x}\t{y}" for x, y in zip(e.texts_a, b, strict=True)]
-
-    found = exact_overlap(texts(train), texts(other))
+    found = exact_overlap(train, other)
     if found:
         log.warning("%s: %d of %d %s texts also occur in the training data %s (exact "
                     "duplicates); scores on them overstate accuracy on new text: remove them "
                     "from one of the files (a warning: the run goes on)", where, found,
-                    len(other.texts_a), split, train_where)
+                    len(other), split, train_where)
 
 
-def _build(spec: FileTask, name: str, digests: list[str]) -> Any:
-    """Read every split, check it, and return the registered :class:`TaskSpec`."""
-    from nas.data.tasks import TaskData, TaskSpec, _hash_strings, register_task
+def _texts(data: TaskData) -> list[str]:
+    """One string per example (pairs joined by a tab), for the overlap check."""
+    b = data.texts_b or ("",) * len(data)
+    return [f"{x}\t{y}" for x, y in zip(data.texts_a, b, strict=True)]
 
-    source = spec.path
-    paths = {s: source for s in SPLITS} if source is not None and source.is_dir() else (
-        {"train": source} if source is not None else dict(spec.splits))
-    tables = {}
-    for split, path in paths.items():
-        table = _read_table(path, split, spec.format, spec.header, spec.columns)
-        if table is not None:
-            tables[split] = table
+
+def _tag_ids(ex: Examples, tags: tuple[str, ...], table: Table, train_where: str
+             ) -> tuple[tuple[int, ...], ...]:
+    index = {t: i for i, t in enumerate(tags)}
+    for row, seq in enumerate(ex.tag_keys or (), start=1):
+        unknown = [t for t in seq if t not in index]
+        if unknown:
+            raise DataError(f"{table.where}: tag {unknown[0]!r} (row {row}) never occurs in "
+                            f"the training data {train_where}; add training examples of it "
+                            f"or remove those rows")
+    return tuple(tuple(index[t] for t in seq) for seq in ex.tag_keys or ())
+
+
+def _carve_validation(train: TaskData, fraction: float, where: str
+                      ) -> tuple[TaskData, TaskData]:
+    """``(rest, validation)``: the seeded, stratified split of :func:`train_val_split`."""
+    try:
+        rest, carved = train_val_split(train, fraction, seed=0)
+    except DataError as err:
+        raise DataError(f"{where}: cannot carve a validation split from it ({err}); add a "
+                        f"validation file (validation: FILE) or more training examples"
+                        ) from None
+    return (replace(rest, split="train", sources=(f"{where} (the rest)",)),
+            replace(carved, split="validation",
+                    sources=(f"{where} ({fraction:g} carved, seed 0)",)))
+
+
+def _build(spec: FileTask, name: str, digests: list[str]) -> TaskSpec:
+    """Read every split, check it against train, and register the task."""
+    tables = _read_splits(spec)
     train_table = tables["train"]
-    cols = _pick_columns(train_table, spec.columns)
-    examples = {"train": _examples(train_table, cols)}
-    for split, table in tables.items():
-        if split != "train":
-            missing = [c for c in (cols.text, cols.text_pair, cols.label, cols.tokens,
-                                   cols.tags) if c and c not in table.columns]
-            if missing:
-                raise DataError(f"{table.where}: no column {missing[0]!r} (the columns are "
-                                f"{', '.join(table.columns)}); give every split the training "
-                                f"data's columns")
-            examples[split] = _examples(table, cols)
+    train_where = train_table.where
+    cols = pick_columns(train_table, spec.columns)
+    examples = {split: read_examples(table, cols) for split, table in tables.items()}
     train = examples["train"]
-    classes = _class_order(train.label_kind, train.label_keys,
-                           train_table.class_names.get(cols.label))
+    classes = class_order(train.label_kind, train.label_keys,
+                          train_table.class_names.get(cols.label))
     if len(classes) < 2:
-        raise DataError(f"{train_table.where}: every training label is {classes[0]!r}; a "
+        raise DataError(f"{train_where}: every training label is {classes[0]!r}; a "
                         f"classifier needs two or more classes")
     if spec.metric == "accuracy+f1" and len(classes) != 2:
-        raise DataError(f"task.metric: accuracy+f1 is for two classes, {train_table.where} "
-                        f"has {len(classes)}; use metric: accuracy")
-    tag_classes = (_tag_order(train.tag_keys or (), train_table.class_names.get(cols.tags))
-                   if cols.kind == "tagging" else None)
-    datas: dict[str, Any] = {}
+        raise DataError(f"task.metric: accuracy+f1 is for two classes, {train_where} has "
+                        f"{len(classes)}; use metric: accuracy")
+    tags = (tag_order(train.tag_keys or (), train_table.class_names.get(cols.tags))
+            if cols.kind == "tagging" else None)
+    datas: dict[str, TaskData] = {}
     for split, ex in examples.items():
         table = tables[split]
-        if ex.label_kind != train.label_kind and split != "train":
+        if ex.label_kind != train.label_kind:
             raise DataError(f"{table.where}: labels are {ex.label_kind}s but the training "
                             f"data's are {train.label_kind}s; mixed label types: write them "
                             f"the same way in every file")
-        labels = _map_to_classes(table, cols.label, ex.label_keys, classes, train_table.where)
-        tags = None
-        if tag_classes is not None:
-            index = {t: i for i, t in enumerate(tag_classes)}
-            for row, seq in enumerate(ex.tag_keys or (), start=1):
-                unknown = [t for t in seq if t not in index]
-                if unknown:
-                    raise DataError(f"{table.where}: tag {unknown[0]!r} (row {row}) never "
-                                    f"occurs in the training data {train_table.where}; add "
-                                    f"training examples of it or remove those rows")
-            tags = tuple(tuple(index[t] for t in seq) for seq in ex.tag_keys or ())
-        if split != "train":
-            _check_overlap(train, ex, table.where, train_table.where, split)
         datas[split] = TaskData(
             task=name, split=split, kind=cols.kind, texts_a=ex.texts_a, texts_b=ex.texts_b,
-            labels=labels, label_names=classes, tokens=ex.tokens, tags=tags,
-            tag_names=tag_classes, metric=spec.metric,
+            labels=map_to_classes(table, cols.label, ex.label_keys, classes, train_where),
+            label_names=classes, tokens=ex.tokens,
+            tags=None if tags is None else _tag_ids(ex, tags, table, train_where),
+            tag_names=tags, metric=spec.metric,
             fingerprint=_hash_strings([name, split, *digests]), sources=(table.where,))
-    files = {split: table.where for split, table in tables.items()}
     if "validation" not in datas:
-        # carved from train with the seeded, stratified split; train keeps the rest
-        from nas.data.tasks import train_val_split
-
-        try:
-            rest, carved = train_val_split(datas["train"], spec.val_fraction, seed=0)
-        except DataError as err:
-            raise DataError(f"{train_table.where}: cannot carve a validation split from it "
-                            f"({err}); add a validation file (validation: FILE) or more "
-                            f"training examples") from None
-        note = f"{train_table.where} ({spec.val_fraction:g} carved, seed 0)"
-        datas["train"] = replace(rest, split="train", sources=(f"{train_table.where} (the "
-                                                              f"rest)",))
-        datas["validation"] = replace(carved, split="validation", sources=(note,))
-        files["validation"] = note
-    loader: Callable[[str], Any] = datas.__getitem__
+        datas["train"], datas["validation"] = _carve_validation(
+            datas["train"], spec.val_fraction, train_where)
+    for split in ("validation", "test"):
+        if split in datas:
+            _check_overlap(_texts(datas["train"]), _texts(datas[split]),
+                           datas[split].sources[0], train_where, split)
+    loader: Callable[[str], TaskData] = datas.__getitem__
     return register_task(TaskSpec(
-        name=name, kind=cols.kind, files=files,
+        name=name, kind=cols.kind, files={s: d.sources[0] for s, d in datas.items()},
         text_columns=tuple(c for c in (cols.text, cols.text_pair) if c),
         label_column=cols.label, label_values=classes, label_names=classes,
-        metric=spec.metric, doc=f"your data: {train_table.where}", loader=loader))
+        metric=spec.metric, doc=f"your data: {train_where}", loader=loader))
 
 
 #: normalised source + file stats → the registered name, so that resolving the same
@@ -731,8 +399,6 @@ def _stat_key(spec: FileTask) -> str:
 
 def register_files(spec: FileTask) -> str:
     """Read, check and register the task ``spec`` describes; returns its name."""
-    from nas.data.tasks import TASKS
-
     key = _stat_key(spec)
     if key in _RESOLVED and _RESOLVED[key] in TASKS:
         return _RESOLVED[key]
@@ -750,8 +416,6 @@ def resolve_task(task: Any, base_dir: str | Path | None = None) -> str:
     Files are read, checked and registered on the first call; a registered name is
     returned as it is (its data is read by :func:`~nas.data.tasks.load_task`).
     """
-    from nas.data.tasks import TASKS
-
     parsed = parse_task(task, base_dir)
     if isinstance(parsed, FileTask):
         return register_files(parsed)
