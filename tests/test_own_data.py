@@ -177,6 +177,9 @@ def test_the_name_follows_the_content_not_the_path(tmp_path):
     c = _csv(tmp_path / "c" / "reviews.csv", _rows(22))
     assert resolve_task(str(c)) != resolve_task(str(a))
     assert resolve_task({"train": str(a), "val_fraction": 0.2}) != resolve_task(str(a))
+    # the same columns named or found: one name, so one teacher cache
+    assert resolve_task({"train": str(a), "text": "text", "label": "label"}) == resolve_task(
+        str(a))
 
 
 def test_registered_tasks_keep_their_names_and_fingerprints():

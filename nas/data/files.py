@@ -36,7 +36,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from nas.data.overlap import exact_overlap
 from nas.data.tables import (
     FORMATS,
     READER_FORMATS,
+    Columns,
     Examples,
     Table,
     class_order,
@@ -258,18 +259,25 @@ def _display_name(spec: FileTask) -> str:
     return _slug(stem) or "data"
 
 
-def _identity(spec: FileTask) -> tuple[str, list[str]]:
-    """``(name, digests)``: the task's name hashes the files' content and the settings,
-    not their paths, so a copied data folder keeps its teacher cache."""
-    sources = {"path": spec.path} if spec.path is not None else dict(spec.splits)
-    digests = [f"{k}={d}" for k, p in sorted(sources.items()) for d in _digest_path(p)]
-    settings = json.dumps({"columns": spec.columns, "header": spec.header,
-                           "format": spec.format, "val_fraction": spec.val_fraction,
-                           "metric": spec.metric, "kinds": {k: p.is_dir() for k, p in
-                                                           sorted(sources.items())},
-                           "data": digests}, sort_keys=True)
-    key = hashlib.sha256(settings.encode()).hexdigest()[:8]
-    return f"{_display_name(spec)}-{key}", digests
+def _sources(spec: FileTask) -> dict[str, Path]:
+    """What feeds each split: a single file is the training data, as ``train: FILE`` is."""
+    if spec.path is None:
+        return dict(spec.splits)
+    return {"path" if spec.path.is_dir() else "train": spec.path}
+
+
+def _digests(spec: FileTask) -> list[str]:
+    return [f"{k}={d}" for k, p in sorted(_sources(spec).items()) for d in _digest_path(p)]
+
+
+def _task_name(spec: FileTask, digests: list[str], cols: Columns) -> str:
+    """The stem and a hash of the files' content and the settings that were used (the
+    columns actually read, not how they were named): a copied data folder, or ``--task
+    FILE`` and the mapping that names the same columns, share one name and teacher cache."""
+    settings = json.dumps({"data": digests, "columns": asdict(cols), "format": spec.format,
+                           "val_fraction": spec.val_fraction, "metric": spec.metric},
+                          sort_keys=True)
+    return f"{_display_name(spec)}-{hashlib.sha256(settings.encode()).hexdigest()[:8]}"
 
 
 # ------------------------------------------------------------------- registration
@@ -335,12 +343,11 @@ def _carve_validation(train: TaskData, fraction: float, where: str
                     sources=(f"{where} ({fraction:g} carved, seed 0)",)))
 
 
-def _build(spec: FileTask, name: str, digests: list[str]) -> TaskSpec:
-    """Read every split, check it against train, and register the task."""
-    tables = _read_splits(spec)
+def _build(spec: FileTask, name: str, digests: list[str], tables: dict[str, Table],
+           cols: Columns) -> TaskSpec:
+    """Check every split against train, and register the task."""
     train_table = tables["train"]
     train_where = train_table.where
-    cols = pick_columns(train_table, spec.columns)
     examples = {split: read_examples(table, cols) for split, table in tables.items()}
     train = examples["train"]
     classes = class_order(train.label_kind, train.label_keys,
@@ -402,10 +409,13 @@ def register_files(spec: FileTask) -> str:
     key = _stat_key(spec)
     if key in _RESOLVED and _RESOLVED[key] in TASKS:
         return _RESOLVED[key]
-    name, digests = _identity(spec)
+    tables = _read_splits(spec)
+    cols = pick_columns(tables["train"], spec.columns)
+    digests = _digests(spec)
+    name = _task_name(spec, digests, cols)
     if name not in TASKS:
-        _build(spec, name, digests)
-        log.info("task %s: read from %s", name, TASKS.get(name).doc.removeprefix("your data: "))
+        _build(spec, name, digests, tables, cols)
+        log.info("task %s: read from %s", name, tables["train"].where)
     _RESOLVED[key] = name
     return name
 
