@@ -142,7 +142,7 @@ def _looks_like_path(text: str) -> bool:
 def _missing_path(text: str, base_dir: Path | None, key: str = "task") -> DataError:
     where = f"{Path.cwd()}" + (f" or {base_dir}" if base_dir is not None else "")
     return DataError(f"{key}: {text}: no such file or folder (looked in {where}); give an "
-                     f"existing path, absolute or relative to the current directory")
+                     f"existing path, absolute or relative to one of those folders")
 
 
 def parse_task(task: Any, base_dir: str | Path | None = None) -> FileTask | str:
