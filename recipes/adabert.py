@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ class RetrainSettings(TrainSettings):
 @dataclass
 class AdaBertConfig:
     name: str
-    task: str
+    task: str | dict  # a task name, a data file, or a mapping (nas.data.files); run() names it
     teacher: str | None = None
     seed: int = 0
     data: DataSettings = field(default_factory=DataSettings)
@@ -152,7 +152,8 @@ class AdaBertConfig:
         from nas.teacher import FinetuneConfig
 
         _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task.strip()), "a task name"),
+                ("task", bool(self.task if isinstance(self.task, dict) else self.task.strip()),
+                 "a task name, a data file or a mapping"),
                 ("random_samples", self.random_samples >= 0, "an integer >= 0"),
                 ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
         known = set(FinetuneConfig.__dataclass_fields__)
@@ -444,7 +445,11 @@ def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None
              resume: bool = False, progress: bool = False) -> AdaBertContext:
     """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
     ``ctx.retrain_evaluator()``)."""
+    from nas.data.files import resolve_task
+
+    task = resolve_task(config.task)  # files are read and checked before the run folder
     run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
+    config = replace(config, task=task)
     options = RunOptions(run_dir=Path(run_dir), data_dir=data_dir, resume=resume,
                          progress=progress)
     return AdaBertContext(config, run, options).prepare()
@@ -461,8 +466,10 @@ class AdaBert(Method):
     searchers = ("differentiable", "random")
 
     def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
+        from nas.data.files import resolve_task
         from searchers.base import SEARCHERS
 
+        task = resolve_task(config.task)  # files are read and checked before any stage
         searcher = options.searcher or self.default_searcher()
         sample = options.extra.get("random_sample")
         if sample is not None and not 0 <= sample < config.random_samples:
@@ -477,6 +484,7 @@ class AdaBert(Method):
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume,
                      break_lock=bool(options.extra.get("break_lock")),
                      writer="" if sample is None else f"random{sample}")
+        config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
         ctx = AdaBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
         metrics["teacher"] = ctx.teacher_costs()

@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "when it has one, otherwise from nearest neighbours in its input-embedding space. "
         "Cached by (teacher, data, parameters).",
     )
-    p.add_argument("--task", required=True, help="sst2, mrpc, or a hub name")
+    p.add_argument("--task", required=True, help="sst2, mrpc, a data file, or a hub name")
     p.add_argument("--split", default="train")
     p.add_argument("--n", type=positive_int, default=20, help="new examples per example (N)")
     p.add_argument("--m", type=positive_int, default=15, help="candidates per word (M)")

