@@ -137,18 +137,19 @@ def _groups(space: SearchSpace) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class Budget:
-    """Hard ceilings checked from the graph alone (SPEC §1 counts, at ``seq_len`` tokens)."""
+    """Hard ceilings checked from the graph alone (SPEC §1 counts, at ``seq_len`` tokens;
+    ``None``: 128, or the space's position limit when it is shorter)."""
 
     max_params: float | None = None
     max_flops: float | None = None
-    seq_len: int = 128
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_params", "max_flops"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise NasError(f"budget: {name} must be positive, got {value}")
-        if self.seq_len < 1:
+        if self.seq_len is not None and self.seq_len < 1:
             raise NasError(f"budget: seq_len must be a positive integer, got {self.seq_len}")
 
     @property
@@ -156,10 +157,11 @@ class Budget:
         return self.max_params is not None or self.max_flops is not None
 
     def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, int]:
-        from nas.cost import count_costs
+        from nas.cost import count_costs, position_limit
 
-        c = count_costs(space, arch, self.seq_len)
-        return {"params": c.params, "flops": c.flops, "seq_len": self.seq_len}
+        seq_len = self.seq_len or min(128, position_limit(space.graph) or 128)
+        c = count_costs(space, arch, seq_len)
+        return {"params": c.params, "flops": c.flops, "seq_len": seq_len}
 
     def violation(self, costs: Mapping[str, float]) -> str | None:
         """Why ``costs`` break the budget, or ``None``."""

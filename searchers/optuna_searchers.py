@@ -32,9 +32,10 @@ draw different trials.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,6 +61,15 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 #: Trial outcomes that stand for an evaluation (finished or running).
 EVALUATED = ("complete", "pruned", "failed")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Ask/tell with an RDB heartbeat is what searchers.loop does on purpose (it records
+    the heartbeat itself); Optuna warns about it on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        yield
 
 
 def derived_seed(seed: int, number: int) -> int:
@@ -155,6 +165,7 @@ class OptunaSearcher(MultiTrialSearcher):
     pruner: an Optuna pruner (evaluators report intermediate values to it).
     max_rejections: consecutive rejected proposals before giving up (an impossible budget).
     max_repeats: consecutive repeated architectures skipped before one is returned.
+    trial_attrs: user attributes set on every trial as soon as it is asked (the worker).
     """
 
     #: the registered name (in messages and the study's attributes)
@@ -165,7 +176,7 @@ class OptunaSearcher(MultiTrialSearcher):
                  storage: str | BaseStorage | None = None, study_name: str | None = None,
                  budget: Budget | None = None, sampler_options: Mapping[str, Any] | None = None,
                  pruner: BasePruner | None = None, max_rejections: int = 1000,
-                 max_repeats: int = 100) -> None:
+                 max_repeats: int = 100, trial_attrs: Mapping[str, Any] | None = None) -> None:
         super().__init__(space, seed, objectives)
         if len(self.objectives) > 1 and not self.multi_objective:
             raise SearcherError(
@@ -177,6 +188,7 @@ class OptunaSearcher(MultiTrialSearcher):
         self.pruner = pruner
         self.max_rejections = max_rejections
         self.max_repeats = max_repeats
+        self.trial_attrs = dict(trial_attrs or {})
         self._size: int | None = None
         self.study = self._open_study(storage, study_name)
 
@@ -216,9 +228,14 @@ class OptunaSearcher(MultiTrialSearcher):
     def propose(self) -> tuple[Architecture, dict[str, Any]]:
         rejected = repeated = 0
         while True:
-            trial = self.study.ask()
+            with _quiet():
+                trial = self.study.ask()
+            for key, value in self.trial_attrs.items():
+                trial.set_user_attr(key, value)
             proposal = self.bridge.propose(self.bridge.suggest(trial))
-            fixed = "fixed_params" in trial.system_attrs  # a seed or a retry: always run
+            # an enqueued trial (a seed, a retry) is always evaluated
+            system = self.study._storage.get_trial(trial._trial_id).system_attrs
+            fixed = "fixed_params" in system or "failed_trial" in system
             if proposal.arch is not None:
                 if not proposal.costs:
                     proposal.costs = self.bridge.budget.costs(self.space, proposal.arch)
@@ -266,7 +283,8 @@ class OptunaSearcher(MultiTrialSearcher):
         for key, value in {"outcome": outcome, **attrs}.items():
             if value is not None:
                 live.set_user_attr(key, value)
-        self.study.tell(number, values, state=state if values is None else None)
+        with _quiet():
+            self.study.tell(number, values, state=state if values is None else None)
 
     def _trial(self, number: int) -> optuna.Trial:
         frozen = self.study._storage.get_trial(
@@ -276,6 +294,10 @@ class OptunaSearcher(MultiTrialSearcher):
 
     def trial_number(self, candidate: Any) -> int:
         return int(candidate.params["trial"])
+
+    def set_trial_attr(self, candidate: Any, key: str, value: Any) -> None:
+        """Set a user attribute of a candidate's (running) trial."""
+        self._trial(self.trial_number(candidate)).set_user_attr(key, value)
 
     def evaluation_trial(self, candidate: Any) -> Trial:
         """The trial to pass to the evaluator for ``candidate`` (reports reach the pruner
@@ -287,8 +309,9 @@ class OptunaSearcher(MultiTrialSearcher):
         number = self.trial_number(candidate)
         attrs = {"metrics": result.metrics or None, "reason": result.reason,
                  "seconds": round(result.seconds, 3), "intermediate": result.intermediate or None}
-        if result.costs:
-            attrs["costs"] = result.costs
+        if result.costs:  # the counted costs, and what the evaluation measured
+            counted = self._trial(number).user_attrs.get("costs") or {}
+            attrs["costs"] = {**counted, **result.costs}
         if result.ok:
             self._close(number, "complete", TrialState.COMPLETE, list(result.values), **attrs)
         else:
