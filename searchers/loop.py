@@ -86,7 +86,8 @@ class StudySettings:
     max_params, max_flops: a hard budget, checked from the graph before any training;
         over-budget proposals are rejected (recorded, never evaluated).
     seeds: architectures evaluated first: ``default``, ``largest``, ``smallest`` or a
-        JSON file (a published architecture).
+        JSON file (a published architecture); none by default (a random baseline stays
+        random).
     pruner: ``none``, ``median`` or ``halving`` (Optuna's MedianPruner,
         SuccessiveHalvingPruner) with ``pruner_options``.
     samplers: per searcher name, keyword options of its sampler (``{lanas:
@@ -101,7 +102,7 @@ class StudySettings:
     extra_objectives: list = field(default_factory=list)
     max_params: float | None = None
     max_flops: float | None = None
-    seeds: list = field(default_factory=lambda: ["default"])
+    seeds: list = field(default_factory=list)
     pruner: str = "none"
     pruner_options: dict = field(default_factory=dict)
     samplers: dict = field(default_factory=dict)
@@ -232,6 +233,8 @@ class StudySpec:
     resume: bool = False  # continue the run folder's study
     attach: bool = False  # join an existing study (a worker of its own run folder)
     workers: int = 1
+    #: how to export a trial's model (``nas export --run``): labels, tokenizer, task...
+    export: dict = field(default_factory=dict)
 
     @classmethod
     def for_run(cls, *, searcher: str, name: str, run_dir: str | Path, seed: int,
@@ -356,7 +359,7 @@ def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
 def _create(searcher: OptunaSearcher, spec: StudySpec, space: SearchSpace) -> None:
     study = searcher.study
     for key, value in {"searcher": spec.searcher, "space": space.name,
-                       "space_config": space.config, "seed": spec.seed,
+                       "space_config": space.config, "seed": spec.seed, "export": spec.export,
                        "objectives": [o.to_dict() for o in searcher.objectives],
                        "settings": asdict(spec.settings)}.items():
         study.set_user_attr(key, value)

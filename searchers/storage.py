@@ -63,7 +63,7 @@ def storage_url(given: str | None, run_dir: str | Path) -> str:
     if "://" in given:
         scheme = given.split("://", 1)[0].split("+", 1)[0]
         if scheme not in RDB_SCHEMES:
-            raise StorageError(f"--storage {_masked(given)}: unknown scheme {scheme!r}; use "
+            raise StorageError(f"--storage {masked(given)}: unknown scheme {scheme!r}; use "
                                "sqlite:///FILE, postgresql+psycopg://USER@HOST/DB or a journal "
                                "file path")
         return given
@@ -74,7 +74,7 @@ def is_journal(url: str) -> bool:
     return "://" not in url
 
 
-def _masked(url: str) -> str:
+def masked(url: str) -> str:
     """``url`` without its password (for messages and files)."""
     if "://" not in url or "@" not in url:
         return url
@@ -98,12 +98,12 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
                               grace_period=grace_period,
                               heartbeat_stale_trial_callback=callback)
     except ImportError as err:
-        raise StorageError(f"--storage {_masked(url)}: the database driver is missing "
+        raise StorageError(f"--storage {masked(url)}: the database driver is missing "
                            f"({err.name or err}); pip install 'psycopg[binary]' for "
                            "postgresql+psycopg://") from None
     except Exception as err:  # sqlalchemy's connection errors: one line, no password
         message = " ".join(str(err).split())[:200]
-        raise StorageError(f"--storage {_masked(url)}: cannot open the storage "
+        raise StorageError(f"--storage {masked(url)}: cannot open the storage "
                            f"({type(err).__name__}: {message})") from None
 
 
