@@ -327,18 +327,25 @@ class OptunaSearcher(MultiTrialSearcher):
 
     # -- state (in-memory studies) ----------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        return {"seed": self.seed, "trials": [_trial_to_json(t) for t in self.study.trials]}
+        # the study's system attributes hold samplers' caches (NSGA-II's parent
+        # populations, fixed when first computed): a restored study needs them as they were
+        system = self.study._storage.get_study_system_attrs(self.study._study_id)
+        return {"seed": self.seed, "trials": [_trial_to_json(t) for t in self.study.trials],
+                "study_system_attrs": system}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         try:
             self.seed = int(state["seed"])
             trials = [_trial_from_json(t) for t in state["trials"]]
+            system = dict(state.get("study_system_attrs", {}))
         except (KeyError, TypeError, ValueError) as err:
             raise SearcherError(f"searcher state is malformed ({type(err).__name__}: "
                                 f"{err}); pass what state_dict() returned") from None
         self.study = optuna.create_study(directions=self.directions,
                                          sampler=self.make_sampler(self.seed),
                                          pruner=self.pruner)
+        for key, value in system.items():
+            self.study._storage.set_study_system_attr(self.study._study_id, key, value)
         self.study.add_trials(trials)
 
 

@@ -309,3 +309,13 @@ def test_attach_needs_an_existing_study_and_timeouts_stop_new_trials(tmp_path):
     study = optuna.load_study(study_name="t-random", storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(url)))
     assert study.user_attrs["n_trials"] == 50
+
+
+def test_a_resumed_study_proposes_what_the_uninterrupted_one_did(tmp_path):
+    """Each trial's sampler is seeded by (seed, trial number): stopping and continuing
+    gives the uninterrupted search's trials, past TPE's start-up phase."""
+    s = space()
+    straight = run_study(spec_for(tmp_path / "a", n_trials=7), s, Synthetic(s))
+    run_study(spec_for(tmp_path / "b", n_trials=4), s, Synthetic(s))
+    resumed = run_study(spec_for(tmp_path / "b", n_trials=7, resume=True), s, Synthetic(s))
+    assert [t.params for t in resumed.trials] == [t.params for t in straight.trials]
