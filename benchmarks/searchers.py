@@ -29,8 +29,8 @@ seeds got there, the median best fraction of the optimum after 50 / 100 / 200 tr
 the searcher's own time per trial (ask + tell, including the bridge and the budget check;
 the objective itself takes microseconds).
 
-Run: ``python benchmarks/searchers.py [--seeds 10] [--trials 200] [--searchers lanas,tpe,gp,random]``
-and record the output in ``benchmarks/RESULTS.md``.
+Run: ``python benchmarks/searchers.py [--seeds 10] [--trials 200] [--searchers
+lanas,tpe,gp,random]`` and record the output in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
