@@ -30,6 +30,7 @@ import logging
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from searchers.optuna_searchers import EVALUATED, OptunaSearcher
 from searchers.seeds import seed_architectures
 from searchers.storage import (
     StorageError,
+    abandon_trial,
     heartbeat,
     open_storage,
     recover_stale_trials,
@@ -358,6 +360,9 @@ def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
 
 def _create(searcher: OptunaSearcher, spec: StudySpec, space: SearchSpace) -> None:
     study = searcher.study
+    with warnings.catch_warnings():  # so that optuna-dashboard names the objectives
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.name for o in searcher.objectives])
     for key, value in {"searcher": spec.searcher, "space": space.name,
                        "space_config": space.config, "seed": spec.seed, "export": spec.export,
                        "objectives": [o.to_dict() for o in searcher.objectives],
@@ -405,9 +410,14 @@ def work(searcher: OptunaSearcher, evaluator: Evaluator, spec: StudySpec,
         candidate = searcher.ask()
         number = searcher.trial_number(candidate)
         searcher.set_trial_attr(candidate, "evaluating", True)
-        with heartbeat(study, number):
-            result = run_evaluation(evaluator, candidate.arch,
-                                    searcher.evaluation_trial(candidate))
+        try:
+            with heartbeat(study, number):
+                result = run_evaluation(evaluator, candidate.arch,
+                                        searcher.evaluation_trial(candidate))
+        except BaseException:  # Ctrl-C, a kill signal: the trial is run again on --resume
+            abandon_trial(study, number, spec.settings.retries)
+            log.warning("trial %d interrupted; it runs again on --resume", number)
+            raise
         weights = _weights_path(evaluator, candidate.arch)
         if weights is not None:
             searcher.set_trial_attr(candidate, "weights", weights)

@@ -184,6 +184,22 @@ def recover_stale_trials(study: optuna.Study, retries: int) -> list[int]:
     return sorted(failed)
 
 
+def abandon_trial(study: optuna.Study, number: int, retries: int) -> None:
+    """Fail a trial this worker cannot finish (it was interrupted) and queue its retry,
+    as if its worker had died: the next run takes it up again."""
+    storage = study._storage
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    try:
+        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
+            return
+    except UpdateFinishedTrialError:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        RetryHeartbeatStaleTrialCallback(max_retry=retries)(
+            study, copy.deepcopy(storage.get_trial(trial_id)))
+
+
 @contextlib.contextmanager
 def heartbeat(study: optuna.Study, trial_number: int) -> Iterator[None]:
     """Record the trial's heartbeat in a thread while the block runs (RDB storage with a

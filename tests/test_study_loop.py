@@ -319,3 +319,28 @@ def test_a_resumed_study_proposes_what_the_uninterrupted_one_did(tmp_path):
     run_study(spec_for(tmp_path / "b", n_trials=4), s, Synthetic(s))
     resumed = run_study(spec_for(tmp_path / "b", n_trials=7, resume=True), s, Synthetic(s))
     assert [t.params for t in resumed.trials] == [t.params for t in straight.trials]
+
+
+class Interrupted(Synthetic):
+    """Ctrl-C during the evaluation of its ``at``-th architecture."""
+
+    def __init__(self, space, at: int) -> None:
+        super().__init__(space)
+        self.at = at
+
+    def evaluate(self, arch, trial=None):
+        if len(self.calls) == self.at:
+            raise KeyboardInterrupt
+        return super().evaluate(arch, trial)
+
+
+def test_an_interrupted_trial_runs_again_on_resume(tmp_path):
+    s = space()
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec_for(tmp_path, n_trials=5), s, Interrupted(s, at=2))
+    study = run_study(spec_for(tmp_path, n_trials=5, resume=True), s, Synthetic(s))
+    cut = study.trials[2]
+    assert cut.state == TrialState.FAIL and cut.user_attrs.get("outcome") is None
+    retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
+    assert len(retry) == 1 and retry[0].params == cut.params
+    assert retry[0].user_attrs["outcome"] == "complete" and evaluations(study) == 5
