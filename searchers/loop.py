@@ -391,6 +391,15 @@ def evaluations(study: optuna.Study) -> int:
     return count
 
 
+def claims_before(study: optuna.Study, number: int) -> int:
+    """Evaluations that trials numbered below ``number`` have finished or may still be
+    doing (RUNNING ones, evaluating or still being proposed). Trial numbers come from
+    the storage, so of two workers racing for the last evaluation the lower number wins
+    and the other withdraws: a study never runs more than ``n_trials``."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and (
+        t.user_attrs.get("outcome") in EVALUATED or t.state == TrialState.RUNNING))
+
+
 def work(searcher: OptunaSearcher, evaluator: Evaluator, spec: StudySpec,
          on_trial: Callable[[], None] | None = None) -> int:
     """This process's share of the study; returns how many trials it evaluated."""
@@ -409,6 +418,10 @@ def work(searcher: OptunaSearcher, evaluator: Evaluator, spec: StudySpec,
             break
         candidate = searcher.ask()
         number = searcher.trial_number(candidate)
+        if claims_before(study, number) >= spec.n_trials:  # another worker took the last
+            searcher.withdraw(candidate, "surplus", f"the study had its {spec.n_trials} "
+                                                    "trials when this one was asked")
+            break
         searcher.set_trial_attr(candidate, "evaluating", True)
         try:
             with heartbeat(study, number):

@@ -17,8 +17,10 @@ What a trial of the study can be (user attribute ``outcome``):
 * ``repeat`` — the architecture was evaluated (or is being evaluated) already; told as
   *failed*, which every sampler ignores, and asked again (up to ``max_repeats`` times,
   then the repeat is returned: once the space is exhausted, repeats are allowed);
-* ``complete``, ``pruned``, ``failed`` — an evaluation's result; ``stale`` — a trial whose
-  worker died (:mod:`searchers.loop`).
+* ``complete``, ``pruned``, ``failed`` — an evaluation's result;
+* ``surplus`` — asked by a worker after the study had its trials (:meth:`withdraw`); a
+  trial whose worker died is failed with no outcome and queued again
+  (:mod:`searchers.storage`).
 
 Every proposal records ``arch_id``, ``arch`` (the choices as JSON) and ``costs``
 (parameters and FLOPs counted from the graph) as user attributes.
@@ -190,6 +192,7 @@ class OptunaSearcher(MultiTrialSearcher):
         self.max_repeats = max_repeats
         self.trial_attrs = dict(trial_attrs or {})
         self._size: int | None = None
+        self._live: dict[int, optuna.Trial] = {}  # asked, not yet told: number -> trial
         self.study = self._open_study(storage, study_name)
 
     # -- the sampler -------------------------------------------------------------
@@ -256,6 +259,7 @@ class OptunaSearcher(MultiTrialSearcher):
                 self._close(trial, "repeat", TrialState.FAIL,
                             reason=f"architecture {proposal.arch.id} was proposed before")
                 continue
+            self._live[trial.number] = trial
             return proposal.arch, {"trial": trial.number, "params": proposal.params}
 
     def _repeat(self, arch: Architecture, trial: optuna.Trial) -> bool:
@@ -278,19 +282,23 @@ class OptunaSearcher(MultiTrialSearcher):
 
     def _close(self, trial: optuna.Trial | int, outcome: str, state: TrialState,
                values: Sequence[float] | None = None, **attrs: Any) -> None:
-        number = trial if isinstance(trial, int) else trial.number
-        live = self._trial(number)
+        live = self._trial(trial) if isinstance(trial, int) else trial
         for key, value in {"outcome": outcome, **attrs}.items():
             if value is not None:
                 live.set_user_attr(key, value)
         with _quiet():
-            self.study.tell(number, values, state=state if values is None else None)
+            self.study.tell(live, values, state=state if values is None else None)
+        self._live.pop(live.number, None)
 
     def _trial(self, number: int) -> optuna.Trial:
-        frozen = self.study._storage.get_trial(
-            self.study._storage.get_trial_id_from_study_id_trial_number(
-                self.study._study_id, number))
-        return optuna.Trial(self.study, frozen._trial_id)
+        """The live trial ``number`` (one asked here; or, after a state was loaded, made
+        once from the storage)."""
+        if number not in self._live:
+            storage = self.study._storage
+            trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id,
+                                                                       number)
+            self._live[number] = optuna.Trial(self.study, trial_id)
+        return self._live[number]
 
     def trial_number(self, candidate: Any) -> int:
         return int(candidate.params["trial"])
@@ -310,13 +318,22 @@ class OptunaSearcher(MultiTrialSearcher):
         attrs = {"metrics": result.metrics or None, "reason": result.reason,
                  "seconds": round(result.seconds, 3), "intermediate": result.intermediate or None}
         if result.costs:  # the counted costs, and what the evaluation measured
-            counted = self._trial(number).user_attrs.get("costs") or {}
+            counted = self.study._storage.get_trial(
+                self._trial(number)._trial_id).user_attrs.get("costs") or {}
             attrs["costs"] = {**counted, **result.costs}
         if result.ok:
             self._close(number, "complete", TrialState.COMPLETE, list(result.values), **attrs)
         else:
             state = TrialState.PRUNED if result.status.value == "pruned" else TrialState.FAIL
             self._close(number, result.status.value, state, **attrs)
+
+    def withdraw(self, candidate: Any, outcome: str, reason: str) -> None:
+        """Give up an asked candidate without evaluating it (its trial is failed with
+        ``outcome``, which no sampler learns from and no count includes)."""
+        if self.pending.pop(candidate.id, None) is None:
+            raise SearcherError(f"candidate {candidate.id} is not pending; withdraw only "
+                                "what ask() returned and was not told")
+        self._close(self.trial_number(candidate), outcome, TrialState.FAIL, reason=reason)
 
     # -- seeds -----------------------------------------------------------------------
     def enqueue(self, arch: Mapping[str, Any], tag: str) -> None:
@@ -347,6 +364,7 @@ class OptunaSearcher(MultiTrialSearcher):
         for key, value in system.items():
             self.study._storage.set_study_system_attr(self.study._study_id, key, value)
         self.study.add_trials(trials)
+        self._live = {}
 
 
 def _trial_to_json(t: FrozenTrial) -> dict[str, Any]:

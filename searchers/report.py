@@ -26,8 +26,8 @@ PENALIZED = "penalized_"
 
 
 def outcome(t: FrozenTrial) -> str:
-    """What became of a trial: complete, pruned, failed, rejected, repeat, stale (its
-    worker died), running or waiting."""
+    """What became of a trial: complete, pruned, failed, rejected, repeat, surplus, stale
+    (its worker died), running or waiting."""
     found = t.user_attrs.get("outcome")
     if found is not None:
         return found
@@ -215,11 +215,12 @@ def study_sections(run_dir: str | Path,
              + f". {len(evaluated)} evaluations of {study.user_attrs.get('n_trials', '?')}: "
              + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("complete", "pruned", "failed"))
              + "."]
-    free = {k: counts[k] for k in ("rejected", "repeat", "stale") if counts.get(k)}
+    free = {k: counts[k] for k in ("rejected", "repeat", "stale", "surplus") if counts.get(k)}
     if free:
         what = {"rejected": "rejected proposals (invalid or over budget, never trained)",
                 "repeat": "repeated architectures skipped",
-                "stale": "trials lost with their worker (failed and queued again)"}
+                "stale": "trials lost with their worker (failed and queued again)",
+                "surplus": "trials asked after the study was full (not run)"}
         lines.append("Also: " + "; ".join(f"{n} {what[k]}" for k, n in free.items()) + ".")
     saving = pruning_savings(study)
     if saving is not None:

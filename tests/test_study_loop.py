@@ -89,7 +89,8 @@ def test_a_study_resumes_without_running_finished_trials_again(tmp_path, storage
         storage = storage.format(tmp=tmp_path)
     s = space()
     first = Synthetic(s)
-    study = run_study(spec_for(tmp_path, storage=storage, n_trials=4), s, first)
+    study = run_study(spec_for(tmp_path, storage=storage, n_trials=4, seeds=["default"]), s,
+                      first)
     assert evaluations(study) == 4 and len(first.calls) == 4
     pointer = json.loads((tmp_path / "study.json").read_text())
     assert pointer["storage"] == (storage or str(tmp_path / "study.journal"))
@@ -244,6 +245,21 @@ def test_median_pruning_stops_weak_candidates_and_keeps_their_curves(tmp_path):
     assert all(len(t.intermediate_values) < 4 for t in pruned)
     assert all(t.user_attrs["reason"].startswith("pruned at step") for t in pruned)
     assert evaluations(study) == 12
+
+    # the report counts what pruning saved, and draws the front and the history
+    from searchers.report import pruning_savings, study_sections
+
+    saving = pruning_savings(study)
+    ran = sum(max(t.intermediate_values) for t in pruned)
+    assert saving["planned"] == 4 and saving["pruned"] == len(pruned)
+    assert saving["run"] == ran and saving["saved"] == 4 * len(pruned) - ran
+    lines, pictures = study_sections(tmp_path, {"teacher": {"score": 5.0, "latency_ms": 2.0}})
+    text = "\n".join(lines)
+    assert f"Pruning (median): {len(pruned)} of 12 evaluations stopped early" in text
+    assert f"saving {4 * len(pruned) - ran} steps" in text
+    assert "| trial | outcome | seed | arch | score |" in text
+    assert [p.name for p in pictures] == ["pareto.png", "history.png"]
+    assert all(p.stat().st_size > 5000 for p in pictures)
 
 
 @pytest.mark.parametrize("name", ["nsga2", "tpe", "gp"])
