@@ -170,6 +170,8 @@ class StudyOptions:
         if self.attach and self.storage is None:
             raise NasError("--attach needs --storage: the first worker's study.journal file "
                            "or database URL")
+        if self.storage is not None:
+            storage_url(self.storage, ".")  # a bad scheme fails now, before any stage
 
 
 def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySettings,

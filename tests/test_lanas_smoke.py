@@ -108,3 +108,17 @@ def test_nsga2_with_two_workers_an_attached_worker_and_its_pareto_front(cache, t
     front = pareto_front(study)[0].number
     assert main(["export", "--run", str(run_dir), "--trial", str(front)]) == 0
     assert (run_dir / "exports" / f"trial{front}" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--storage", "redis://host/0"], "--storage redis://host/0: unknown scheme 'redis'"),
+    (["--storage", "postgresql+psycopg://nobody@127.0.0.1:1/db"],
+     "cannot open the storage (OperationalError"),
+    (["--attach"], "--attach needs --storage"),
+    (["--searcher", "differentiable", "--workers", "2"], "--workers needs a multi-trial"),
+])
+def test_study_flags_fail_in_one_line_before_any_stage(argv, message, tmp_path, capsys):
+    assert _run("--run-dir", tmp_path / "run", *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "run").exists()

@@ -92,8 +92,13 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
     if searcher is None or SEARCHERS.kind_of(searcher) != "multi-trial":
         raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, tpe, "
                        f"nsga2, gp or random), not {searcher}")
-    return StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
-                        workers=args.workers, attach=args.attach)
+    options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
+                           workers=args.workers, attach=args.attach)
+    if args.storage is not None and "://" in args.storage:
+        from searchers.storage import open_storage
+
+        open_storage(args.storage)  # an unreachable database fails now, not after training
+    return options
 
 
 def cmd_report(args: argparse.Namespace) -> int:
