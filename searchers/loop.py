@@ -123,16 +123,22 @@ class StudySettings:
             need(name in COSTS and isinstance(value, int | float) and value > 0,
                  f"targets: {name}: {value!r}; targets are positive numbers for {list(COSTS)}")
         need(self.penalty_weight >= 0, f"penalty_weight must be >= 0, got {self.penalty_weight}")
-        need(all(n in COSTS for n in self.extra_objectives),
+        need(isinstance(self.extra_objectives, list)
+             and all(n in COSTS for n in self.extra_objectives),
              f"extra_objectives must be among {list(COSTS)}, got {self.extra_objectives!r}")
         for name in ("max_params", "max_flops"):
             value = getattr(self, name)
             need(value is None or value > 0, f"{name} must be None or > 0, got {value!r}")
-        need(all(isinstance(s, str) for s in self.seeds),
-             f"seeds must be names or file paths, got {self.seeds!r}")
+        need(isinstance(self.seeds, list) and all(isinstance(s, str) for s in self.seeds),
+             f"seeds must be a list of names or file paths, got {self.seeds!r}")
         need(self.pruner in PRUNERS, f"pruner must be one of {PRUNERS}, got {self.pruner!r}")
+        make_pruner(self)  # its options, checked now
         need(all(isinstance(v, dict) for v in self.samplers.values()),
              f"samplers maps searcher names to option mappings, got {self.samplers!r}")
+        known = [n for n in SEARCHERS.names() if SEARCHERS.kind_of(n) == "multi-trial"]
+        unknown = sorted(set(self.samplers) - set(known))
+        need(not unknown, f"samplers: unknown searcher {unknown[0] if unknown else ''!r}; "
+                          f"known: {', '.join(known)}")
         need(self.retries >= 0, f"retries must be >= 0, got {self.retries}")
         need(self.heartbeat_interval >= 1 and self.grace_period > self.heartbeat_interval,
              "heartbeat_interval must be >= 1 and grace_period larger, got "
@@ -211,8 +217,8 @@ def make_pruner(settings: StudySettings) -> optuna.pruners.BasePruner:
              "halving": optuna.pruners.SuccessiveHalvingPruner}
     try:
         return kinds[settings.pruner](**settings.pruner_options)
-    except TypeError as err:
-        raise NasError(f"multi_trial.pruner_options for {settings.pruner!r}: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise NasError(f"pruner_options for {settings.pruner!r}: {err}") from None
 
 
 # ---------------------------------------------------------------------------

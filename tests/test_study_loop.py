@@ -360,3 +360,26 @@ def test_an_interrupted_trial_runs_again_on_resume(tmp_path):
     retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
     assert len(retry) == 1 and retry[0].params == cut.params
     assert retry[0].user_attrs["outcome"] == "complete" and evaluations(study) == 5
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"samplers": {"lanass": {}}}, "samplers: unknown searcher 'lanass'; known: gp, lanas"),
+    ({"pruner": "median", "pruner_options": {"bogus": 1}}, "pruner_options for 'median'"),
+    ({"pruner": "hyperband"}, "pruner must be one of"),
+    ({"targets": {"latency": 2}}, "targets: latency: 2"),
+    ({"seeds": "default"}, "seeds must be a list"),
+    ({"extra_objectives": ["accuracy"]}, "extra_objectives must be among"),
+    ({"n_trials": 0}, "n_trials must be None or >= 1"),
+])
+def test_multi_trial_settings_are_checked_when_the_experiment_loads(tmp_path, settings,
+                                                                     message):
+    import yaml
+
+    from nas.config import ConfigError
+    from recipes.adabert import load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"method": "adabert", "name": "x", "task": "sst2",
+                                    "multi_trial": settings}))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_config(path)
