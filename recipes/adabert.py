@@ -9,8 +9,8 @@ The method's steps, in order (:meth:`AdaBert.run`); each is a call into shared p
    the architecture steps, and the teacher's per-layer probe logits (§3.2, cached);
 3. **search** — a one-shot searcher (``differentiable``: hard Gumbel samples, loss
    (1−γ)·CE + γ·probe-KD + β·L_E) trains the supernet in the shared training loop and
-   derives an architecture; or a multi-trial searcher (``random``: the baseline) asks
-   for ``random_samples`` candidates;
+   derives an architecture; or a multi-trial searcher on Optuna (``random``: the
+   baseline; ``lanas``, ``tpe``, ``nsga2``, ``gp``) runs ``random_samples`` trials;
 4. **retrain** — each candidate's child trained from scratch with the same distillation
    loss (evaluator ``distilled-retrain``), scored on ``dev`` and measured on the task's
    report split (``test`` when it has one: SST-2's sentences share no phrase with train);
@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
 from nas.train import TrainSettings
+from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.adabert")
 
@@ -145,8 +147,10 @@ class AdaBertConfig:
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
-    random_samples: int = 3
+    random_samples: int = 3  # also the default n_trials of any multi-trial search
     latency_repeats: int = 10
+    searcher: str | None = None  # this experiment's searcher (default: differentiable)
+    multi_trial: StudySettings = field(default_factory=StudySettings)
 
     def __post_init__(self) -> None:
         from nas.teacher import FinetuneConfig
@@ -463,27 +467,19 @@ class AdaBert(Method):
     """``method: adabert`` — the differentiable search, or a multi-trial baseline."""
 
     config_class = AdaBertConfig
-    searchers = ("differentiable", "random")
+    searchers = ("differentiable", "random", "lanas", "tpe", "nsga2", "gp")
 
     def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
         from nas.data.files import resolve_task
         from searchers.base import SEARCHERS
 
         task = resolve_task(config.task)  # files are read and checked before any stage
-        searcher = options.searcher or self.default_searcher()
-        sample = options.extra.get("random_sample")
-        if sample is not None and not 0 <= sample < config.random_samples:
-            raise NasError(f"--random-sample {sample}: the config asks for "
-                           f"{config.random_samples} random samples (0 to "
-                           f"{config.random_samples - 1})")
+        searcher = self.check_searcher(options.searcher or config.searcher)
         # the random baseline adds a stage to an existing run: no --resume needed for that
         resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
-        # processes that each evaluate one random sample write the same folder: one lock
-        # per sample instead of the folder's single-writer lock
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume,
-                     break_lock=bool(options.extra.get("break_lock")),
-                     writer="" if sample is None else f"random{sample}")
+                     break_lock=bool(options.extra.get("break_lock")))
         config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
         ctx = AdaBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
@@ -492,7 +488,7 @@ class AdaBert(Method):
             arch = self.search(ctx, searcher)
             metrics["searched"] = self.retrain_and_export(ctx, arch)
         else:
-            metrics["random"] = self.multi_trial(ctx, searcher, sample)
+            metrics[searcher] = self.multi_trial(ctx, searcher, resume)
         metrics["metric"] = ctx.dev.metric
         metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
             ctx.report.sources), "examples": len(ctx.report),
@@ -556,30 +552,74 @@ class AdaBert(Method):
         ctx.run.save_json("searched.json", searched)
         return searched
 
-    def multi_trial(self, ctx: AdaBertContext, name: str, only: int | None) -> dict[str, Any]:
-        """Stage 3 as a multi-trial search (the random baseline): ``random_samples``
-        candidates of the same space, each scored by the same retrain."""
-        from nas.teacher import metric_score
-        from searchers.base import SEARCHERS
-        from searchers.loop import run_trials
+    def multi_trial(self, ctx: AdaBertContext, name: str, resume: bool = False
+                    ) -> dict[str, Any]:
+        """Stage 3 as a multi-trial search on Optuna (:mod:`searchers.loop`): the random
+        baseline, LaNAS, TPE, NSGA-II or GP, each candidate scored by the same retrain
+        (scalarised with ``multi_trial.targets``, or with ``extra_objectives`` as more
+        objectives); ``n_trials`` defaults to ``random_samples``."""
+        from functools import partial
 
-        searcher = SEARCHERS.get(name)(ctx.space, seed=ctx.cfg.seed,
-                                       objectives=ctx.retrain_evaluator().objectives)
-        log.info("stage 3-4/5: %d %s trials, each retrained", ctx.cfg.random_samples, name)
-        trials = run_trials(searcher, ctx.retrain_evaluator(), ctx.cfg.random_samples,
-                            ctx.run.path / "trials", only=only)
-        runs = [_row(ctx, f"random{c.id}", c.arch, r) for c, r in trials if r.ok]
-        failed = [c.id for c, r in trials if not r.ok]
+        from nas.teacher import metric_score
+        from searchers.loop import StudySpec, run_study
+        from searchers.results import complete_trials
+
+        cfg = ctx.cfg
+        spec = StudySpec.for_run(
+            searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
+            settings=cfg.multi_trial, options=ctx.options.extra.get("study"),
+            default_trials=cfg.random_samples, resume=resume, seq_len=cfg.data.max_seq_len,
+            progress=ctx.options.progress)
+        spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,
+                       "max_length": cfg.data.max_seq_len, "task": cfg.task}
+        log.info("stage 3-4/5: %s search, each candidate retrained", name)
+        study = run_study(spec, ctx.space, _study_evaluator(ctx.cfg, ctx, name),
+                          parts=partial(_study_parts, cfg, ctx.options, name))
+        runs = [_row(ctx, f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
+                     SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
+                                     costs=t.user_attrs["costs"]))
+                for t in complete_trials(study)]
+        outcome = {t.number: t.user_attrs.get("outcome") for t in study.trials}
+        summary = {"study": spec.study_name, "n_trials": spec.n_trials, "runs": runs,
+                   "failed": [n for n, o in outcome.items() if o == "failed"],
+                   "pruned": [n for n, o in outcome.items() if o == "pruned"]}
         if not runs:
-            return {"runs": [], "failed": failed}
+            return summary
         scores = [metric_score(r[ctx.report_split], ctx.dev.metric) for r in runs]
-        return {"runs": runs, "metric": ctx.dev.metric, "split": ctx.report_split,
+        return {**summary, "metric": ctx.dev.metric, "split": ctx.report_split,
                 "mean": statistics.mean(scores),
-                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0, "failed": failed}
+                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
-        return [], _plots(run)
+        from nas.teacher import metric_score
+        from searchers.report import study_sections
+
+        teacher = metrics.get("teacher") or {}
+        reference = {}
+        if teacher.get("dev") and teacher.get("latency"):
+            reference["teacher"] = {
+                f"val_{metrics.get('metric', 'accuracy')}": metric_score(
+                    teacher["dev"], metrics.get("metric", "accuracy")),
+                "latency_ms": teacher["latency"]["batch1"]["median_ms"],
+                "params": teacher["params"], "flops": teacher["flops"]}
+        lines, pictures = study_sections(run.path, reference)
+        return lines, _plots(run) + pictures
+
+
+def _study_evaluator(config: AdaBertConfig, ctx: AdaBertContext, searcher: str) -> Any:
+    from searchers.loop import study_evaluator
+
+    return study_evaluator(ctx.retrain_evaluator(), ctx.space, config.multi_trial, searcher,
+                           seq_len=config.data.max_seq_len)
+
+
+def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
+    caches, in the run folder the first process holds (read-only here)."""
+    options = replace(options, progress=False)
+    ctx = AdaBertContext(config, RunDir(options.run_dir), options).prepare()
+    return ctx.space, _study_evaluator(config, ctx, searcher)
 
 
 def _row(ctx: AdaBertContext, tag: str, arch: Architecture, result: Any) -> dict[str, Any]:

@@ -25,6 +25,17 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "a non-negative integer")
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (seconds, rates)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)

@@ -23,11 +23,16 @@ from nas.errors import NasError
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export", help="write a standalone model directory (native, hf or onnx)")
-    p.add_argument("--space", required=True, help="registered space name (nas spaces list)")
+    p.add_argument("--space", help="registered space name (nas spaces list); not with --run")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="export a trial of the run folder's multi-trial search instead "
+                        "(default output RUN_DIR/exports/trial<N>)")
+    p.add_argument("--trial", default="best", metavar="N|best",
+                   help="with --run: the trial number, or best (single-objective studies)")
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
     p.add_argument("--weights", help="checkpoint of the child or of the supernet "
                                      "(.safetensors or torch file); default: fresh weights")
-    p.add_argument("-o", "--output", required=True, help="directory to write")
+    p.add_argument("-o", "--output", help="directory to write (required without --run)")
     p.add_argument("--format", default="native", choices=("native", "hf", "onnx"),
                    help="native (config.json + model.safetensors), hf (transformers; bert and "
                         "mobilebert families) or onnx (native + model.onnx)")
@@ -68,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from nas.export import export
 
+    if args.run is not None:
+        return _export_trial(args)
+    if args.space is None or args.output is None:
+        raise NasError("nas export needs --space and -o DIR (or --run RUN_DIR to export a "
+                       "trial of a multi-trial search)")
     space = space_from_args(args)
     arch = arch_from_args(space, args.arch)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
@@ -78,6 +88,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
                 "format": args.format, "files": files},
          f"exported {space.name} arch {arch.id} ({args.format}) to {out}: {', '.join(files)}")
+    return 0
+
+
+def _export_trial(args: argparse.Namespace) -> int:
+    """``nas export --run RUN_DIR [--trial N|best]``: the run's study knows the space, the
+    architecture, the trained weights and the tokenizer."""
+    from searchers.results import export_trial
+
+    clashing = [flag for flag, value in (("--space", args.space), ("--arch", args.arch),
+                                         ("--weights", args.weights), ("--labels", args.labels),
+                                         ("--tokenizer", args.tokenizer)) if value]
+    if clashing:
+        raise NasError(f"{clashing[0]} does not go with --run: the study records it")
+    out, trial = export_trial(args.run, args.trial, args.output, fmt=args.format,
+                              overwrite=args.overwrite)
+    files = sorted(p.name for p in out.iterdir())
+    arch_id = trial.user_attrs["arch_id"]
+    emit(args, {"directory": str(out), "trial": trial.number, "arch_id": arch_id,
+                "values": trial.values, "format": args.format, "files": files},
+         f"exported trial {trial.number} (arch {arch_id}, values "
+         f"{[round(v, 4) for v in trial.values]}) to {out}: {', '.join(files)}")
     return 0
 
 
