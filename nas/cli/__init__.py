@@ -19,6 +19,7 @@ from nas.errors import NasError
 COMMAND_MODULES = (
     "nas.cli.spaces",
     "nas.cli.cost",
+    "nas.cli.latency",
     "nas.cli.teacher",
     "nas.cli.augment",
     "nas.cli.search",

@@ -1,4 +1,4 @@
-"""``nas cost SPACE [--arch A] [--seq-len L] [--latency]``."""
+"""``nas cost SPACE [--arch A] [--seq-len L] [--latency] [--latency-model]``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="tokens per example (at most the model's positions)")
     p.add_argument("--latency", action="store_true", help="build the child and time it on CPU")
-    p.add_argument("--batch-size", type=positive_int, default=1, help="batch size for --latency")
+    p.add_argument("--latency-model", action="store_true",
+                   help="predict CPU latency from the calibrated table (nas latency calibrate)")
+    p.add_argument("--batch-size", type=positive_int, default=1,
+                   help="batch size for --latency and --latency-model")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="CPU threads for --latency-model")
+    p.add_argument("--latency-table", help="latency table file (default: this machine's)")
+    p.add_argument("--latency-clock", choices=["wall", "cpu"], default="wall",
+                   help="which calibrated clock --latency-model predicts")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed repeats for --latency")
     add_space_config_option(p)
     p.add_argument("--json", action="store_true")
@@ -56,5 +64,20 @@ def cmd_cost(args: argparse.Namespace) -> int:
         data["latency"] = lat.to_dict()
         lines.append(f"  CPU latency  median {lat.median_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms "
                      f"(batch {lat.batch_size}, {lat.threads} threads)")
+    if args.latency_model:
+        from nas.latency import LatencyModel
+
+        model = LatencyModel.load(args.latency_table, args.latency_clock)
+        pred = model.explain(space, arch, args.batch_size, args.seq_len, args.threads)
+        data["latency_predicted"] = {"ms": pred.latency_ms, "batch_size": args.batch_size,
+                                     "threads": args.threads, "op_calls": pred.calls,
+                                     "estimated_op_calls": pred.estimated_calls,
+                                     "clock": model.table.clock,
+                                     "table": str(model.path)}
+        estimated = (f"; {pred.estimated_calls} of {pred.calls} op calls estimated"
+                     if pred.estimated_calls else "")
+        lines.append(f"  CPU latency  predicted {pred.latency_ms:.1f} ms (batch "
+                     f"{args.batch_size}, {args.threads} threads, {model.table.clock} clock, "
+                     f"latency model{estimated})")
     emit(args, data, "\n".join(lines))
     return 0

@@ -1,0 +1,108 @@
+"""``nas latency calibrate`` and ``nas latency show``: the latency model's table."""
+
+from __future__ import annotations
+
+import argparse
+
+from nas.cli.common import add_space_config_option, emit, parse_space_config
+
+DEFAULT_SPACES = ("adabert", "efficientbert", "mobilebert-grid")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "latency", help="calibrate and inspect the CPU latency model (nas cost --latency-model)")
+    sub = p.add_subparsers(dest="latency_command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser(
+        "calibrate", help="time op calls and fit the overhead on this machine (minutes)",
+        description="Times every op call of a pool of random architectures per space and "
+                    "setting, fits the per-space overhead on children timed end to end, and "
+                    "stores the table in the cache folder (one file per machine).")
+    c.add_argument("--spaces", nargs="+", default=list(DEFAULT_SPACES), metavar="SPACE")
+    c.add_argument("--batch-sizes", nargs="+", type=int, default=[1], metavar="B")
+    c.add_argument("--seq-lens", nargs="+", type=int, default=[128], metavar="L")
+    c.add_argument("--threads", nargs="+", type=int, default=[1], metavar="T",
+                   help="CPU threads (torch.set_num_threads) to calibrate for")
+    c.add_argument("--archs", type=int, default=10, help="children timed end to end per space")
+    c.add_argument("--pool", type=int, default=200, help="random draws whose op calls are timed")
+    c.add_argument("--repeats", type=int, default=10, help="most timed runs per op call")
+    c.add_argument("--end-to-end", type=int, default=10, help="most timed runs per child")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall clock, or the thread's CPU time (one thread; for machines "
+                        "shared with other jobs)")
+    c.add_argument("--table", help="table file (default: this machine's, in the cache folder)")
+    add_space_config_option(c)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_calibrate)
+
+    s = sub.add_parser("show", help="what a latency table holds and which machine it is for")
+    s.add_argument("--table", help="table file (default: this machine's)")
+    s.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_show)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from nas.errors import NasError
+    from nas.latency import LatencyTable, Setting, calibrate, default_table_path, machine
+    from nas.space import get_space
+
+    for flag, values in (("--batch-sizes", args.batch_sizes), ("--seq-lens", args.seq_lens),
+                         ("--threads", args.threads), ("--archs", [args.archs]),
+                         ("--pool", [args.pool]), ("--repeats", [args.repeats]),
+                         ("--end-to-end", [args.end_to_end])):
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise NasError(f"{flag} must be positive integers, got {bad[0]}")
+    config = parse_space_config(args.config)
+    spaces = [get_space(name, **config) for name in args.spaces]
+    settings = [Setting(b, L, t) for t in args.threads for b in args.batch_sizes
+                for L in args.seq_lens]
+    path = Path(args.table) if args.table else default_table_path(args.clock)
+    table, note = None, "new table"
+    if path.is_file():
+        old = LatencyTable.load(path)
+        here = machine()
+        if {k: old.machine.get(k) for k in here} != here:
+            note = f"replaces a table calibrated on {old.machine.get('cpu')}"
+        elif old.clock != args.clock:
+            note = f"replaces a table on the {old.clock} clock"
+        else:
+            table, note = old, "added to the existing table"
+    start = time.perf_counter()
+    log = None if args.json else print
+    table = calibrate(spaces, settings, archs=args.archs, pool=args.pool, repeats=args.repeats,
+                      end_to_end=args.end_to_end, seed=args.seed, clock=args.clock,
+                      table=table, log=log)
+    table.save(path)
+    seconds = time.perf_counter() - start
+    emit(args, {"table": str(path), "seconds": seconds, "machine": table.machine,
+                "clock": table.clock,
+                "settings": [s.key for s in settings], "spaces": args.spaces},
+         f"latency table {path} ({note}): {len(spaces)} spaces x {len(settings)} settings "
+         f"in {seconds:.0f} s")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from nas.latency import LatencyModel
+
+    model = LatencyModel.load(args.table, args.clock)
+    t = model.table
+    m = t.machine
+    data = {"table": str(model.path), "machine": m, "clock": t.clock,
+            "ops": {k: len(v) for k, v in t.ops.items()},
+            "fits": {s: sorted(by) for s, by in t.fits.items()}}
+    lines = [f"latency table {model.path}",
+             f"  machine: {m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}, "
+             f"threads {m.get('threads')}; {t.clock} clock"]
+    lines += [f"  {k}: {n} op keys" for k, n in data["ops"].items()]
+    lines += [f"  {s}: {', '.join(by)}" for s, by in data["fits"].items()]
+    emit(args, data, "\n".join(lines))
+    return 0

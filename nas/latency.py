@@ -1,0 +1,534 @@
+"""CPU latency of any child of any space, predicted without building it (issue 13).
+
+For one space at one batch size, sequence length and thread count::
+
+    latency ≈ s · Σ_calls t(call) + κ · calls + c
+
+``t(call)`` is the time of one op call, measured once on this machine and keyed by the op
+and everything that sets its cost (input widths, output width, params, the depth a
+selector reads) at that batch size and length. The sum runs over the op calls of the
+child's resolved graph (:func:`nas.graph.plan`), so no model is built. ``s``, ``κ`` and
+``c`` absorb what isolated op timings leave out (the executor's per-call overhead, caches
+shared between ops) and are fitted by non-negative least squares to end-to-end timings
+of the calibration architectures. An op call never timed (a width combination no
+calibration architecture had) is estimated from the timed calls of the same op by a
+least-squares line in multiply-adds and output size; :meth:`LatencyModel.explain` says
+how many calls were estimated.
+
+Calibration (:func:`calibrate`, ``nas latency calibrate``) times every op call key of a
+pool of random draws once per setting, each op built alone at its widths and run on
+random inputs (median of a few runs), then times a few children end to end (the
+smallest and largest of the draws among them) and fits the overhead. Times are on one
+of two clocks (:data:`CLOCKS`): the wall clock, or the CPU time of the calling thread,
+which on a machine shared with other jobs leaves out the time they hold the core.
+
+The table is JSON in ``cache_root()/latency/<machine>[-cpu].json`` and records the CPU,
+core count, torch version, thread counts and clock; a table made on another machine
+loads with a warning. The model's error on held-out architectures, next to the noise
+floor of the measurements, is in ``benchmarks/RESULTS.md``
+(``benchmarks/latency_model.py``) and ``docs/latency.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import nnls
+
+from nas.checkpoint import atomic_write_json
+from nas.errors import NasError
+from nas.graph import plan
+from nas.ops import OPS, Context, SelectOp
+from nas.space import SearchSpace
+from nas.teacher import cache_root
+
+TABLE_FORMAT = 1
+
+#: What a table's milliseconds measure: ``wall`` clock time, or ``cpu``, the CPU time of
+#: the calling thread (one thread only). On a machine shared with other jobs the wall
+#: clock also counts the time other processes hold the core; the CPU clock does not.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def time_runs(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, float]:
+    """Median milliseconds of ``repeats`` calls of ``fn`` (after ``warmup`` untimed ones)
+    on every clock of :data:`CLOCKS`, from the same runs."""
+    for _ in range(warmup):
+        fn()
+    runs: dict[str, list[float]] = {c: [] for c in CLOCKS}
+    for _ in range(repeats):
+        start = {c: clock() for c, clock in CLOCKS.items()}
+        fn()
+        for c, clock in CLOCKS.items():
+            runs[c].append((clock() - start[c]) * 1000.0)
+    return {c: statistics.median(v) for c, v in runs.items()}
+
+
+def _check_clock(clock: str, settings: Sequence[Setting] = ()) -> None:
+    if clock not in CLOCKS:
+        raise LatencyError(f"unknown latency clock {clock!r}; use one of {list(CLOCKS)}")
+    if clock == "cpu" and any(s.threads != 1 for s in settings):
+        raise LatencyError("the cpu clock times one thread; calibrate --threads 1 with it or "
+                           "use --clock wall")
+
+
+class LatencyError(NasError):
+    """No usable latency table: none calibrated, a broken file, or no fit for a setting."""
+
+
+class MachineMismatchWarning(UserWarning):
+    """A latency table calibrated on another machine (or torch version) was loaded."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a latency is asked for: batch size, sequence length, CPU threads."""
+
+    batch_size: int
+    seq_len: int
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "seq_len", "threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LatencyError(f"latency {name} must be a positive integer, got {value!r}")
+
+    @property
+    def key(self) -> str:
+        return f"threads={self.threads},batch={self.batch_size},seq={self.seq_len}"
+
+    def describe(self) -> str:
+        return (f"batch {self.batch_size}, sequence length {self.seq_len}, "
+                f"{self.threads} thread{'s' if self.threads > 1 else ''}")
+
+
+def machine() -> dict[str, Any]:
+    """What a latency table belongs to: CPU model, core count, torch version."""
+    return {"cpu": _cpu_model(), "cores": os.cpu_count() or 1, "torch": torch.__version__}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def default_table_path(clock: str = "wall",
+                       cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_root()/latency/<cpu>-<cores>cores[-cpu].json`` for this machine and clock."""
+    _check_clock(clock)
+    m = machine()
+    slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-") or "cpu"
+    suffix = "" if clock == "wall" else f"-{clock}"
+    return cache_root(cache_dir) / "latency" / f"{slug}-{m['cores']}cores{suffix}.json"
+
+
+def space_key(space: SearchSpace) -> str:
+    """A space and its configuration (a space built with other widths has other ops)."""
+    config = json.dumps(space.config, sort_keys=True, default=str)
+    return f"{space.name}@{hashlib.sha1(config.encode()).hexdigest()[:10]}"
+
+
+def op_key(op: str, in_widths: Sequence[int], width: int, params: Mapping[str, Any],
+           select_value: int | None = None) -> str:
+    """Everything that sets the time of one op call, besides batch size and length."""
+    return json.dumps([OPS.get(op).name, [int(w) for w in in_widths], int(width), dict(params),
+                       select_value], sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One op call of a forward pass: an edge's op or a node's combine."""
+
+    key: str
+    op: str
+    in_widths: tuple[int, ...]
+    width: int
+    params: Mapping[str, Any]
+    args: tuple[int, ...] = ()  # the inputs' argument positions (a selector reads them)
+    select_value: int | None = None  # the depth a selector picks
+
+
+def op_calls(space: SearchSpace, arch: Mapping[str, Any] | None = None) -> list[OpCall]:
+    """The op calls the child of ``arch`` makes in one inference forward pass (the
+    distillation-only aux nodes do not run)."""
+    arch = space.default() if arch is None else space.validate(arch)
+    calls = []
+    for st in plan(space.graph, space.choice_map, arch):
+        if st.attrs.get("role") == "aux":
+            continue
+        for e in st.inputs:
+            calls.append(OpCall(op_key(e.op, [e.in_width], e.out_width, e.params), e.op,
+                                (e.in_width,), e.out_width, e.params))
+        select = st.select_value if issubclass(OPS.get(st.op), SelectOp) else None
+        calls.append(OpCall(op_key(st.op, st.in_widths, st.width, st.params, select), st.op,
+                            tuple(st.in_widths), st.width, st.params,
+                            tuple(e.arg for e in st.inputs), select))
+    return calls
+
+
+# ---------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Fit:
+    """``latency ≈ scale · Σ t(call) + per_call_ms · calls + const_ms`` for one space and
+    setting, and what it was fitted on (the calibration children, timed end to end)."""
+
+    scale: float
+    per_call_ms: float
+    const_ms: float
+    archs: list[str] = field(default_factory=list)
+    measured_ms: list[float] = field(default_factory=list)
+
+    def __call__(self, ops_ms: float, calls: int) -> float:
+        return self.scale * ops_ms + self.per_call_ms * calls + self.const_ms
+
+
+@dataclass
+class LatencyTable:
+    """Per setting, the time of each op call key; per space and setting, the :class:`Fit`."""
+
+    machine: dict[str, Any]
+    clock: str = "wall"
+    ops: dict[str, dict[str, float]] = field(default_factory=dict)
+    fits: dict[str, dict[str, Fit]] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, clock: str = "wall") -> LatencyTable:
+        _check_clock(clock)
+        return cls({**machine(), "threads": []}, clock)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {
+            "format": TABLE_FORMAT, "machine": self.machine, "clock": self.clock,
+            "ops": self.ops,
+            "fits": {s: {k: asdict(f) for k, f in by.items()} for s, by in self.fits.items()},
+        })
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> LatencyTable:
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("format") != TABLE_FORMAT:
+                raise LatencyError(
+                    f"latency table {path} has format {data.get('format')!r}, this engine "
+                    f"reads {TABLE_FORMAT}; calibrate again with `nas latency calibrate`")
+            _check_clock(data["clock"])
+            return cls(dict(data["machine"]), data["clock"],
+                       {k: {op: float(t) for op, t in v.items()} for k, v in data["ops"].items()},
+                       {s: {k: Fit(**f) for k, f in by.items()}
+                        for s, by in data["fits"].items()})
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise LatencyError(f"latency table {path} is broken ({type(err).__name__}: {err}); "
+                               "delete it and run `nas latency calibrate`") from None
+
+
+# ---------------------------------------------------------------------------
+# prediction
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted latency and what it is made of."""
+
+    latency_ms: float
+    ops_ms: float  # Σ t(call), before the fitted scale and overhead
+    calls: int
+    estimated_calls: int  # calls whose key was never timed (estimated from similar ones)
+    setting: Setting
+
+
+class LatencyModel:
+    """Predicts the CPU latency of children from a :class:`LatencyTable`."""
+
+    def __init__(self, table: LatencyTable, path: Path | None = None) -> None:
+        self.table = table
+        self.path = path
+        self._estimators: dict[str, Callable[[OpCall], float]] = {}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None = None,
+             clock: str = "wall") -> LatencyModel:
+        """This machine's table for ``clock`` (or ``path``); a table from another machine
+        warns."""
+        if path is None:
+            path = default_table_path(clock)
+            if not path.is_file():
+                pattern = "*cores.json" if clock == "wall" else f"*-{clock}.json"
+                others = sorted(path.parent.glob(pattern)) if path.parent.is_dir() else []
+                if not others:
+                    raise LatencyError(f"no latency table for this machine at {path}; run "
+                                       f"`nas latency calibrate --clock {clock}` first")
+                path = others[0]
+        path = Path(path)
+        if not path.is_file():
+            raise LatencyError(f"latency table {path} does not exist; run "
+                               f"`nas latency calibrate --table {path}`")
+        table = LatencyTable.load(path)
+        here = machine()
+        made = {k: table.machine.get(k) for k in here}
+        if made != here:
+            warnings.warn(
+                f"latency table {path} was calibrated on {made['cpu']} ({made['cores']} cores, "
+                f"torch {made['torch']}), this is {here['cpu']} ({here['cores']} cores, torch "
+                f"{here['torch']}): predictions may be off; run `nas latency calibrate`",
+                MachineMismatchWarning, stacklevel=2)
+        return cls(table, path)
+
+    def explain(self, space: SearchSpace, arch: Mapping[str, Any] | None = None,
+                batch_size: int = 1, seq_len: int = 128, threads: int = 1) -> Prediction:
+        setting = Setting(batch_size, seq_len, threads)
+        fit = self._fit(space, setting)
+        p = self.ops_ms(space, arch, setting)
+        return Prediction(fit(p.ops_ms, p.calls), p.ops_ms, p.calls, p.estimated_calls, setting)
+
+    def ops_ms(self, space: SearchSpace, arch: Mapping[str, Any] | None,
+               setting: Setting) -> Prediction:
+        """Σ t(call) over the child's op calls, before the fit (``latency_ms`` is nan)."""
+        times = self.table.ops.get(setting.key, {})
+        calls = op_calls(space, arch)
+        ops_ms, estimated = 0.0, 0
+        for call in calls:
+            t = times.get(call.key)
+            if t is None:
+                t = self._estimator(setting)(call)
+                estimated += 1
+            ops_ms += t
+        return Prediction(float("nan"), ops_ms, len(calls), estimated, setting)
+
+    def predict(self, space: SearchSpace, arch: Mapping[str, Any] | None = None,
+                batch_size: int = 1, seq_len: int = 128, threads: int = 1) -> float:
+        """Predicted latency in milliseconds of one forward pass of ``arch``'s child."""
+        return self.explain(space, arch, batch_size, seq_len, threads).latency_ms
+
+    def predictor(self, space: SearchSpace, batch_size: int = 1, seq_len: int = 128,
+                  threads: int = 1) -> Callable[[Mapping[str, Any]], float]:
+        """``arch -> ms`` for one space and setting: the ``latency_fn`` of the evaluators
+        (:class:`evaluators.penalty.PenaltyEvaluator`, :class:`evaluators.costs.CostEvaluator`)."""
+        self._fit(space, Setting(batch_size, seq_len, threads))  # fail now, not mid-search
+        return lambda arch: self.predict(space, arch, batch_size, seq_len, threads)
+
+    def _fit(self, space: SearchSpace, setting: Setting) -> Fit:
+        fit = self.table.fits.get(space_key(space), {}).get(setting.key)
+        if fit is None:
+            where = f" in {self.path}" if self.path else ""
+            raise LatencyError(
+                f"no latency calibration for space {space.name!r} (this configuration) at "
+                f"{setting.describe()}{where}; run `nas latency calibrate --spaces "
+                f"{space.name} --batch-sizes {setting.batch_size} --seq-lens "
+                f"{setting.seq_len} --threads {setting.threads}`")
+        return fit
+
+    def _estimator(self, setting: Setting) -> Callable[[OpCall], float]:
+        if setting.key not in self._estimators:
+            self._estimators[setting.key] = _op_estimator(self.table.ops.get(setting.key, {}),
+                                                          setting)
+        return self._estimators[setting.key]
+
+
+def _op_features(op: str, in_widths: Sequence[int], width: int, params: Mapping[str, Any],
+                 setting: Setting) -> list[float]:
+    """[1, multiply-adds, output elements] of one call at the setting's batch and length."""
+    tokens = setting.batch_size * setting.seq_len
+    macs = OPS.get(op).count_macs(list(in_widths), width, params, setting.seq_len)
+    return [1.0, float(setting.batch_size * macs), float(tokens * width)]
+
+
+def _op_estimator(times: Mapping[str, float], setting: Setting) -> Callable[[OpCall], float]:
+    """Time of an untimed call: a non-negative least-squares line over the timed calls of
+    the same op (three or more), else over all timed calls."""
+    rows: dict[str, list[tuple[list[float], float]]] = {}
+    for key, t in times.items():
+        op, in_widths, width, params, _ = json.loads(key)
+        rows.setdefault(op, []).append((_op_features(op, in_widths, width, params, setting), t))
+    everything = [r for rs in rows.values() for r in rs]
+    coefs = {op: _nnls(rs) for op, rs in rows.items() if len(rs) >= 3}
+    overall = _nnls(everything) if everything else np.zeros(3)
+
+    def estimate(call: OpCall) -> float:
+        x = _op_features(call.op, call.in_widths, call.width, call.params, setting)
+        return float(np.dot(coefs.get(OPS.get(call.op).name, overall), x))
+
+    return estimate
+
+
+def _nnls(rows: Sequence[tuple[Sequence[float], float]]) -> np.ndarray:
+    """Non-negative least squares with columns scaled to 1 (they differ by 10⁹)."""
+    a = np.array([x for x, _ in rows], dtype=np.float64)
+    y = np.array([t for _, t in rows], dtype=np.float64)
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, y)
+    return coef / scale
+
+
+# ---------------------------------------------------------------------------
+# calibration
+# ---------------------------------------------------------------------------
+
+
+@contextmanager
+def cpu_threads(n: int) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` for the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def calibration_archs(space: SearchSpace, n: int, seed: int = 0) -> list:
+    """``n`` distinct seeded draws to fit the overhead on, the smallest and the largest
+    (by multiply-adds) of ``4n`` draws among them so the fit spans the space."""
+    from nas.cost import count_costs
+
+    rng = np.random.default_rng(seed)
+    draws: dict[str, Any] = {}
+    for _ in range(1 if space.is_fixed else 4 * n):
+        arch = space.sample(rng)
+        draws.setdefault(arch.id, arch)
+    pool = list(draws.values())
+    by_size = sorted(pool, key=lambda a: count_costs(space, a, 128).macs)
+    picked = {a.id: a for a in (by_size[0], by_size[-1])}
+    for arch in pool:
+        if len(picked) >= n:
+            break
+        picked.setdefault(arch.id, arch)
+    return list(picked.values())[:n]
+
+
+def op_keys(space: SearchSpace, pool: int = 200, seed: int = 0) -> dict[str, OpCall]:
+    """The op call keys of ``pool`` seeded draws (one call for each key)."""
+    rng = np.random.default_rng(seed)
+    calls: dict[str, OpCall] = {}
+    for _ in range(1 if space.is_fixed else pool):
+        for call in op_calls(space, space.sample(rng)):
+            calls.setdefault(call.key, call)
+    return calls
+
+
+@torch.no_grad()
+def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 10,
+            budget_s: float = 0.25, clock: str = "wall") -> float:
+    """Median milliseconds of one op call at ``setting``, on random inputs: the op built
+    alone at its widths, its inputs random ``(batch, length, width)`` states and the
+    batch's token ids (at most ``repeats`` runs after two warm-up runs, fewer past
+    ``budget_s``)."""
+    from nas.cost import batch_for
+
+    module = OPS.get(call.op)(list(call.in_widths), call.width, dict(call.params)).eval()
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(setting.batch_size, setting.seq_len, w, generator=g)
+          for w in call.in_widths]
+    ctx = Context(batch_for(space, setting.batch_size, setting.seq_len))
+    if isinstance(module, SelectOp):
+        def run() -> Any:
+            return module.forward_value(xs, list(call.args), call.select_value, call.width,
+                                        call.params, ctx)
+    else:
+        def run() -> Any:
+            return module(xs, call.width, call.params, ctx)
+    probe = time_runs(run, 1, 1)["wall"]
+    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
+    return time_runs(run, 1, n)[clock]
+
+
+def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
+              archs: int = 10, pool: int = 200, repeats: int = 10, end_to_end: int = 10,
+              seed: int = 0, clock: str = "wall", table: LatencyTable | None = None,
+              log: Callable[[str], None] | None = None) -> LatencyTable:
+    """Time the op calls of each space and fit its overhead at each setting (see the
+    module docstring); adds to ``table`` (a new one by default) and returns it.
+
+    ``pool`` draws give the op keys to time (each once per setting); ``archs`` children
+    timed end to end (:func:`time_child`, at most ``end_to_end`` runs) give the fit.
+    """
+    from nas.builder import build_child
+    from nas.cost import batch_for
+
+    _check_clock(clock, settings)
+    if table is not None and table.clock != clock:
+        raise LatencyError(f"the table measures the {table.clock} clock, not {clock}")
+    table = table or LatencyTable.new(clock)
+    table.machine = {**machine(), "threads": sorted(
+        set(table.machine.get("threads", [])) | {s.threads for s in settings})}
+    for setting in settings:
+        times = table.ops.setdefault(setting.key, {})
+        with cpu_threads(setting.threads):
+            for space in spaces:
+                failed = 0
+                for key, call in op_keys(space, pool, seed).items():
+                    if key not in times:
+                        try:
+                            times[key] = time_op(call, space, setting, repeats, clock=clock)
+                        except Exception:  # noqa: BLE001 - estimated instead, and counted
+                            failed += 1
+                model = LatencyModel(table)
+                rows = []
+                picked = calibration_archs(space, archs, seed)
+                for arch in picked:
+                    child = build_child(space, arch).eval()
+                    batch = batch_for(space, setting.batch_size, setting.seq_len)
+                    measured = time_child(child, batch, end_to_end, clock=clock)
+                    p = model.ops_ms(space, arch, setting)
+                    rows.append(([p.ops_ms, float(p.calls), 1.0], measured))
+                fit = _fit_overhead(rows, [a.id for a in picked])
+                table.fits.setdefault(space_key(space), {})[setting.key] = fit
+                if log:
+                    log(f"{space.name:<16} {setting.describe()}: {len(times)} op keys"
+                        f"{f' ({failed} failed to time)' if failed else ''}; {len(picked)} "
+                        f"children: latency = {fit.scale:.3f} x ops + "
+                        f"{fit.per_call_ms * 1000:.1f} us x calls + {fit.const_ms:.2f} ms")
+    return table
+
+
+@torch.no_grad()
+def time_forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], warmup: int,
+                 repeats: int) -> dict[str, float]:
+    """Median milliseconds of an inference forward pass on every clock (cf.
+    :func:`nas.cost.measure_latency`, which reports the wall clock)."""
+    model.eval()
+    return time_runs(lambda: model(batch), warmup, repeats)
+
+
+def time_child(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], repeats: int = 10,
+               budget_s: float = 2.0, clock: str = "wall") -> float:
+    """Median milliseconds of a child's forward pass after three warm-up runs (the first
+    two of a fresh model are slow), over ``repeats`` runs or fewer past ``budget_s``
+    (at least three)."""
+    probe = time_forward(model, batch, 1, 1)["wall"]
+    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
+    return time_forward(model, batch, 1, n)[clock]
+
+
+def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -> Fit:
+    """The fit minimising the *relative* squared error (each row divided by its
+    measurement), as MAPE weighs a small child's error like a large one's."""
+    weighted = [([x / y for x in xs], 1.0) for xs, y in rows]
+    scale, per_call, const = _nnls(weighted)
+    return Fit(float(scale), float(per_call), float(const), archs, [y for _, y in rows])
