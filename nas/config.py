@@ -98,3 +98,38 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of settings at the top level")
     return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...],
+                    where: str) -> dict[str, Any]:
+    """``data`` with ``KEY=VALUE`` overrides applied (``nas run --set``).
+
+    ``KEY`` is a dotted path into the mapping (``losses.attention``, ``seed``); ``VALUE``
+    is read as YAML (``false``, ``3``, ``1.0e-4``, ``{epochs: 2}``). Intermediate
+    mappings are created when missing; the typed loading that follows checks the result
+    as if it had been written in the file.
+    """
+    out = dict(data)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(p.strip() for p in parts):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. seed=1, "
+                              "losses.attention=false)")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {where}: "
+                                  f"{'.'.join(parts[: i + 1])} is not a mapping")
+            node[part] = child = dict(child)
+            node = child
+        node[parts[-1]] = value
+    return out
+

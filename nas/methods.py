@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from nas.config import ConfigError, from_dict, read_yaml
+from nas.config import ConfigError, apply_overrides, from_dict, read_yaml
 from nas.registry import Registry
 
 if TYPE_CHECKING:
@@ -88,9 +88,13 @@ class Method(abc.ABC):
         return [], []
 
 
-def load_experiment(path: str | Path) -> tuple[Method, Any]:
-    """Read an experiment YAML: the method it names and its typed configuration."""
-    data = read_yaml(path)
+def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
+                    ) -> tuple[Method, Any]:
+    """Read an experiment YAML: the method it names and its typed configuration.
+
+    ``overrides``: ``KEY=VALUE`` strings applied on top of the file (``nas run --set``).
+    """
+    data = apply_overrides(read_yaml(path), overrides, str(path))
     name = data.pop("method", None)
     if name is None:
         raise ConfigError(f"{path}: missing key 'method' (one of: "

@@ -27,6 +27,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                    help="with --searcher random: evaluate only sample I (0-based) and keep the "
                         "others finished so far; run one process per sample to use more "
                         "cores")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a setting of the experiment file (dotted key, YAML value; "
+                        "repeatable), e.g. --set seed=1 --set losses.attention=false")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
     p.add_argument("--break-lock", action="store_true",
                    help="take over the run directory's lock left by a process on another "
@@ -53,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
-    method, config = load_experiment(args.config)
+    method, config = load_experiment(args.config, args.overrides)
     searcher = method.check_searcher(args.searcher)
     if args.random_sample is not None and searcher != "random":
         raise NasError("--random-sample needs --searcher random")
