@@ -37,6 +37,7 @@ stage is never redone, and ``--resume`` continues an unfinished one from its che
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -342,9 +343,8 @@ def _batches_fn(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, se
 # ------------------------------------------------------------- general distillation
 
 
-def general_distillation(cfg: TinyBertConfig, space: Any, tokenizer: Any,
-                         task_train: Any, data_dir: str | None, progress: bool
-                         ) -> tuple[Path, dict[str, Any]]:
+def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
+                         data_dir: str | None, progress: bool) -> tuple[Path, dict[str, Any]]:
     """Stage 3: the general-distilled student (with its width maps), cached.
 
     Returns the weights file (a :class:`~nas.distill.tinybert.DistillStudent` state) and
@@ -352,15 +352,12 @@ def general_distillation(cfg: TinyBertConfig, space: Any, tokenizer: Any,
     student's shape and initialisation, the text and the settings; a finished entry is
     found again without loading anything, an interrupted one resumes from its checkpoint.
     """
-    from nas.checkpoint import atomic_write_json
     from nas.data import load_corpus
-    from nas.distill.losses import layer_map
-    from nas.distill.tinybert import DistillStudent, Terms, intermediate_loss
-    from nas.hf import load_teacher_as_design
     from nas.teacher import cache_root, resolve_teacher, teacher_identity
-    from nas.train import Trainer
+    from nas.tokenization import load_tokenizer
 
     g = cfg.general
+    tokenizer = load_tokenizer(resolve_teacher(cfg.teacher))  # the pre-trained teacher's
     sources: list[str] = []
     for split in g.corpus_splits:
         sources += load_corpus(g.corpus, split, data_dir)
@@ -383,11 +380,51 @@ def general_distillation(cfg: TinyBertConfig, space: Any, tokenizer: Any,
     }, sort_keys=True, default=str).encode()).hexdigest()[:16]
     folder = cache_root() / "general" / f"{cfg.student.space}-{key}"
     weights, result_file = folder / "student.safetensors", folder / "result.json"
-    if result_file.is_file():
+    trained = False
+    if not result_file.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        # one writer per entry: a second run of the same settings (another seed or arm
+        # started meanwhile) waits here, then finds the result
+        with _exclusive(folder / ".lock", f"general distillation {folder}"):
+            if not result_file.is_file():
+                _general_train(cfg, space, corpus, tokenizer, folder, key, teacher_id,
+                               settings, progress)
+                trained = True
+    if not trained:
         log.info("stage 3/8: general distillation from the cache (%s)", folder)
-        return weights, {**json.loads(result_file.read_text()), "from_cache": True}
+    return weights, {**json.loads(result_file.read_text()), "from_cache": not trained}
 
-    folder.mkdir(parents=True, exist_ok=True)
+
+@contextlib.contextmanager
+def _exclusive(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (released when the process ends, however)."""
+    import fcntl
+
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process running %s", what)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
+                   folder: Path, key: str, teacher_id: str, settings: dict[str, Any],
+                   progress: bool) -> None:
+    """The training of stage 3 (see :func:`general_distillation`); writes the entry."""
+    from nas.checkpoint import atomic_write_json
+    from nas.distill.losses import layer_map
+    from nas.distill.tinybert import DistillStudent, Terms, intermediate_loss
+    from nas.hf import load_teacher_as_design
+    from nas.teacher import resolve_teacher
+    from nas.train import Trainer
+
+    g = cfg.general
+    weights, result_file = folder / "student.safetensors", folder / "result.json"
     seed_stage(g.seed, "general")
     teacher_space, teacher = load_teacher_as_design(resolve_teacher(cfg.teacher))
     model = _initial_student(cfg, space, teacher_space.config["hidden_size"])
@@ -418,7 +455,6 @@ def general_distillation(cfg: TinyBertConfig, space: Any, tokenizer: Any,
               "history": result.history, "mapping": mapping, "settings": settings}
     atomic_write_json(result_file, record)  # last: marks the entry complete
     (folder / "checkpoint.safetensors").unlink(missing_ok=True)
-    return weights, {**record, "from_cache": False}
 
 
 def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
@@ -576,7 +612,7 @@ class TinyBert(Method):
             log.info("stage 3/8: general distillation off (general.enabled=false)")
             return {"enabled": False}
         t0 = time.time()
-        weights, record = general_distillation(cfg, ctx.space, ctx.tokenizer, ctx.full_train,
+        weights, record = general_distillation(cfg, ctx.space, ctx.full_train,
                                                ctx.options.data_dir, ctx.options.progress)
         ctx.seconds["general"] = round(time.time() - t0, 1)
         ctx.run.log("general", **{k: v for k, v in record.items() if k != "history"})
