@@ -282,12 +282,14 @@ def chunk_texts(tokenizer: Any, texts: list[str], max_tokens: int) -> list[str]:
     boundaries (a piece never starts with a ``##`` continuation); pieces are slices of
     the original text, so tokenising one gives back its tokens."""
     pieces: list[str] = []
-    counts = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    counts = [len(ids) for ids in tokenizer(texts, add_special_tokens=False,
+                                            verbose=False)["input_ids"]]
     long = [t for t, n in zip(texts, counts, strict=True) if n > max_tokens]
     pieces += [t for t, n in zip(texts, counts, strict=True) if n <= max_tokens]
     for start in range(0, len(long), 1024):  # only long texts need their token offsets
         batch = long[start:start + 1024]
-        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True)
+        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)
         for i, text in enumerate(batch):
             tokens, offsets = enc.tokens(i), enc["offset_mapping"][i]
             a = 0
