@@ -527,20 +527,28 @@ class TinyBertContext:
         return self
 
     def _check_teacher_shape(self) -> None:
-        """TinyBERT compares attention maps head by head: equal head counts, or no L_attn."""
+        """Before any stage: TinyBERT compares attention maps head by head (equal head
+        counts, or no L_attn) and maps M student layers onto N >= M teacher layers."""
         from transformers import AutoConfig
 
         from nas.teacher import resolve_teacher
 
         cfg = self.cfg
-        heads = AutoConfig.from_pretrained(resolve_teacher(cfg.teacher),
-                                           local_files_only=True).num_attention_heads
-        student = cfg.student.build_space(2).config["num_attention_heads"]
-        if student != heads and (cfg.losses.attention or cfg.general.enabled):
+        teacher = AutoConfig.from_pretrained(resolve_teacher(cfg.teacher), local_files_only=True)
+        student = cfg.student.build_space(2).config
+        heads = teacher.num_attention_heads
+        if student["num_attention_heads"] != heads and (cfg.losses.attention
+                                                        or cfg.general.enabled):
             raise ConfigError(
-                f"student.config.num_attention_heads is {student}, the teacher has {heads}: "
-                "TinyBERT's attention loss compares heads one to one; give the student "
-                f"{heads} heads (or set losses.attention=false and general.enabled=false)")
+                f"student.config.num_attention_heads is {student['num_attention_heads']}, the "
+                f"teacher has {heads}: TinyBERT's attention loss compares heads one to one; "
+                f"give the student {heads} heads (or set losses.attention=false and "
+                "general.enabled=false)")
+        if student["num_hidden_layers"] > teacher.num_hidden_layers:
+            raise ConfigError(
+                f"student.config.num_hidden_layers is {student['num_hidden_layers']}, the "
+                f"teacher has {teacher.num_hidden_layers}: each student layer learns from "
+                "its own teacher layer; use at most as many layers as the teacher")
 
     def batches(self, data: Any, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Evaluation batches in data order; pairs joined as for the teacher."""
@@ -586,19 +594,26 @@ class TinyBert(Method):
     searchers = ()  # a fixed design: nothing to search
 
     def run(self, config: TinyBertConfig, options: RunOptions) -> dict[str, Any]:
+        started = time.time()
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
                      resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
         ctx = TinyBertContext(config, run, options).prepare()
+        t0 = time.time()
         metrics: dict[str, Any] = {"teacher": ctx.teacher_costs()}
+        ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         student = run.load_json("student.json")
         if student is None or not (run.path / "export_hf" / "config.json").is_file():
             general = self.general(ctx)
             task_data = self.augment(ctx)
             self.intermediate(ctx, task_data, general)
             self.prediction(ctx, task_data)
+            t0 = time.time()
             student = self.evaluate_and_export(ctx, general, task_data)
+            ctx.seconds["evaluate_export"] = round(time.time() - t0, 1)
         metrics["searched"] = student
         metrics["metric"] = ctx.dev.metric
+        # wall time of the stages this process ran (a resumed run shows what it redid)
+        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
         metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
             ctx.report.sources), "examples": len(ctx.report),
             "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}

@@ -205,12 +205,18 @@ def test_bad_settings_are_one_line_errors_naming_the_key(override, message):
     assert "\n" not in str(err.value)
 
 
-def test_a_student_with_other_head_counts_cannot_use_the_attention_loss(tmp_path, capsys):
+@pytest.mark.parametrize("override, message", [
+    ("student.config.num_attention_heads=4", "num_attention_heads is 4, the teacher has 12"),
+    ("student.config.num_hidden_layers=8", "num_hidden_layers is 8, the teacher has 6"),
+])
+def test_student_shapes_the_teacher_cannot_teach_fail_before_any_stage(override, message,
+                                                                       tmp_path, capsys):
     argv = ["run", str(SMOKE), "--run-dir", str(tmp_path / "r"), "--no-progress",
-            "--set", "student.config.num_attention_heads=4"]
+            "--set", override]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "num_attention_heads is 4, the teacher has 12" in err
+    assert len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "r" / "teacher.json").exists()
 
 
 def test_tinybert_searches_nothing(capsys):
