@@ -147,6 +147,33 @@ def test_length_grouped_batches_are_seeded_complete_and_less_padded():
     assert not np.array_equal(a[0], length_grouped_order(lengths, 32, seed=4)[0])
 
 
+def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeypatch):
+    """Computed in length-sorted batches, stored in the data's order, read back from the
+    cache the second time."""
+    from types import SimpleNamespace
+
+    from nas.data import iter_batches, load_task
+    from nas.hf import load_teacher_as_design
+    from nas.tokenization import load_tokenizer
+    from recipes.tinybert import teacher_logits
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
+    _, teacher = load_teacher_as_design(tiny_teacher)
+    calls = {"n": 0}
+    ctx = SimpleNamespace(
+        teacher=SimpleNamespace(model_dir=str(tiny_teacher)),
+        tokenizer=load_tokenizer(tiny_teacher), options=SimpleNamespace(progress=False),
+        cfg=SimpleNamespace(data=SimpleNamespace(max_seq_len=32)),
+        task_teacher=lambda: (calls.__setitem__("n", calls["n"] + 1), teacher))
+    data = load_task("sst2", "dev").head(150)
+    logits = np.asarray(teacher_logits(ctx, data))
+    with torch.no_grad():  # one example at a time, in data order: no padding at all
+        expected = np.concatenate([teacher(b).logits.numpy() for b in
+                                   iter_batches(data.head(12), ctx.tokenizer, 1, 32)])
+    np.testing.assert_allclose(logits[:12], expected, atol=1e-5)
+    assert np.array_equal(np.asarray(teacher_logits(ctx, data)), logits) and calls["n"] == 1
+
+
 # --------------------------------------------------------------------- config
 
 
