@@ -42,6 +42,7 @@ from torch.nn import functional as F
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
 from nas.config import ConfigError
+from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
@@ -209,37 +210,6 @@ def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
     return (1.0 - gamma) * ce + gamma * kd
 
 
-def teacher_embedding_init(teacher_dir: str, dim: int) -> torch.Tensor:
-    """The teacher's word embeddings factorised to ``dim`` (principal components)."""
-    from nas.teacher import load_teacher
-
-    weight = load_teacher(teacher_dir).get_input_embeddings().weight.detach().float()
-    centred = weight - weight.mean(0, keepdim=True)
-    # Exact SVD, not torch.pca_lowrank: the randomised one draws from the global RNG, so
-    # the student's initialisation depended on whether the teacher came from the cache.
-    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
-    projected = centred @ vh[:dim].T
-    return projected * (weight.std() / projected.std())  # keep the teacher's scale
-
-
-def init_embeddings(model: Any, table: torch.Tensor) -> None:
-    with torch.no_grad():
-        emb = model.nodes["emb"].word_embeddings.weight
-        emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
-
-
-class _HFAdapter(torch.nn.Module):
-    """Calls a transformers classifier with an engine batch (for the latency timer)."""
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, b: Mapping[str, torch.Tensor]) -> Any:
-        keys = ("input_ids", "attention_mask", "token_type_ids")
-        return self.m(**{k: b[k] for k in keys if k in b})
-
-
 # --------------------------------------------------------------------- the context
 
 
@@ -299,19 +269,10 @@ class AdaBertContext:
 
     def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:
         """Count (and warn about) dev and report texts that overlap the training texts."""
-        from nas.data.overlap import text_overlap
+        from nas.measure import overlap_counts
 
-        def texts(data: Any) -> list[str]:
-            return list(data.texts_a) + list(data.texts_b or ())
-
-        found = {}
-        for name, data in (("dev", self.dev), (self.report_split, self.report)):
-            overlap = text_overlap(texts(train), texts(data))
-            found[name] = {"examples": overlap.examples, "exact": overlap.exact,
-                           "shared_phrase": overlap.shared_phrase,
-                           "min_words": overlap.min_words}
-            if overlap.fraction > 0.05:
-                log.warning(overlap.message(f"{self.cfg.task}/{name}"))
+        found = overlap_counts(self.cfg.task, train,
+                               {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **found)
         return found
 
@@ -327,40 +288,24 @@ class AdaBertContext:
     def _median_length_batches(self) -> dict[int, dict[str, torch.Tensor]]:
         """Batches of 1 and 32 report-split examples at the split's median token length:
         the speed ratios hold for typical inputs, not for the first (shortest) one."""
-        from nas.tokenization import encode
+        from nas.measure import median_length_batches
 
-        texts_b = self.report.texts_b
-        lengths = encode(self.tokenizer, list(self.report.texts_a),
-                         list(texts_b) if texts_b else None, self.cfg.data.max_seq_len,
-                         separate_b=False)["attention_mask"].sum(1).numpy()
-        median = float(np.median(lengths))
-        closest = np.argsort(np.abs(lengths - median), kind="stable")
-        self.median_tokens = int(round(median))
-        return {bs: next(self.batches(self.report.subset(sorted(closest[:bs].tolist())), bs,
-                                      shuffle=False))
-                for bs in (1, 32)}
+        self.median_tokens, batches = median_length_batches(
+            self.report, self.tokenizer, self.cfg.data.max_seq_len,
+            lambda data, bs: self.batches(data, bs, shuffle=False))
+        return batches
 
     def teacher_costs(self) -> dict[str, Any]:
-        from nas.cost import count_costs, count_model_params, measure_latency
-        from nas.hf import space_kwargs_from_hf
-        from nas.space import get_space
-        from nas.teacher import evaluate, load_teacher
+        from nas.measure import teacher_costs
 
         known = self.run.load_json("teacher.json")
         if known is not None:
             return known
-        model = load_teacher(self.teacher.model_dir, num_labels=self.train.num_labels).eval()
-        name, kwargs = space_kwargs_from_hf(model.config)
-        flops = count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
-        latency = {f"batch{bs}": measure_latency(_HFAdapter(model), batch,
-                                                 repeats=self.cfg.latency_repeats).to_dict()
-                   for bs, batch in self.latency_batches.items()}
-        report = evaluate(model, self.report, self.tokenizer,
-                          max_seq_len=self.cfg.data.max_seq_len)
-        costs = {"dev": self.teacher.metrics, self.report_split: report,
-                 "params": count_model_params(model), "flops": flops,
-                 "seq_len": self.cfg.data.max_seq_len, "latency": latency,
-                 "model_dir": self.teacher.model_dir}
+        costs = teacher_costs(
+            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
+            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
+            max_seq_len=self.cfg.data.max_seq_len, latency_batches=self.latency_batches,
+            latency_repeats=self.cfg.latency_repeats)
         self.run.save_json("teacher.json", costs)
         return costs
 
