@@ -17,6 +17,20 @@ thread each, ~1 min 45 s of search per β; FLOPs per example at 64 tokens):
 
 The derived cost is non-increasing in β, as the efficiency loss intends (the embedding
 table, 3.9M, is the same in all three).
+
+With the published op-cost scale (``--op-costs published --betas 0,1,4 --retrain``,
+2026-11-21, the same config, on the method-layer code path; one thread on a machine
+shared with 6 other jobs, 5-6.5 min of search per β):
+
+    β = 0: depth 3, 132.1 MFLOPs, 1.04M params in the cells (five convolutions, one pool)
+    β = 1: depth 1, 50.3 MFLOPs, 395K in the cells (convolutions on six edges)
+    β = 4: depth 1, the same cell as β = 1
+
+The published scale prices depth, not ops: the derived cells keep their convolutions,
+where the normalised scale ends in pools and skips. The --retrain scores of this config
+(4k examples, 1 epoch) are near chance for every cell (test 0.49-0.51; all-skip depth 1
+0.59, and the previous code path gives the same all-skip cell 0.575 on dev), so they
+compare nothing.
 """
 
 from __future__ import annotations
