@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evaluators.base import (
     EVALUATORS,
@@ -31,7 +31,9 @@ from evaluators.base import (
     TrialPruned,
 )
 from nas.architecture import Architecture
-from nas.space import SearchSpace
+
+if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
+    from nas.space import SearchSpace
 
 Batch = Mapping[str, Any]
 

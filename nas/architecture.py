@@ -70,7 +70,8 @@ class Architecture(Mapping[str, Any]):
     def id(self) -> str:
         """A 12-hex-digit id stable across processes and machines."""
         text = f"{self.space or ''}:{self._json}"
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
+        # an identifier, not a security hash: SHA-1 keeps the ids of existing runs
+        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
         """The file form: ``{"space": ..., "choices": {...}}``."""
@@ -116,16 +117,24 @@ def load_architecture(text_or_path: str | Path | Mapping[str, Any] | None) -> Ar
         return Architecture.from_dict(text_or_path)
     text = str(text_or_path)
     stripped = text.lstrip()
-    if stripped.startswith("{"):
+    if stripped.startswith(("{", "[")):  # JSON, not a path (a list is refused below)
         source, content = "inline JSON", text
     else:
         path = Path(text)
-        if not path.is_file():
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        try:
+            exists = path.is_file()
+        except OSError:  # e.g. a name too long to be a path
+            exists = False
+        if not exists:
             raise ArchitectureError(
-                f"architecture file {text!r} does not exist; pass a JSON file path or inline "
+                f"architecture file {shown!r} does not exist; pass a JSON file path or inline "
                 'JSON such as \'{"depth": 3}\''
             )
-        source, content = str(path), path.read_text()
+        try:
+            source, content = str(path), path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ArchitectureError(f"{path}: cannot read it as JSON text ({err})") from None
     try:
         data = json.loads(content)
     except json.JSONDecodeError as err:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from nas.checkpoint import atomic_target
 from nas.data.tasks import TaskData
 from nas.errors import DataError, NasError
 
@@ -252,8 +253,8 @@ def augment_task(
         summary["candidates"] = src.name
         tok = load_tokenizer(resolve_teacher(teacher))
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+        # complete files only: an interrupted run starts over
+        with atomic_target(cached) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
             # plain tab-joined rows: quoting is off in our TSVs and _clean removes tabs
             header = ["index", "sentence", *(["sentence2"] if data.is_pair else []), "label"]
             f.write("\t".join(header) + "\n")
@@ -267,7 +268,6 @@ def augment_task(
                 rows = [texts] + [[v[k] for v in variants] for k in range(config.n)]
                 for row in rows:
                     f.write("\t".join([str(i), *map(_clean, row), str(data.labels[i])]) + "\n")
-        os.replace(tmp, cached)  # complete files only: an interrupted run starts over
     if out_file is not None:
         out = Path(out_file)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -14,6 +16,8 @@ import yaml
 from nas.errors import NasError
 
 T = TypeVar("T")
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
 
 
 class ConfigError(NasError):
@@ -86,9 +90,54 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"experiment file {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: broken YAML: {err}") from None
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at "
+                          f"offset {err.start}); save the file as UTF-8") from None
+    except yaml.YAMLError as err:  # one line: where and what, not PyYAML's excerpt
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        what = getattr(err, "problem", None) or " ".join(str(err).split())
+        raise ConfigError(f"{p}: broken YAML{where}: {what}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of settings at the top level")
     return data
+
+
+def apply_overrides(data: dict[str, Any], items: list[str] | tuple[str, ...], where: str
+                    ) -> dict[str, Any]:
+    """``data`` with each ``KEY=VALUE`` of ``items`` set (``--set retrain.epochs=1``).
+
+    ``KEY`` is a dotted path into the mapping (missing levels are created, so that an
+    unknown key is reported by the typed loading like one written in the file);
+    ``VALUE`` is read as YAML (``1`` an integer, ``1e-3`` a number, ``[a, b]`` a list,
+    ``null``). The overrides apply before the typed loading, so the same type and range
+    checks as for the file apply to them.
+    """
+    out = copy.deepcopy(data)
+    for item in items:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(p.strip() for p in parts):
+            raise ConfigError(f"--set expects KEY=VALUE with a dotted KEY (retrain.epochs=1), "
+                              f"got {item!r}")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            what = getattr(err, "problem", None) or " ".join(str(err).split())
+            raise ConfigError(f"--set {key}: the value {text!r} is not valid YAML ({what}); "
+                              f"quote it") from None
+        if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 2e-4 (no dot) as a string
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part.strip())
+            if child is None:  # absent, or an empty `retrain:` in the file
+                child = node[part.strip()] = {}
+            if not isinstance(child, dict):
+                dotted = ".".join(parts[:depth + 1])
+                raise ConfigError(f"--set {item}: {where}: {dotted} is {child!r}, not a mapping "
+                                  f"of settings; set {dotted}=VALUE instead")
+            node = child
+        node[parts[-1].strip()] = value
+    return out

@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import networkx as nx
 import torch
 from torch import nn
 
+from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS
 from nas.space import SearchSpace
@@ -53,6 +55,22 @@ class Costs:
         return d
 
 
+def position_limit(graph: nx.DiGraph) -> int | None:
+    """The longest sequence a network of ``graph`` can read: the smallest position table of
+    its embeddings (``None``: no position embeddings, any length)."""
+    sizes = [attrs.get("params", {}).get("max_positions") for _, attrs in graph.nodes(data=True)]
+    return min((s for s in sizes if isinstance(s, int) and s > 0), default=None)
+
+
+def check_seq_len(seq_len: int, limit: int | None, what: str) -> None:
+    """A one-line error for a sequence length the model cannot read."""
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise NasError(f"sequence length must be a positive integer, got {seq_len!r}")
+    if limit is not None and seq_len > limit:
+        raise NasError(f"sequence length {seq_len} is beyond the {limit} positions of {what}; "
+                       f"use --seq-len {limit} or less")
+
+
 def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,
                 seq_len: int = 128) -> Costs:
     """Parameters and MACs of ``arch`` (default: the space's default) from the graph alone.
@@ -60,7 +78,9 @@ def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,
     Aux nodes (e.g. EfficientBERT's distillation fit layer) count towards parameters
     but not towards inference MACs. Shared modules count once. Equal to
     :func:`count_costs_reference`, read from the space's cost tables (built on the first
-    call for a space and length: 0.1-0.5 s for the searchable spaces).
+    call for a space and length: 0.1-0.5 s for the searchable spaces). A ``seq_len``
+    beyond the model's position embeddings is an error: such a model cannot run at that
+    length (checked when a space's tables are built for that length).
     """
     from nas.cost_tables import tables_for
 
@@ -75,6 +95,7 @@ def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,
 def count_costs_reference(space: SearchSpace, arch: Mapping[str, Any] | None = None,
                           seq_len: int = 128) -> Costs:
     """:func:`count_costs` by walking the architecture's plan (the slow, plain path)."""
+    check_seq_len(seq_len, position_limit(space.graph), f"space {space.name!r}")
     arch = space.default() if arch is None else space.validate(arch)
     steps = plan(space.graph, space.choice_map, arch)
     params: dict[str, int] = {}

@@ -751,5 +751,8 @@ def tables_for(space: SearchSpace, seq_len: int) -> CostTables:
         entry = _CACHE[space] = (_Analysis(_Structure(space)), {})
     analysis, by_len = entry
     if seq_len not in by_len:
+        from nas.cost import check_seq_len, position_limit
+
+        check_seq_len(seq_len, position_limit(space.graph), f"space {space.name!r}")
         by_len[seq_len] = CostTables(space, seq_len, analysis)
     return by_len[seq_len]

@@ -15,8 +15,9 @@ from typing import Any
 from nas.errors import NasError
 
 
-def export_dir_of(path: str | Path) -> tuple[Path, str | None]:
-    """``(export directory, task)`` for a run directory or an export directory."""
+def export_dir_of(path: str | Path) -> tuple[Path, str | dict | None]:
+    """``(export directory, task)`` for a run directory or an export directory; a run's
+    task may be a file or a ``task:`` mapping (:func:`nas.data.files.resolve_task`)."""
     path = Path(path)
     if (path / "config.yaml").is_file():  # a run directory
         from nas.rundir import RunDir
@@ -26,7 +27,7 @@ def export_dir_of(path: str | Path) -> tuple[Path, str | None]:
         if not (export / "config.json").is_file():
             raise NasError(f"{path}: the run has no export yet (finish it with "
                            "`nas run ... --resume`)")
-        return export, task if isinstance(task, str) else None
+        return export, task if isinstance(task, str | dict) else None
     if (path / "config.json").is_file():
         import json
 
@@ -36,7 +37,7 @@ def export_dir_of(path: str | Path) -> tuple[Path, str | None]:
                    "directory (config.json)")
 
 
-def evaluate_saved(path: str | Path, task: str | None = None, split: str | None = None,
+def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str | None = None,
                    data_dir: str | None = None, batch_size: int = 64,
                    runtime: str = "torch") -> dict[str, Any]:
     """Metrics of the model saved at ``path`` on ``split`` of ``task`` (default: the
@@ -44,6 +45,7 @@ def evaluate_saved(path: str | Path, task: str | None = None, split: str | None 
     import numpy as np
 
     from nas.data import load_task, report_split
+    from nas.data.files import resolve_task
     from nas.runtime import load
     from nas.teacher import classification_metrics
 
@@ -53,6 +55,7 @@ def evaluate_saved(path: str | Path, task: str | None = None, split: str | None 
         raise NasError(f"{path}: the export does not name its task; pass --task NAME")
     if batch_size < 1:
         raise NasError(f"--batch-size must be ≥ 1, got {batch_size}")
+    task = resolve_task(task)  # a file or mapping becomes a registered name
     split = split or report_split(task)
     data = load_task(task, split, data_dir)
     model = load(export, runtime=runtime)

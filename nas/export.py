@@ -51,11 +51,18 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
 # ---------------------------------------------------------------------------
 
 
-def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
-    """A state dict from a ``.safetensors`` file or a ``torch.save`` file.
+MODEL_KEYS = ("model", "state_dict", "model_state_dict")  # where a training state keeps one
 
-    A torch file may hold the state dict itself or nest it under ``model``,
-    ``state_dict`` or ``model_state_dict`` (a training checkpoint).
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """A state dict from a weights file or a training checkpoint.
+
+    * a ``.safetensors`` weights file: its tensors;
+    * a training checkpoint of :mod:`nas.checkpoint` (``.safetensors`` with a
+      ``nas_state``): the model's tensors (``model/...`` entries, prefix stripped);
+    * a ``torch.save`` file, read with ``weights_only=True`` (never unpickling code): the
+      state dict itself or one nested under ``model``, ``state_dict`` or
+      ``model_state_dict``.
     """
     path = Path(path)
     if not path.is_file():
@@ -63,20 +70,40 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from nas.runtime import read_weights
 
-        return read_weights(path)
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many kinds (pickle, zip, runtime)
-        raise ExportError(f"{path}: cannot read it as a torch checkpoint ({err})") from None
-    for key in ("model", "state_dict", "model_state_dict"):
+        if not _is_training_state(path):
+            return read_weights(path)
+        from nas.checkpoint import load_state
+
+        data: Any = load_state(path)
+    else:
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises many kinds (pickle, zip, runtime)
+            message = " ".join(str(err).split())[:300]
+            raise ExportError(f"{path}: cannot read it as a torch checkpoint ({message})") \
+                from None
+    for key in MODEL_KEYS:
         if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
             data = data[key]
             break
-    if not isinstance(data, Mapping) or not all(isinstance(v, torch.Tensor)
-                                                for v in data.values()):
-        raise ExportError(f"{path}: expected a state dict of tensors (or one under 'model' / "
-                          "'state_dict')")
+    if not isinstance(data, Mapping) or not data or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in data.items()):
+        found = f" (it holds: {', '.join(map(str, list(data)[:8]))})" \
+            if isinstance(data, Mapping) else ""
+        raise ExportError(f"{path}: expected a state dict of tensors, or one under "
+                          f"{' / '.join(map(repr, MODEL_KEYS))}{found}")
     return dict(data)
+
+
+def _is_training_state(path: Path) -> bool:
+    """Whether a ``.safetensors`` file is a :mod:`nas.checkpoint` training state."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return "nas_state" in (f.metadata() or {})
+    except Exception:  # unreadable: read_weights names the problem
+        return False
 
 
 @torch.no_grad()

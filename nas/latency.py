@@ -145,7 +145,7 @@ def default_table_path(clock: str = "wall",
 def space_key(space: SearchSpace) -> str:
     """A space and its configuration (a space built with other widths has other ops)."""
     config = json.dumps(space.config, sort_keys=True, default=str)
-    return f"{space.name}@{hashlib.sha1(config.encode()).hexdigest()[:10]}"
+    return f"{space.name}@{hashlib.sha1(config.encode(), usedforsecurity=False).hexdigest()[:10]}"
 
 
 def op_key(op: str, in_widths: Sequence[int], width: int, params: Mapping[str, Any],

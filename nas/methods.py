@@ -17,11 +17,13 @@ Hooks, in the order the CLI calls them::
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from nas.config import ConfigError, from_dict, read_yaml
+from nas.config import ConfigError, apply_overrides, from_dict, read_yaml
+from nas.errors import DataError
 from nas.registry import Registry
 
 if TYPE_CHECKING:
@@ -57,7 +59,8 @@ class Method(abc.ABC):
     """A recipe: a typed configuration and the stages that run it."""
 
     name: ClassVar[str] = ""
-    #: the configuration dataclass; it must have ``name: str`` and ``task: str``
+    #: the configuration dataclass; it must have ``name: str`` and ``task`` (a name,
+    #: a path, or a mapping: :func:`nas.data.files.resolve_task` turns it into a name)
     config_class: ClassVar[type]
     #: searcher names this method accepts; the first is the default
     searchers: ClassVar[tuple[str, ...]] = ()
@@ -88,9 +91,23 @@ class Method(abc.ABC):
         return [], []
 
 
-def load_experiment(path: str | Path) -> tuple[Method, Any]:
-    """Read an experiment YAML: the method it names and its typed configuration."""
-    data = read_yaml(path)
+def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Method, Any]:
+    """Read an experiment YAML: the method it names and its typed configuration.
+
+    ``overrides`` are ``KEY=VALUE`` settings (``nas run --set``) applied to the file's
+    mapping before the typed loading, so they pass the same checks. ``task:``, when it
+    names files, has its paths made absolute here (relative ones are looked up in the
+    current directory, then beside the experiment file), so the run's configuration
+    snapshot finds the data again from any folder.
+    """
+    data = apply_overrides(read_yaml(path), list(overrides), str(path))
+    if "task" in data:
+        from nas.data.files import normalise_task
+
+        try:
+            data["task"] = normalise_task(data["task"], Path(path).parent)
+        except DataError as err:
+            raise ConfigError(f"{path}: {err}") from None
     name = data.pop("method", None)
     if name is None:
         raise ConfigError(f"{path}: missing key 'method' (one of: "

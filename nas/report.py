@@ -58,13 +58,37 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     if metrics is None:
         raise NasError(f"{run.path}/metrics.json is missing: the run has not finished "
                        "(rerun `nas search ... --resume`)")
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("teacher"), dict):
+        raise NasError(f"{run.path}/metrics.json: expected a JSON object with the teacher's "
+                       "results; the file is damaged (delete it and finish the run with --resume)")
+    try:
+        lines = _table(metrics, f"# Report: {run.path.name}")
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as err:
+        what = f"no entry {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise NasError(f"{run.path}/metrics.json: a result is missing or malformed ({what}); "
+                       "the file is damaged or from another version") from None
+    pictures = _derived_drawing(run)
+    method = method_of_run(run)
+    if method is not None:
+        extra_lines, extra_pictures = method.report_sections(run, metrics)
+        lines += extra_lines
+        pictures += extra_pictures
+    lines += ["", *(f"![{p.stem}]({p.name})" for p in pictures)]
+    text = "\n".join(lines)
+    (run.path / "report.md").write_text(text + "\n")
+    return text, {"metrics": metrics, "pictures": [str(p) for p in pictures],
+                  "report": str(run.path / "report.md")}
+
+
+def _table(metrics: dict[str, Any], title: str) -> list[str]:
+    """The report's title, table and summary lines."""
     metric = metrics.get("metric", "accuracy")
     parts = metric_parts(metric)
     teacher = metrics["teacher"]
     # Runs made before the report split existed measured on dev only.
     evaluation = metrics.get("evaluation", {"split": "dev", "file": "the dev split"})
     split = evaluation["split"]
-    lines = [f"# Report: {run.path.name}", "",
+    lines = [title, "",
              f"Scores on `{split}` ({evaluation['file']}"
              + (f", {evaluation['examples']} examples" if "examples" in evaluation else "")
              + ")" + ("; the searches chose on dev, never on this split." if split != "dev"
@@ -96,17 +120,7 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
                   f"forward pass of the {where}, one CPU thread, padded to the batch's longest "
                   f"({', '.join(map(str, sorted(seq)))} tokens)."]
-    pictures = _derived_drawing(run)
-    method = method_of_run(run)
-    if method is not None:
-        extra_lines, extra_pictures = method.report_sections(run, metrics)
-        lines += extra_lines
-        pictures += extra_pictures
-    lines += ["", *(f"![{p.stem}]({p.name})" for p in pictures)]
-    text = "\n".join(lines)
-    (run.path / "report.md").write_text(text + "\n")
-    return text, {"metrics": metrics, "pictures": [str(p) for p in pictures],
-                  "report": str(run.path / "report.md")}
+    return lines
 
 
 def _derived_drawing(run: RunDir) -> list[Path]:
@@ -114,9 +128,13 @@ def _derived_drawing(run: RunDir) -> list[Path]:
     derived = run.load_json("derived_arch.json")
     if derived is None or "space_config" not in derived:
         return []
+    if not (isinstance(derived.get("space"), str) and isinstance(derived["space_config"], dict)
+            and isinstance(derived.get("choices"), dict)):
+        raise NasError(f"{run.path}/derived_arch.json: expected 'space', 'space_config' and "
+                       "'choices'; the file is damaged")
     from nas.draw import draw_architecture
     from nas.space import get_space
 
     space = get_space(derived["space"], **derived["space_config"])
     return [draw_architecture(space, derived["choices"], run.path / "derived_cell.png",
-                              title=f"derived architecture {derived['id']}")]
+                              title=f"derived architecture {derived.get('id', '')}")]

@@ -3,6 +3,7 @@
 Layout::
 
     RUN/config.yaml        the configuration snapshot the run was started with
+    RUN/.lock              the writer's process id and host while a run is working in it
     RUN/log.jsonl          one JSON line per stage or epoch (appended, never rewritten)
     RUN/checkpoint.safetensors  the last checkpoint (nas.checkpoint format, atomic)
     RUN/*.json             results: derived architecture, metrics...
@@ -10,12 +11,36 @@ Layout::
 
 A run interrupted at any point loses nothing that was finished: checkpoints and
 results are written to a temporary file and renamed (:mod:`nas.checkpoint`).
+
+**One writer per folder.** ``RunDir(path, config)`` (a run starting or resuming) takes
+``RUN/.lock``, a JSON file with the process id, the host and the start time, and
+releases it on :meth:`RunDir.close`, at the end of a ``with`` block or at exit. A lock
+whose process is gone on the same host is stale: it is reported in one line and taken
+over. A lock held by a live process, or by a process on another host (whose liveness
+cannot be checked from here), refuses the second writer; ``break_lock=True``
+(``--break-lock``) takes a lock from another host over. ``RunDir(path)`` alone only
+reads and takes no lock (``nas report``, ``nas evaluate``). Processes that write
+disjoint files of one run (one random-baseline sample each) name themselves with
+``writer="random3"``: each named writer has a lock of its own (``RUN/.lock-random3``),
+so they share the folder while two processes doing the same sample still cannot.
+
+**Starting, resuming, re-running.** ``resume=True`` on a folder with no run is an
+error (it never quietly starts afresh). A folder whose run finished no stage yet (it
+failed in its first stage, e.g. on a task-name typo) is not worth protecting: a
+re-run, with or without ``resume``, replaces its configuration snapshot.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
+import os
+import re
+import socket
 import time
+import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,49 +55,328 @@ from nas.checkpoint import (
 )
 from nas.errors import NasError
 
+log = logging.getLogger("nas.rundir")
+
 CHECKPOINT_SUFFIX = ".safetensors"
 LEGACY_SUFFIX = ".pt"  # pickle checkpoints of earlier versions: refused, never loaded
+SNAPSHOT = "config.yaml"
+LOG_FILE = "log.jsonl"
+LOCK_FILE = ".lock"
+START_STAGE = "start"  # the log line a run writes when it starts or resumes
+
+
+class RunLockError(NasError):
+    """Another process is writing to the run directory."""
+
+
+# ---------------------------------------------------------------------------- locking
+
+
+def _process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or ``None`` if unknown.
+
+    Linux only (``/proc``); elsewhere the pid alone decides whether a lock is live.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text()
+                    .splitlines() if line.startswith("btime "))
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: start time in ticks
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _process_alive(pid: int, since: Any) -> bool:
+    """Whether the process that took a lock at time ``since`` is still running.
+
+    A pid can be reused once its process is gone: a live process with that pid that
+    started after the lock was taken is another process.
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    except (OSError, OverflowError):  # no such pid can exist
+        return False
+    started = _process_start_time(pid)
+    if started is None or not isinstance(since, int | float) or isinstance(since, bool):
+        return True  # cannot tell: a live pid keeps the lock
+    return started <= since + 1.0
+
+
+class _Held:
+    """A lock this process holds (counted: one process may open a run folder twice)."""
+
+    def __init__(self, path: Path, token: str) -> None:
+        self.path = path
+        self.token = token
+        self.count = 1
+        self.owner = os.getpid()  # a forked child must not release its parent's lock
+
+
+_HELD: dict[Path, _Held] = {}
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    """The lock's content; ``None`` if it vanished; ``{}`` if it is unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe(owner: dict[str, Any]) -> str:
+    return f"process {owner.get('pid', '?')} on {owner.get('host', '?')}"
+
+
+def _acquire(lock: Path, break_lock: bool) -> None:
+    """Take the lock file ``lock`` of a run folder for this process (module docstring)."""
+    run = lock.parent
+    path = lock.resolve()
+    held = _HELD.get(path)
+    if held is not None and held.owner == os.getpid():
+        held.count += 1
+        return
+    host = socket.gethostname()
+    token = uuid.uuid4().hex
+    record = {"pid": os.getpid(), "host": host, "started": time.time(), "token": token}
+    for _ in range(20):  # a few rounds: another process may be taking or freeing it
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            _HELD[path] = _Held(path, token)
+            return
+        owner = _read_lock(path)
+        if owner is None:
+            continue  # released meanwhile: try again
+        if not owner:  # a writer may be filling it in; a crash mid-write leaves it broken
+            time.sleep(0.05)
+            if _read_lock(path) != {}:
+                continue
+            _take_over(path, owner, f"{path}: unreadable lock file, taken over")
+            continue
+        if owner.get("host") == host:
+            pid = owner.get("pid")
+            # our own pid in a lock we do not hold: a gone process whose pid we reuse
+            if (isinstance(pid, int) and pid != os.getpid()
+                    and _process_alive(pid, owner.get("started"))):
+                raise RunLockError(f"{run} is in use by {_describe(owner)}; wait for it or "
+                                   "stop it")
+            _take_over(path, owner, f"{run}: stale lock of {_describe(owner)} (the process "
+                                    "is gone), taken over")
+            continue
+        if not break_lock:
+            raise RunLockError(f"{run} is locked by {_describe(owner)}, which cannot be "
+                               "checked from here; if that run is over, pass --break-lock")
+        _take_over(path, owner, f"{run}: lock of {_describe(owner)} broken (--break-lock)")
+    raise RunLockError(f"{path}: cannot take the lock (other processes keep taking it); "
+                       "try again")
+
+
+def _take_over(path: Path, seen: dict[str, Any], message: str) -> None:
+    """Remove the lock ``seen`` if it is still the one in place (then retry the create)."""
+    if _read_lock(path) != seen:
+        return  # someone else replaced it meanwhile: look again
+    warnings.warn(message, stacklevel=3)
+    path.unlink(missing_ok=True)
+
+
+def _release(path: Path) -> None:
+    held = _HELD.get(path)
+    if held is None or held.owner != os.getpid():
+        return
+    held.count -= 1
+    if held.count > 0:
+        return
+    del _HELD[path]
+    current = _read_lock(path)
+    if current and current.get("token") == held.token:
+        path.unlink(missing_ok=True)
+
+
+@atexit.register
+def _release_all() -> None:
+    for path, held in list(_HELD.items()):
+        if held.owner == os.getpid():
+            held.count = 1
+            _release(path)
+
+
+# ---------------------------------------------------------------------------- the folder
 
 
 class RunDir:
-    """A run's folder. ``RunDir(path, config)`` creates it or checks the config matches."""
+    """A run's folder.
+
+    ``RunDir(path, config)`` starts or resumes a run: it takes the folder's lock, then
+    writes the configuration snapshot or checks it against the one already there.
+    ``resume=True`` requires a run in the folder; ``break_lock=True`` takes over a lock
+    left by another host. Use it as a context manager, or call :meth:`close`, to release
+    the lock (it is released at exit otherwise). ``RunDir(path)`` opens a finished or
+    running run for reading only.
+    """
 
     def __init__(self, path: str | Path, config: dict[str, Any] | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, break_lock: bool = False, writer: str = "") -> None:
         self.path = Path(path)
-        snapshot = self.path / "config.yaml"
-        if config is not None:
-            if snapshot.is_file():
-                old = yaml.safe_load(snapshot.read_text())
-                if not resume:
-                    raise NasError(
-                        f"run directory {self.path} already holds a run; pass --resume to "
-                        "continue it or choose another --run-dir")
-                if old != config:
-                    raise NasError(
-                        f"{snapshot}: the configuration differs from the one the run was "
-                        "started with; resume with the same file or start a new run")
-            else:
-                self.path.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
-        elif not snapshot.is_file():
-            raise NasError(f"{self.path} is not a run directory (no config.yaml)")
+        self._lock: Path | None = None
+        if writer and not re.fullmatch(r"[A-Za-z0-9_-]+", writer):
+            raise ValueError(f"writer must be letters, digits, _ or -, got {writer!r}")
+        lock_name = f"{LOCK_FILE}-{writer}" if writer else LOCK_FILE
+        snapshot = self.path / SNAPSHOT
+        if config is None:
+            if not snapshot.is_file():
+                raise NasError(f"{self.path} is not a run directory (no {SNAPSHOT})")
+            return
+        if resume and not snapshot.is_file():
+            raise NasError(f"{self.path} holds no run to resume; drop --resume to start one")
+        if self.path.exists() and not self.path.is_dir():
+            raise NasError(f"{self.path}: is a file, not a run directory; choose another "
+                           "--run-dir")
+        self.path.mkdir(parents=True, exist_ok=True)
+        _acquire(self.path / lock_name, break_lock)
+        self._lock = (self.path / lock_name).resolve()
+        try:
+            self._open(config, resume)
+        except BaseException:
+            self.close()
+            raise
+        self.log(START_STAGE, resume=resume, pid=os.getpid(), host=socket.gethostname())
 
+    def _open(self, config: dict[str, Any], resume: bool) -> None:
+        snapshot = self.path / SNAPSHOT
+        if not snapshot.is_file():
+            atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
+            return
+        finished = self.finished_any_stage()
+        if finished and resume:
+            self._check_checkpoints()
+        try:
+            old = yaml.safe_load(snapshot.read_text())
+        except yaml.YAMLError:
+            old = None  # unreadable: replaceable only if nothing finished (below)
+        if old == config and (resume or not finished):
+            return
+        if not finished:
+            log.warning("%s: the run there finished no stage; starting it again with the "
+                        "given configuration", self.path)
+            atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
+            return
+        if not resume:
+            raise NasError(f"run directory {self.path} already holds a run; pass --resume to "
+                           "continue it or choose another --run-dir")
+        raise NasError(f"{snapshot}: the configuration differs from the one the run was "
+                       "started with; resume with the same file or start a new run")
+
+    def finished_any_stage(self) -> bool:
+        """Whether the run in this folder finished a stage: a log line other than a start
+        marker, a result file or a checkpoint. A run that did not can be started again."""
+        if any(row.get("stage") != START_STAGE for row in self.read_log()):
+            return True
+        for p in self.path.iterdir():
+            if p.name == SNAPSHOT or p.name.startswith("."):
+                continue  # the snapshot, the lock, temporary files
+            if p.suffix in (".json", CHECKPOINT_SUFFIX, LEGACY_SUFFIX) or p.is_dir():
+                return True
+        return False
+
+    def _check_checkpoints(self) -> None:
+        """Refuse unreadable or pickle checkpoints before any stage runs (a resume would
+        otherwise fail at them only after the earlier stages)."""
+        for p in sorted(self.path.glob("*" + LEGACY_SUFFIX)):
+            raise CheckpointError(_legacy_message(p))
+        from safetensors import safe_open
+
+        for p in sorted(self.path.glob("*" + CHECKPOINT_SUFFIX)):
+            try:
+                with safe_open(str(p), framework="pt") as f:
+                    is_state = "nas_state" in (f.metadata() or {})
+            except Exception:  # any failure: load_state below names the problem
+                is_state = True
+            if is_state:  # plain weight files (no training state) are not checkpoints
+                load_state(p)
+
+    # ------------------------------------------------------------------ lock
+    def close(self) -> None:
+        """Release the folder's lock (idempotent)."""
+        if self._lock is not None:
+            _release(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ files
     @property
     def config(self) -> dict[str, Any]:
-        return yaml.safe_load((self.path / "config.yaml").read_text())
+        path = self.path / SNAPSHOT
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise NasError(f"{path}: broken YAML ({' '.join(str(err).split())})") from None
+        if not isinstance(data, dict):
+            raise NasError(f"{path}: expected a mapping of settings")
+        return data
 
     def log(self, stage: str, **values: Any) -> None:
         line = json.dumps({"time": time.time(), "stage": stage, **values}, default=str)
-        with open(self.path / "log.jsonl", "a") as f:
-            f.write(line + "\n")
+        path = self.path / LOG_FILE
+        with open(path, "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                f.write(b"\n")  # a killed writer left a partial line: keep it on its own
+            f.write((line + "\n").encode())
 
     def read_log(self, stage: str | None = None) -> list[dict[str, Any]]:
-        path = self.path / "log.jsonl"
+        """The log's rows (of ``stage`` only, if given).
+
+        A cut-off line (a run killed while writing it) is skipped with a warning; any
+        other broken line is an error naming the file and line.
+        """
+        path = self.path / LOG_FILE
         if not path.is_file():
             return []
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [r for r in rows if stage is None or r["stage"] == stage]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise NasError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); the "
+                           "log is damaged") from None
+        lines = text.split("\n")
+        rows = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError:
+                # A run killed while writing leaves a line without its end (a later writer
+                # starts a new line after it): skip it. A whole line that does not parse
+                # means the log was damaged otherwise.
+                if not line.rstrip().endswith("}"):
+                    warnings.warn(f"{path}:{number}: cut-off line skipped (a run stopped "
+                                  "while writing it)", stacklevel=2)
+                    continue
+                raise NasError(f"{path}:{number}: not a JSON object; the log is damaged") \
+                    from None
+            rows.append(row)
+        return [r for r in rows if stage is None or r.get("stage") == stage]
 
     def save_json(self, name: str, data: Any) -> Path:
         path = self.path / name
@@ -80,8 +384,19 @@ class RunDir:
         return path
 
     def load_json(self, name: str) -> Any | None:
+        """The JSON file ``name`` of the run, ``None`` if absent; a damaged one is an error."""
         path = self.path / name
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise NasError(f"{path}: not UTF-8 text; the file is damaged (delete it and "
+                           "run the stage again with --resume)") from None
+        except json.JSONDecodeError as err:
+            raise NasError(f"{path}: broken JSON at line {err.lineno} column {err.colno}: "
+                           f"{err.msg} (delete it and run the stage again with --resume)") \
+                from None
 
     def checkpoint_path(self, name: str = "checkpoint") -> Path:
         """``RUN/<name>.safetensors``; a ``.pt`` suffix in ``name`` (older callers) is dropped."""
@@ -105,10 +420,13 @@ class RunDir:
             return load_state(path)
         legacy = path.with_suffix(LEGACY_SUFFIX)
         if legacy.is_file():
-            raise CheckpointError(
-                f"{legacy}: a checkpoint in the old pickle format, which is refused (loading "
-                "it could run code); delete it and run the stage again")
+            raise CheckpointError(_legacy_message(legacy))
         return None
 
     def remove_checkpoint(self, name: str = "checkpoint") -> None:
         self.checkpoint_path(name).unlink(missing_ok=True)
+
+
+def _legacy_message(path: Path) -> str:
+    return (f"{path}: a checkpoint in the old pickle format, which is refused (loading it "
+            "could run code); delete it and run the stage again")

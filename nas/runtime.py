@@ -47,7 +47,10 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ExportError(f"{path}: missing; not an exported model directory (run nas export)")
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ExportError(f"{path}: not UTF-8 text (byte {err.start}); the file is damaged, "
+                          "re-export") from None
     except json.JSONDecodeError as err:
         raise ExportError(f"{path}: broken JSON at line {err.lineno} column {err.colno}: "
                           f"{err.msg}") from None
@@ -60,10 +63,72 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         for key in ("graph", "labels", "inputs"):
             if key not in config:
                 raise ExportError(f"{path}: lacks the key {key!r}; the export is incomplete")
-        if int(config.get("format_version", 0)) > FORMAT_VERSION:
-            raise ExportError(f"{path}: format_version {config['format_version']} is newer than "
-                              f"this runtime's ({FORMAT_VERSION}); upgrade the nas package")
+        version = config.get("format_version", 0)
+        if not _is_int(version):
+            raise ExportError(f"{path}: format_version must be an integer, got {version!r}")
+        if version > FORMAT_VERSION:
+            raise ExportError(f"{path}: format_version {version} is newer than this runtime's "
+                              f"({FORMAT_VERSION}); upgrade the nas package")
+        _check_native(config, path)
+    else:
+        _check_hf(config, path)
     return config
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_native(config: Mapping[str, Any], path: Path) -> None:
+    """The values of a native ``config.json``, checked before anything is built from them
+    (a hand-edited file must fail here, in one line, not deep inside a forward pass)."""
+    labels = config["labels"]
+    if (not isinstance(labels, list) or not labels
+            or not all(isinstance(x, str) and x for x in labels)):
+        raise ExportError(f"{path}: labels must be a non-empty list of names, got {labels!r}")
+    if len(set(labels)) != len(labels):
+        raise ExportError(f"{path}: labels must be distinct, got {labels!r}")
+    if "num_labels" in config and config["num_labels"] != len(labels):
+        raise ExportError(f"{path}: num_labels is {config['num_labels']!r} but {len(labels)} "
+                          "labels are listed")
+    inputs = config["inputs"]
+    if (not isinstance(inputs, list) or not inputs
+            or not all(isinstance(x, str) and x for x in inputs)):
+        raise ExportError(f"{path}: inputs must be a non-empty list of input names, got "
+                          f"{inputs!r}")
+    if not isinstance(config["graph"], dict):
+        raise ExportError(f"{path}: graph must be a JSON object (the resolved child graph)")
+    vocab = config.get("vocab_size")
+    if vocab is not None and (not _is_int(vocab) or vocab < 1):
+        raise ExportError(f"{path}: vocab_size must be a positive integer, got {vocab!r}")
+    _check_tokenizer_settings(config.get("tokenizer"), path, "tokenizer")
+
+
+def _check_hf(config: Mapping[str, Any], path: Path) -> None:
+    """The settings of a ``--format hf`` export this engine reads itself."""
+    id2label = config.get("id2label")
+    if id2label is not None and (not isinstance(id2label, dict) or not id2label):
+        raise ExportError(f"{path}: id2label must be a non-empty mapping, got {id2label!r}")
+    vocab = config.get("vocab_size")
+    if vocab is not None and (not _is_int(vocab) or vocab < 1):
+        raise ExportError(f"{path}: vocab_size must be a positive integer, got {vocab!r}")
+    _check_tokenizer_settings(config.get("nas_tokenizer"), path, "nas_tokenizer")
+
+
+def _check_tokenizer_settings(settings: Any, path: Path, key: str) -> None:
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        raise ExportError(f"{path}: {key} must be a JSON object or null, got {settings!r}")
+    length = settings.get("max_length", 128)
+    if not _is_int(length) or length < 1:
+        raise ExportError(f"{path}: {key}.max_length must be a positive integer, got "
+                          f"{length!r}")
+    if not isinstance(settings.get("separate_pair", False), bool):
+        raise ExportError(f"{path}: {key}.separate_pair must be true or false")
+    files = settings.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ExportError(f"{path}: {key}.files must be a list of file names")
 
 
 MANIFEST_KEY = "files"  # native exports; an hf export keeps it under "nas_files"
@@ -99,6 +164,13 @@ def verify_files(directory: Path, config: Mapping[str, Any]) -> None:
     if not isinstance(manifest, dict):
         raise ExportError(f"{directory / CONFIG_FILE}: the file list is malformed; re-export")
     actual = file_manifest(directory)
+    settings = config.get("tokenizer") if config.get("format") == FORMAT \
+        else config.get("nas_tokenizer")
+    needed = [WEIGHTS_FILE, *((settings or {}).get("files") or [])]
+    unlisted = [n for n in needed if n in actual and n not in manifest]
+    if unlisted:
+        raise ExportError(f"{directory / unlisted[0]}: used by the export but not in the file "
+                          f"list of {CONFIG_FILE}; re-export")
     for name, want in manifest.items():
         if name not in actual:
             raise ExportError(f"{directory / name}: missing (the export lists it); copy the "
@@ -118,16 +190,39 @@ def build_network(config: Mapping[str, Any], source: str = CONFIG_FILE) -> torch
         graph = from_json(config["graph"])
     except NasError as err:
         raise ExportError(f"{source}: bad graph: {err}") from None
-    except (KeyError, TypeError, ValueError) as err:
-        raise ExportError(f"{source}: the graph is malformed ({type(err).__name__}: {err})") \
-            from None
+    except Exception as err:  # networkx fails in many ways on malformed node-link data
+        raise ExportError(f"{source}: the graph is malformed ({_brief(err)})") from err
     try:
         return GraphNet(graph, resolved=True)
     except NasError as err:
         raise ExportError(f"{source}: cannot build the graph: {err}") from None
-    except (KeyError, TypeError, ValueError) as err:
+    except Exception as err:  # an op built from malformed parameters (torch, int(), ...)
         raise ExportError(f"{source}: an op's parameters are missing or malformed "
-                          f"({type(err).__name__}: {err})") from None
+                          f"({_brief(err)})") from err
+
+
+def _brief(err: BaseException) -> str:
+    """An exception as one short line: its type and the start of its message."""
+    message = " ".join(str(err).split())
+    return f"{type(err).__name__}: {message[:200]}" if message else type(err).__name__
+
+
+@torch.no_grad()
+def check_runs(network: torch.nn.Module, inputs: Sequence[str], source: str) -> None:
+    """One forward pass on a two-token input: a config whose graph builds but cannot run
+    (a parameter of the wrong type, widths that do not meet) fails here, at load time, in
+    one line, instead of at the first prediction."""
+    batch = {name: (torch.ones if name.startswith("attention_mask") else torch.zeros)(
+        1, 2, dtype=torch.long) for name in inputs}  # id 0 exists in every vocabulary
+    was_training = network.training
+    network.eval()
+    try:
+        network(batch)
+    except Exception as err:  # any op may fail on malformed parameters
+        raise ExportError(f"{source}: the model in it cannot run ({_brief(err)}); the file is "
+                          "damaged, re-export") from err
+    finally:
+        network.train(was_training)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -200,10 +295,31 @@ class ExportedModel:
         return dict(self.config.get("tokenizer") or {})
 
     @property
+    def max_positions(self) -> int | None:
+        """The longest input the model reads (its position table), ``None`` if unlimited."""
+        if self.is_hf:
+            n = self.config.get("max_position_embeddings")
+            return n if _is_int(n) and n > 0 else None
+        from nas.cost import position_limit
+
+        return position_limit(self.network.graph) if self.runtime == "torch" else \
+            position_limit(_graph_of(self.config))
+
+    @property
     def vocab_size(self) -> int:
         if self.is_hf:
             return int(self.config["vocab_size"])
-        return int(self.config.get("vocab_size") or 1000)
+        if self.config.get("vocab_size"):
+            return int(self.config["vocab_size"])
+        graph = self.network.graph if self.runtime == "torch" else _graph_of(self.config)
+        tables = _vocab_sizes(graph)
+        return tables[0] if tables else 1000
+
+    def check_seq_len(self, seq_len: int) -> None:
+        """A one-line error when ``seq_len`` is beyond the model's positions."""
+        from nas.cost import check_seq_len
+
+        check_seq_len(seq_len, self.max_positions, f"the model in {self.directory}")
 
     # ------------------------------------------------------------------ running
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -274,14 +390,8 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
         if runtime == "onnx":
             raise ExportError(f"{directory}: a transformers-format export has no {ONNX_FILE}; "
                               "export with --format onnx")
-        from transformers import AutoModelForSequenceClassification
-
-        try:
-            net = AutoModelForSequenceClassification.from_pretrained(
-                str(directory), local_files_only=True)
-        except (OSError, ValueError) as err:
-            raise ExportError(f"{directory}: transformers cannot load it ({err})") from None
-        return ExportedModel(directory, config, runtime, net.eval())
+        _check_hf_head(directory, config)
+        return ExportedModel(directory, config, runtime, _load_hf(directory).eval())
     if runtime == "onnx":
         path = directory / ONNX_FILE
         if not path.is_file():
@@ -298,9 +408,74 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
             raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
         return ExportedModel(directory, config, runtime, session)
     network = build_network(config, str(directory / CONFIG_FILE))
+    tables = _vocab_sizes(network.graph)
+    if config.get("vocab_size") is not None and tables and config["vocab_size"] != tables[0]:
+        raise ExportError(f"{directory / CONFIG_FILE}: vocab_size is {config['vocab_size']} but "
+                          f"the model's embedding table has {tables[0]} rows")
+    heads = int(network.graph.nodes[network.outputs[0]].get("width", 0))
+    if heads != len(config["labels"]):
+        raise ExportError(f"{directory / CONFIG_FILE}: {len(config['labels'])} labels for a "
+                          f"model with {heads} outputs; the label list does not fit the head")
     path = directory / WEIGHTS_FILE
     load_state(network, read_weights(path), str(path))
+    check_runs(network, config["inputs"], str(directory / CONFIG_FILE))
     return ExportedModel(directory, config, runtime, network.eval())
+
+
+def _vocab_sizes(graph: Any) -> list[int]:
+    """The sizes of the graph's token-embedding tables."""
+    return [attrs["params"]["vocab_size"] for _, attrs in graph.nodes(data=True)
+            if "vocab_size" in attrs.get("params", {})]
+
+
+def _graph_of(config: Mapping[str, Any]) -> Any:
+    from nas.graph import from_json
+
+    return from_json(config["graph"])
+
+
+def _check_hf_head(directory: Path, config: Mapping[str, Any]) -> None:
+    """The label names of an hf export must fit its classifier (transformers would fail with
+    a report of many lines, or with a mismatch allowed, answer with random weights)."""
+    from safetensors import SafetensorError, safe_open
+
+    id2label = config.get("id2label")
+    path = directory / WEIGHTS_FILE
+    if not id2label or not path.is_file():
+        return
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if "classifier.weight" not in f.keys():  # noqa: SIM118 (not a dict)
+                return
+            outputs = f.get_slice("classifier.weight").get_shape()[0]
+    except (SafetensorError, OSError) as err:
+        raise ExportError(f"{path}: not a readable safetensors file ({err})") from None
+    if outputs != len(id2label):
+        raise ExportError(f"{directory / CONFIG_FILE}: {len(id2label)} labels (id2label) for a "
+                          f"classifier with {outputs} outputs; the label list does not fit "
+                          "the head")
+
+
+def _load_hf(directory: Path) -> Any:
+    """``transformers`` loading, quiet (no progress bar, no multi-line report) and with any
+    failure as one ExportError line."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            str(directory), local_files_only=True)
+    except Exception as err:  # transformers and safetensors raise many kinds
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise ExportError(f"{directory}: transformers cannot load it ({message[:300]})") \
+            from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 def random_batch(model: ExportedModel, batch_size: int, seq_len: int, seed: int = 0
@@ -332,6 +507,7 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     timed runs after ``warmup`` untimed ones, and throughput (sequences/s at the median)."""
     from nas.timing import time_call
 
+    model.check_seq_len(seq_len)
     results = []
     for bs in batch_sizes:
         batch = random_batch(model, bs, seq_len)

@@ -19,7 +19,7 @@ import numpy as np
 
 from nas.architecture import Architecture
 from nas.choices import Categorical, Scalar
-from nas.errors import ArchitectureError, SpaceDefinitionError
+from nas.errors import ArchitectureError, NasError, SpaceDefinitionError
 from nas.graph import ActiveIf, ChoiceRef, Dim, resolve
 from nas.ops import OPS
 from nas.registry import Registry
@@ -297,13 +297,95 @@ def register_space(name: str, test_config: Mapping[str, Any] | None = None):
 
 
 def get_space(name: str, **config: Any) -> SearchSpace:
-    """Build the registered space ``name`` with ``config`` overriding its defaults."""
+    """Build the registered space ``name`` with ``config`` overriding its defaults.
+
+    A value of the wrong type for an annotated parameter of the factory (``hidden=abc``),
+    or one the factory fails on, is a one-line :class:`SpaceDefinitionError`.
+    """
     factory = SPACES.get(name)
+    _check_types(name, factory, config)
     try:
         space = factory(**config)
-    except TypeError as err:
-        raise SpaceDefinitionError(f"space {name!r}: bad configuration: {err}") from None
+    except SpaceDefinitionError:
+        raise
+    except NasError as err:
+        raise SpaceDefinitionError(f"space {name!r}: {err}") from None
+    except (TypeError, ValueError, ArithmeticError, KeyError, IndexError) as err:
+        # a plug-in's factory without checks of its own
+        message = " ".join(str(err).split())
+        raise SpaceDefinitionError(f"space {name!r}: bad configuration ({type(err).__name__}: "
+                                   f"{message}); see nas spaces show {name}") from None
     return space
+
+
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _check_types(name: str, factory: Callable[..., SearchSpace], config: Mapping[str, Any]
+                 ) -> None:
+    """Check scalar-annotated parameters (``int``, ``float``, ``bool``, ``str``, or one of
+    them ``| None``) of ``factory``'s signature; others are the factory's business."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for key, value in config.items():
+        param = params.get(key)
+        if param is None and not open_ended:
+            import difflib
+
+            known = [k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SpaceDefinitionError(f"space {name!r} has no setting {key!r}; {hint}"
+                                       f"settings: {', '.join(known)}")
+        if param is None or param.annotation is inspect.Parameter.empty:
+            continue
+        ann = param.annotation  # a string under `from __future__ import annotations`
+        hint = (ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))).replace(
+            " ", "")
+        optional = hint.endswith("|None")
+        kind = _SCALARS.get(hint.removesuffix("|None"))
+        if kind is None or (optional and value is None):
+            continue
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok:
+            what = {"int": "an integer", "float": "a number", "bool": "true or false",
+                    "str": "a string"}[kind.__name__]
+            raise SpaceDefinitionError(f"space {name!r}: {key} must be {what}, got {value!r}")
+
+
+def check_hyperparameters(space: str, values: Mapping[str, Any], *,
+                          positive: Iterable[str] = (), non_negative: Iterable[str] = (),
+                          flags: Iterable[str] = ()) -> None:
+    """One-line errors for a space's hyperparameters of the wrong type or range.
+
+    ``positive`` names integers ≥ 1 (widths, depths, counts), ``non_negative`` integers
+    ≥ 0 (``0``: none, e.g. no token types), ``flags`` booleans. A tuple or list (the values
+    of a choice) is checked value by value; ``None`` passes (an optional setting unset).
+    """
+    rules = [(k, 1, "a positive integer") for k in positive] + \
+        [(k, 0, "a non-negative integer") for k in non_negative]
+    for key, low, what in rules:
+        for v in _values(values.get(key)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise SpaceDefinitionError(f"space {space!r}: {key} must be {what}, got {v!r}")
+    for key in flags:
+        for v in _values(values.get(key)):
+            if not isinstance(v, bool):
+                raise SpaceDefinitionError(f"space {space!r}: {key} must be true or false, "
+                                           f"got {v!r}")
+
+
+def _values(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, tuple | list) else [value]
 
 
 def small_config(name: str) -> dict[str, Any]:

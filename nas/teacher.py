@@ -295,7 +295,7 @@ def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
 
 
 def finetune_teacher(
-    task: str,
+    task: str | dict,
     teacher: str | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
@@ -315,7 +315,9 @@ def finetune_teacher(
     permutation per epoch), same dropout draws, same weights as an unbroken run.
     """
     from nas.data import load_task  # light: no torch
+    from nas.data.files import resolve_task
 
+    task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
     config = config or FinetuneConfig()
     if config.epochs <= 0 or config.batch_size <= 0 or config.max_seq_len < 8:
         raise NasError(

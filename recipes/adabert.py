@@ -9,8 +9,8 @@ The method's steps, in order (:meth:`AdaBert.run`); each is a call into shared p
    the architecture steps, and the teacher's per-layer probe logits (§3.2, cached);
 3. **search** — a one-shot searcher (``differentiable``: hard Gumbel samples, loss
    (1−γ)·CE + γ·probe-KD + β·L_E) trains the supernet in the shared training loop and
-   derives an architecture; or a multi-trial searcher (``random``: the baseline) asks
-   for ``random_samples`` candidates;
+   derives an architecture; or a multi-trial searcher on Optuna (``random``: the
+   baseline; ``lanas``, ``tpe``, ``nsga2``, ``gp``) runs ``random_samples`` trials;
 4. **retrain** — each candidate's child trained from scratch with the same distillation
    loss (evaluator ``distilled-retrain``), scored on ``dev`` and measured on the task's
    report split (``test`` when it has one: SST-2's sentences share no phrase with train);
@@ -30,8 +30,9 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -41,11 +42,13 @@ from torch.nn import functional as F
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
 from nas.config import ConfigError
+from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
 from nas.train import TrainSettings
+from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.adabert")
 
@@ -93,6 +96,9 @@ class SearchSettings:
     tau_every: int = 100
     checkpoint_every: int = 50  # steps
     alpha_log_every: int = 50  # steps between α snapshots in log.jsonl
+    # efficiency-loss scale: "normalised" (op costs 0..1, edges averaged) or "published"
+    # (0.1 per op, edges summed, as the published code; searchers/differentiable.py)
+    op_costs: str = "normalised"
 
     def __post_init__(self) -> None:
         _check([("epochs", self.epochs >= 1, "an integer >= 1"),
@@ -107,7 +113,9 @@ class SearchSettings:
                 ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
                 ("tau_every", self.tau_every >= 1, "an integer >= 1"),
                 ("checkpoint_every", self.checkpoint_every >= 1, "an integer >= 1"),
-                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1")], self)
+                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1"),
+                ("op_costs", self.op_costs in ("normalised", "published"),
+                 "normalised or published")], self)
 
 
 @dataclass
@@ -132,7 +140,7 @@ class RetrainSettings(TrainSettings):
 @dataclass
 class AdaBertConfig:
     name: str
-    task: str
+    task: str | dict  # a task name, a data file, or a mapping (nas.data.files); run() names it
     teacher: str | None = None
     seed: int = 0
     data: DataSettings = field(default_factory=DataSettings)
@@ -140,14 +148,17 @@ class AdaBertConfig:
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
-    random_samples: int = 3
+    random_samples: int = 3  # also the default n_trials of any multi-trial search
     latency_repeats: int = 10
+    searcher: str | None = None  # this experiment's searcher (default: differentiable)
+    multi_trial: StudySettings = field(default_factory=StudySettings)
 
     def __post_init__(self) -> None:
         from nas.teacher import FinetuneConfig
 
         _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task.strip()), "a task name"),
+                ("task", bool(self.task if isinstance(self.task, dict) else self.task.strip()),
+                 "a task name, a data file or a mapping"),
                 ("random_samples", self.random_samples >= 0, "an integer >= 0"),
                 ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
         known = set(FinetuneConfig.__dataclass_fields__)
@@ -197,37 +208,6 @@ def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
     probe = torch.from_numpy(np.asarray(probes[:, batch["index"].numpy()], dtype=np.float32))
     kd = probe_distillation_loss(layer_logits, probe, labels, temperature)
     return (1.0 - gamma) * ce + gamma * kd
-
-
-def teacher_embedding_init(teacher_dir: str, dim: int) -> torch.Tensor:
-    """The teacher's word embeddings factorised to ``dim`` (principal components)."""
-    from nas.teacher import load_teacher
-
-    weight = load_teacher(teacher_dir).get_input_embeddings().weight.detach().float()
-    centred = weight - weight.mean(0, keepdim=True)
-    # Exact SVD, not torch.pca_lowrank: the randomised one draws from the global RNG, so
-    # the student's initialisation depended on whether the teacher came from the cache.
-    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
-    projected = centred @ vh[:dim].T
-    return projected * (weight.std() / projected.std())  # keep the teacher's scale
-
-
-def init_embeddings(model: Any, table: torch.Tensor) -> None:
-    with torch.no_grad():
-        emb = model.nodes["emb"].word_embeddings.weight
-        emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
-
-
-class _HFAdapter(torch.nn.Module):
-    """Calls a transformers classifier with an engine batch (for the latency timer)."""
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, b: Mapping[str, torch.Tensor]) -> Any:
-        keys = ("input_ids", "attention_mask", "token_type_ids")
-        return self.m(**{k: b[k] for k in keys if k in b})
 
 
 # --------------------------------------------------------------------- the context
@@ -289,19 +269,10 @@ class AdaBertContext:
 
     def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:
         """Count (and warn about) dev and report texts that overlap the training texts."""
-        from nas.data.overlap import text_overlap
+        from nas.measure import overlap_counts
 
-        def texts(data: Any) -> list[str]:
-            return list(data.texts_a) + list(data.texts_b or ())
-
-        found = {}
-        for name, data in (("dev", self.dev), (self.report_split, self.report)):
-            overlap = text_overlap(texts(train), texts(data))
-            found[name] = {"examples": overlap.examples, "exact": overlap.exact,
-                           "shared_phrase": overlap.shared_phrase,
-                           "min_words": overlap.min_words}
-            if overlap.fraction > 0.05:
-                log.warning(overlap.message(f"{self.cfg.task}/{name}"))
+        found = overlap_counts(self.cfg.task, train,
+                               {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **found)
         return found
 
@@ -317,40 +288,24 @@ class AdaBertContext:
     def _median_length_batches(self) -> dict[int, dict[str, torch.Tensor]]:
         """Batches of 1 and 32 report-split examples at the split's median token length:
         the speed ratios hold for typical inputs, not for the first (shortest) one."""
-        from nas.tokenization import encode
+        from nas.measure import median_length_batches
 
-        texts_b = self.report.texts_b
-        lengths = encode(self.tokenizer, list(self.report.texts_a),
-                         list(texts_b) if texts_b else None, self.cfg.data.max_seq_len,
-                         separate_b=False)["attention_mask"].sum(1).numpy()
-        median = float(np.median(lengths))
-        closest = np.argsort(np.abs(lengths - median), kind="stable")
-        self.median_tokens = int(round(median))
-        return {bs: next(self.batches(self.report.subset(sorted(closest[:bs].tolist())), bs,
-                                      shuffle=False))
-                for bs in (1, 32)}
+        self.median_tokens, batches = median_length_batches(
+            self.report, self.tokenizer, self.cfg.data.max_seq_len,
+            lambda data, bs: self.batches(data, bs, shuffle=False))
+        return batches
 
     def teacher_costs(self) -> dict[str, Any]:
-        from nas.cost import count_costs, count_model_params, measure_latency
-        from nas.hf import space_kwargs_from_hf
-        from nas.space import get_space
-        from nas.teacher import evaluate, load_teacher
+        from nas.measure import teacher_costs
 
         known = self.run.load_json("teacher.json")
         if known is not None:
             return known
-        model = load_teacher(self.teacher.model_dir, num_labels=self.train.num_labels).eval()
-        name, kwargs = space_kwargs_from_hf(model.config)
-        flops = count_costs(get_space(name, **kwargs), None, self.cfg.data.max_seq_len).flops
-        latency = {f"batch{bs}": measure_latency(_HFAdapter(model), batch,
-                                                 repeats=self.cfg.latency_repeats).to_dict()
-                   for bs, batch in self.latency_batches.items()}
-        report = evaluate(model, self.report, self.tokenizer,
-                          max_seq_len=self.cfg.data.max_seq_len)
-        costs = {"dev": self.teacher.metrics, self.report_split: report,
-                 "params": count_model_params(model), "flops": flops,
-                 "seq_len": self.cfg.data.max_seq_len, "latency": latency,
-                 "model_dir": self.teacher.model_dir}
+        costs = teacher_costs(
+            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
+            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
+            max_seq_len=self.cfg.data.max_seq_len, latency_batches=self.latency_batches,
+            latency_repeats=self.cfg.latency_repeats)
         self.run.save_json("teacher.json", costs)
         return costs
 
@@ -439,7 +394,11 @@ def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None
              resume: bool = False, progress: bool = False) -> AdaBertContext:
     """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
     ``ctx.retrain_evaluator()``)."""
+    from nas.data.files import resolve_task
+
+    task = resolve_task(config.task)  # files are read and checked before the run folder
     run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
+    config = replace(config, task=task)
     options = RunOptions(run_dir=Path(run_dir), data_dir=data_dir, resume=resume,
                          progress=progress)
     return AdaBertContext(config, run, options).prepare()
@@ -453,21 +412,20 @@ class AdaBert(Method):
     """``method: adabert`` — the differentiable search, or a multi-trial baseline."""
 
     config_class = AdaBertConfig
-    searchers = ("differentiable", "random")
+    searchers = ("differentiable", "random", "lanas", "tpe", "nsga2", "gp")
 
     def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
+        from nas.data.files import resolve_task
         from searchers.base import SEARCHERS
 
-        searcher = options.searcher or self.default_searcher()
-        sample = options.extra.get("random_sample")
-        if sample is not None and not 0 <= sample < config.random_samples:
-            raise NasError(f"--random-sample {sample}: the config asks for "
-                           f"{config.random_samples} random samples (0 to "
-                           f"{config.random_samples - 1})")
+        task = resolve_task(config.task)  # files are read and checked before any stage
+        searcher = self.check_searcher(options.searcher or config.searcher)
         # the random baseline adds a stage to an existing run: no --resume needed for that
         resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume)
+        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume,
+                     break_lock=bool(options.extra.get("break_lock")))
+        config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
         ctx = AdaBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
         metrics["teacher"] = ctx.teacher_costs()
@@ -475,7 +433,7 @@ class AdaBert(Method):
             arch = self.search(ctx, searcher)
             metrics["searched"] = self.retrain_and_export(ctx, arch)
         else:
-            metrics["random"] = self.multi_trial(ctx, searcher, sample)
+            metrics[searcher] = self.multi_trial(ctx, searcher, resume)
         metrics["metric"] = ctx.dev.metric
         metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
             ctx.report.sources), "examples": len(ctx.report),
@@ -504,7 +462,7 @@ class AdaBert(Method):
             seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
             arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
             arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,
-            record=("layer_features",))
+            record=("layer_features",), op_costs=s.op_costs)
         t0 = time.time()
         arch = searcher.search(ctx.space, trainer).arch
         space_config = {k: ctx.space.config[k] for k in
@@ -539,30 +497,74 @@ class AdaBert(Method):
         ctx.run.save_json("searched.json", searched)
         return searched
 
-    def multi_trial(self, ctx: AdaBertContext, name: str, only: int | None) -> dict[str, Any]:
-        """Stage 3 as a multi-trial search (the random baseline): ``random_samples``
-        candidates of the same space, each scored by the same retrain."""
-        from nas.teacher import metric_score
-        from searchers.base import SEARCHERS
-        from searchers.loop import run_trials
+    def multi_trial(self, ctx: AdaBertContext, name: str, resume: bool = False
+                    ) -> dict[str, Any]:
+        """Stage 3 as a multi-trial search on Optuna (:mod:`searchers.loop`): the random
+        baseline, LaNAS, TPE, NSGA-II or GP, each candidate scored by the same retrain
+        (scalarised with ``multi_trial.targets``, or with ``extra_objectives`` as more
+        objectives); ``n_trials`` defaults to ``random_samples``."""
+        from functools import partial
 
-        searcher = SEARCHERS.get(name)(ctx.space, seed=ctx.cfg.seed,
-                                       objectives=ctx.retrain_evaluator().objectives)
-        log.info("stage 3-4/5: %d %s trials, each retrained", ctx.cfg.random_samples, name)
-        trials = run_trials(searcher, ctx.retrain_evaluator(), ctx.cfg.random_samples,
-                            ctx.run.path / "trials", only=only)
-        runs = [_row(ctx, f"random{c.id}", c.arch, r) for c, r in trials if r.ok]
-        failed = [c.id for c, r in trials if not r.ok]
+        from nas.teacher import metric_score
+        from searchers.loop import StudySpec, run_study
+        from searchers.results import complete_trials
+
+        cfg = ctx.cfg
+        spec = StudySpec.for_run(
+            searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
+            settings=cfg.multi_trial, options=ctx.options.extra.get("study"),
+            default_trials=cfg.random_samples, resume=resume, seq_len=cfg.data.max_seq_len,
+            progress=ctx.options.progress)
+        spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,
+                       "max_length": cfg.data.max_seq_len, "task": cfg.task}
+        log.info("stage 3-4/5: %s search, each candidate retrained", name)
+        study = run_study(spec, ctx.space, _study_evaluator(ctx.cfg, ctx, name),
+                          parts=partial(_study_parts, cfg, ctx.options, name))
+        runs = [_row(ctx, f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
+                     SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
+                                     costs=t.user_attrs["costs"]))
+                for t in complete_trials(study)]
+        outcome = {t.number: t.user_attrs.get("outcome") for t in study.trials}
+        summary = {"study": spec.study_name, "n_trials": spec.n_trials, "runs": runs,
+                   "failed": [n for n, o in outcome.items() if o == "failed"],
+                   "pruned": [n for n, o in outcome.items() if o == "pruned"]}
         if not runs:
-            return {"runs": [], "failed": failed}
+            return summary
         scores = [metric_score(r[ctx.report_split], ctx.dev.metric) for r in runs]
-        return {"runs": runs, "metric": ctx.dev.metric, "split": ctx.report_split,
+        return {**summary, "metric": ctx.dev.metric, "split": ctx.report_split,
                 "mean": statistics.mean(scores),
-                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0, "failed": failed}
+                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
-        return [], _plots(run)
+        from nas.teacher import metric_score
+        from searchers.report import study_sections
+
+        teacher = metrics.get("teacher") or {}
+        reference = {}
+        if teacher.get("dev") and teacher.get("latency"):
+            reference["teacher"] = {
+                f"val_{metrics.get('metric', 'accuracy')}": metric_score(
+                    teacher["dev"], metrics.get("metric", "accuracy")),
+                "latency_ms": teacher["latency"]["batch1"]["median_ms"],
+                "params": teacher["params"], "flops": teacher["flops"]}
+        lines, pictures = study_sections(run.path, reference)
+        return lines, _plots(run) + pictures
+
+
+def _study_evaluator(config: AdaBertConfig, ctx: AdaBertContext, searcher: str) -> Any:
+    from searchers.loop import study_evaluator
+
+    return study_evaluator(ctx.retrain_evaluator(), ctx.space, config.multi_trial, searcher,
+                           seq_len=config.data.max_seq_len)
+
+
+def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
+    caches, in the run folder the first process holds (read-only here)."""
+    options = replace(options, progress=False)
+    ctx = AdaBertContext(config, RunDir(options.run_dir), options).prepare()
+    return ctx.space, _study_evaluator(config, ctx, searcher)
 
 
 def _row(ctx: AdaBertContext, tag: str, arch: Architecture, result: Any) -> dict[str, Any]:

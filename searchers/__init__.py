@@ -1,11 +1,14 @@
 """Searchers: propose candidate architectures, one module per searcher behind the small
-base classes of :mod:`searchers.base` (random search, differentiable GDAS/AdaBERT).
+base classes of :mod:`searchers.base`: the multi-trial searchers on Optuna (``random``,
+``tpe``, ``nsga2``, ``gp``, ``lanas``; :mod:`searchers.optuna_searchers`) and the
+differentiable GDAS/AdaBERT search.
 
-Importing the package registers the torch-free searchers and *declares* the ones whose
-module imports torch (loaded on first use), so listing searchers stays cheap.
+Importing the package *declares* the searchers (each module is loaded on first use), so
+listing searchers imports neither optuna nor torch.
 """
 
-from searchers import random_search  # noqa: F401  (registration)
 from searchers.base import SEARCHERS
 
+for _name in ("random", "tpe", "nsga2", "gp", "lanas"):
+    SEARCHERS.declare(_name, "searchers.optuna_searchers", kind="multi-trial")
 SEARCHERS.declare("differentiable", "searchers.differentiable", kind="one-shot")

@@ -93,6 +93,9 @@ class MultiTrialSearcher(abc.ABC):
     """
 
     kind: ClassVar[str] = "multi-trial"
+    #: whether the searcher handles several objectives (a Pareto front); one that does
+    #: not refuses them in its constructor with a one-line :class:`SearcherError`
+    multi_objective: ClassVar[bool] = True
 
     def __init__(self, space: SearchSpace, seed: int = 0,
                  objectives: Sequence[Objective] = DEFAULT_OBJECTIVES) -> None:

@@ -7,10 +7,16 @@ The pieces are small and separately tested:
   staircase every 100 steps, reaching 0.2 at 80% of the search (AdaBERT's published
   schedule); ``linear`` gives GDAS's 10 → 0.1.
 * :func:`op_cost_table` and :func:`efficiency_loss` -- L_E = (K/K_max)·Σ_edges Σ_o
-  y_o·(SIZE(o) + FLOPs(o)), normalised so that L_E ∈ [0, 1]: each op's SIZE and FLOPs
-  are divided by the largest candidate's and averaged, and the edges are averaged
-  (the published code's per-op costs are ≈ 0.1, which puts its L_E in the same range).
-  The costs come from the ops' own declarations, not a hand-written table.
+  y_o·(SIZE(o) + FLOPs(o)). Two scales (``op_costs``):
+
+  - ``normalised`` (default): each op's SIZE and FLOPs are divided by the largest
+    candidate's and averaged, and the edges are averaged, so L_E ∈ [0, 1]; an op's
+    cost spans 0 (pools, skip, zero) to 1 (std conv 7), from the ops' own declarations.
+  - ``published``: every op costs 0.1, zero and skip included, summed over the edges,
+    as the published code's per-op costs are "near 0.1 for every op" (SPEC §2). L_E
+    then reaches 0.9 at K_max and hardly tells ops apart: it prices depth, and the task
+    loss chooses the ops. The normalised scale prices a convolution up to 1 against 0
+    for a pool, which is one cause of searches that end in pools and skips.
 * :func:`derive_cell_architecture` -- K = argmax; per intermediate node keep the two
   strongest incoming edges ranked by their strongest non-zero op; each kept edge takes
   its arg-max non-zero op; the other edges become ``zero``.
@@ -75,8 +81,14 @@ def op_choices(space: SearchSpace) -> list[Categorical]:
     return [c for c in space.choices() if c.kind == "op"]
 
 
-def op_cost_table(space: SearchSpace, seq_len: int = 128) -> dict[str, torch.Tensor]:
-    """Per op choice, the normalised cost of each candidate: (params/max + MACs/max) / 2.
+OP_COST_SCALES = ("normalised", "published")
+PUBLISHED_OP_COST = 0.1
+
+
+def op_cost_table(space: SearchSpace, seq_len: int = 128, scale: str = "normalised"
+                  ) -> dict[str, torch.Tensor]:
+    """Per op choice, the cost of each candidate: ``normalised`` (params/max + MACs/max)/2,
+    or ``published`` (0.1 for every op; see the module docstring).
 
     Costs come from each op's declared ``count_params``/``count_macs`` at the widths the
     supernet's plan gives the choice's first edge (AdaBERT's edges all have the same
@@ -100,18 +112,24 @@ def op_cost_table(space: SearchSpace, seq_len: int = 128) -> dict[str, torch.Ten
                              for v in c.values])
         table[c.name] = 0.5 * (params / params.max().clamp_min(1.0)
                                + macs / macs.max().clamp_min(1.0))
+        if scale == "published":
+            table[c.name] = torch.full_like(table[c.name], PUBLISHED_OP_COST)
     return table
 
 
 def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, torch.Tensor],
-                    depth_choice: Categorical | None = None) -> torch.Tensor:
+                    depth_choice: Categorical | None = None,
+                    edges: str = "mean") -> torch.Tensor:
     """L_E = (K/K_max)·Σ_edges Σ_o y_o·cost(o) (SPEC §2), differentiable in the weights y.
 
-    K/K_max is the expectation of K under the depth weights (with a hard sample it is the
-    sampled depth, and its straight-through gradient reaches the depth logits).
+    ``edges``: ``"mean"`` averages the edges (the normalised scale), ``"sum"`` adds them
+    (the published scale). K/K_max is the expectation of K under the depth weights (with
+    a hard sample it is the sampled depth, and its straight-through gradient reaches the
+    depth logits).
     """
-    edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items()) / max(
-        1, len(costs))
+    edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items())
+    if edges == "mean":
+        edge_cost = edge_cost / max(1, len(costs))
     if depth_choice is None or depth_choice.name not in weights:
         return edge_cost
     ks = torch.tensor([float(v) for v in depth_choice.values])
@@ -179,7 +197,11 @@ class DifferentiableSearch:
                  total_steps: int, settings: TrainSettings, beta: float = 4.0,
                  arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
                  schedule: TemperatureSchedule | None = None, seed: int = 0,
-                 record: tuple[str, ...] = (), arch_warmup_steps: int = 0) -> None:
+                 record: tuple[str, ...] = (), arch_warmup_steps: int = 0,
+                 op_costs: str = "normalised") -> None:
+        if op_costs not in OP_COST_SCALES:
+            raise SearcherError(f"op_costs must be one of {', '.join(OP_COST_SCALES)}, got "
+                                f"{op_costs!r}")
         self.space = space
         self.supernet = supernet
         self.task_loss = task_loss
@@ -194,7 +216,8 @@ class DifferentiableSearch:
         self.generator = torch.Generator().manual_seed(seed)
         relaxed = [c for c in space.choices() if c.kind in ("op", "depth")]
         self.alphas = ArchParameters(relaxed, generator=torch.Generator().manual_seed(seed))
-        self.costs = op_cost_table(space)
+        self.costs = op_cost_table(space, scale=op_costs)
+        self.edge_reduction = "sum" if op_costs == "published" else "mean"
         depth = [c for c in relaxed if c.kind == "depth"]
         self.depth_choice = depth[0] if depth else None
         self.schedule = schedule or TemperatureSchedule(total_steps - arch_warmup_steps)
@@ -211,7 +234,7 @@ class DifferentiableSearch:
         weights = self.alphas.gumbel(tau, hard=True, generator=self.generator)
         out = model(batch, weights=weights, hard=True, record=self.record)
         task = self.task_loss(out, batch)
-        eff = efficiency_loss(weights, self.costs, self.depth_choice)
+        eff = efficiency_loss(weights, self.costs, self.depth_choice, self.edge_reduction)
         info = {"task_loss": task.item(), "efficiency": eff.item(), "tau": tau}
         return task + self.beta * eff, info
 
@@ -269,8 +292,12 @@ class DifferentiableSearcher(OneShotSearcher):
     def __init__(self, seed: int = 0, *, beta: float = 4.0, lr: float = 2e-2,
                  lr_min: float = 5e-4, arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
                  tau_every: int = 100, arch_warmup: float = 0.0, checkpoint_every: int = 200,
-                 record: tuple[str, ...] = ()) -> None:
+                 record: tuple[str, ...] = (), op_costs: str = "normalised") -> None:
         super().__init__(seed)
+        if op_costs not in OP_COST_SCALES:
+            raise SearcherError(f"op_costs must be one of {', '.join(OP_COST_SCALES)}, got "
+                                f"{op_costs!r}")
+        self.op_costs = op_costs
         if not 0.0 <= arch_warmup < 1.0:
             raise SearcherError(f"arch_warmup is a fraction of the search in [0, 1), got "
                                 f"{arch_warmup}")
@@ -293,7 +320,8 @@ class DifferentiableSearcher(OneShotSearcher):
             space, trainer.supernet, trainer.task_loss, total_steps=total, settings=settings,
             beta=self.beta, arch_lr=self.arch_lr, arch_weight_decay=self.arch_weight_decay,
             schedule=TemperatureSchedule(total - warmup, every=self.tau_every),
-            seed=self.seed, record=self.record, arch_warmup_steps=warmup)
+            seed=self.seed, record=self.record, arch_warmup_steps=warmup,
+            op_costs=self.op_costs)
         trainer.fit(self.engine)
         self._best = Candidate(0, self.engine.derive(),
                                {"probabilities": self.engine.probabilities()})

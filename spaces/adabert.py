@@ -17,7 +17,7 @@ from __future__ import annotations
 from nas.choices import Categorical, IntChoice
 from nas.graph import ActiveIf, ChoiceRef, Dim, GraphBuilder
 from nas.ops.cnn import ADABERT_OPS
-from nas.space import SearchSpace, register_space
+from nas.space import SearchSpace, check_hyperparameters, register_space
 
 INTERMEDIATE_NODES = 3
 
@@ -41,6 +41,8 @@ def adabert_space(
     max_positions: int = 512,
 ) -> SearchSpace:
     """The AdaBERT space; ``pair=True`` for sentence-pair tasks (MRPC)."""
+    check_hyperparameters("adabert", locals(), flags=("pair",), positive=(
+        "num_labels", "vocab_size", "hidden", "max_depth", "max_positions"))
     edge_choices = [
         Categorical(edge_choice_name(j, src), ADABERT_OPS, default="std_conv_3",
                     doc=f"op on the edge {src} -> n{j} of every cell")

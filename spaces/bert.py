@@ -37,7 +37,7 @@ from typing import Any
 
 from nas.errors import SpaceDefinitionError
 from nas.graph import GraphBuilder
-from nas.space import SearchSpace, register_space
+from nas.space import SearchSpace, check_hyperparameters, register_space
 
 #: The shape of ``transformers.BertConfig()`` (BERT-base), with HF's hyperparameter names.
 BERT_BASE: dict[str, Any] = dict(
@@ -93,6 +93,13 @@ def bert_space(
     ``fit_size`` adds TinyBERT's hidden-state fit layer (student H → teacher H) as an
     auxiliary node of group ``distill``: built and costed, run only when asked for.
     """
+    check_hyperparameters(name, locals(), flags=("classifier_activation",), positive=(
+        "num_labels", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size", "max_position_embeddings"), non_negative=("type_vocab_size",
+                                                                       "fit_size"))
+    if not isinstance(layer_norm_eps, int | float) or not 0 < layer_norm_eps < 1:
+        raise SpaceDefinitionError(f"space {name!r}: layer_norm_eps must be a small positive "
+                                   f"number, got {layer_norm_eps!r}")
     if hidden_size % num_attention_heads:
         raise SpaceDefinitionError(
             f"{name}: hidden_size ({hidden_size}) must be divisible by num_attention_heads "

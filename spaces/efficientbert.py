@@ -31,7 +31,7 @@ from nas.choices import Categorical, IntChoice
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, ChoiceRef, Dim, GraphBuilder
 from nas.ops.basic import BINARY_OPS, UNARY_OPS
-from nas.space import Constraint, SearchSpace, register_space
+from nas.space import Constraint, SearchSpace, check_hyperparameters, register_space
 
 UNARY = ("identity", *UNARY_OPS)
 RATIOS = ("1", "1/2", "1/3", "1/4")
@@ -98,6 +98,9 @@ def efficientbert_space(
     fit_size: int = 768,
 ) -> SearchSpace:
     """EfficientBERT's space; ``hidden=360`` gives EfficientBERT-tiny's base."""
+    check_hyperparameters("efficientbert", locals(), positive=(
+        "num_labels", "layers", "hidden", "heads", "max_stack", "vocab_size", "embedding_size",
+        "max_positions", "fit_size"), non_negative=("type_vocab_size",))
     if hidden % heads:
         raise SpaceDefinitionError(
             f"space 'efficientbert': hidden ({hidden}) must be divisible by heads ({heads}); "

@@ -47,7 +47,7 @@ from nas.choices import Categorical
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, ChoiceRef, Dim, GraphBuilder
 from nas.ops.mobilebert import ATTENTION_INPUTS, NORM_OPS
-from nas.space import Constraint, SearchSpace, register_space
+from nas.space import Constraint, SearchSpace, check_hyperparameters, register_space
 
 #: ``transformers.MobileBertConfig()`` defaults (the released MobileBERT), HF names.
 MOBILEBERT: dict[str, Any] = dict(
@@ -166,6 +166,13 @@ def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> Searc
         raise SpaceDefinitionError(
             f"{name}: unknown hyperparameter(s) {sorted(unknown)}; known: {sorted(MOBILEBERT)}"
         )
+    values = {**MOBILEBERT, **hparams, "num_labels": num_labels}
+    check_hyperparameters(
+        name, values, flags=("trigram_input", "classifier_activation"), non_negative=(
+            "type_vocab_size",), positive=(
+            "num_labels", "vocab_size", "embedding_size", "hidden_size", "intra_bottleneck_size",
+            "num_attention_heads", "num_feedforward_networks", "intermediate_size",
+            "num_hidden_layers", "max_position_embeddings"))
     shape = _Shape({**MOBILEBERT, **hparams}, MOBILEBERT)
     for key in ("attention_input", "normalization_type"):
         for v in shape.options(key):

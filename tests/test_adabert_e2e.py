@@ -75,15 +75,17 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
     scored = json.loads(capsys.readouterr().out)
     assert scored["split"] == "test" and scored["metrics"] == searched["test"]
 
-    # the random baseline: one process per trial (trial 1 alone), then the rest
-    assert _run("--run-dir", str(run_dir), "--searcher", "random", "--random-sample", "1") == 0
-    assert (run_dir / "trials" / "1.json").is_file()
-    assert not (run_dir / "trials" / "0.json").exists()
-    assert _run("--run-dir", str(run_dir), "--searcher", "random", "--random-sample", "2") == 2
-    assert "--random-sample 2" in capsys.readouterr().err
-    one = json.loads((run_dir / "trials" / "1.json").read_text())
+    # the random baseline, a multi-trial search on Optuna: stopped after one trial, then
+    # continued (the finished trial is kept, not redone)
+    assert _run("--run-dir", str(run_dir), "--searcher", "random", "--n-trials", "1") == 0
+    assert (run_dir / "trials" / "0" / "result.json").is_file()
+    assert not (run_dir / "trials" / "1").exists()
+    one = json.loads((run_dir / "trials" / "0" / "result.json").read_text())
+    with pytest.raises(SystemExit):
+        _run("--run-dir", str(run_dir), "--searcher", "random", "--n-trials", "0")
+    assert "--n-trials" in capsys.readouterr().err
     assert _run("--run-dir", str(run_dir), "--searcher", "random") == 0
-    assert json.loads((run_dir / "trials" / "1.json").read_text()) == one  # kept, not redone
+    assert json.loads((run_dir / "trials" / "0" / "result.json").read_text()) == one
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [r["tag"] for r in metrics["random"]["runs"]] == ["random0", "random1"]
     assert "searched" in metrics  # the earlier stage's results are kept
@@ -96,8 +98,12 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
 
 def test_searchers_come_from_the_registry_and_the_method(cache, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["run", SMOKE, "--searcher", "lanas"])
-    assert exit_.value.code == 2 and "invalid choice: 'lanas'" in capsys.readouterr().err
+        main(["run", SMOKE, "--searcher", "grid"])
+    assert exit_.value.code == 2 and "invalid choice: 'grid'" in capsys.readouterr().err
+    # the study flags need a multi-trial searcher (the smoke file's own is differentiable)
+    assert main(["run", SMOKE, "--n-trials", "3", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--n-trials needs a multi-trial searcher" in err
 
 
 def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, monkeypatch):

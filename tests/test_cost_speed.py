@@ -100,7 +100,7 @@ def test_inputs_are_still_validated_and_canonicalised():
     eb = get_space("efficientbert", **small_config("efficientbert"))
     bad = eb.default().replace(**{"L0.pre_binary": "add"})  # breaks a constraint
     with pytest.raises(ArchitectureError, match="identical arguments"):
-        count_costs(eb, dict(bad))
+        count_costs(eb, dict(bad), seq_len=16)
 
 
 def test_tables_are_cached_per_space_object_and_length():

@@ -69,7 +69,7 @@ def test_unknown_task_lists_close_names() -> None:
     with pytest.raises(RegistryError, match="sst2"):
         load_task("sst", "train")
     with pytest.raises(DataError, match="no split"):
-        load_task("sst2", "test")
+        load_task("mrpc", "test")  # sst2 has a test split; mrpc has none
 
 
 # ------------------------------------------------------------------ bad input files

@@ -22,7 +22,7 @@ from nas.builder import build_child, build_supernet, extract_child
 from nas.cost import batch_for
 from nas.errors import ExportError
 from nas.export import export
-from nas.runtime import load
+from nas.runtime import file_manifest, load
 from nas.space import get_space, list_spaces, small_config
 
 TOL = 1e-4
@@ -44,8 +44,8 @@ BLOCKED_RUNNER = textwrap.dedent("""
 
     diffs = {}
     for directory in sys.argv[1:]:
-        batch = torch.load(directory + "/../batch.pt")[directory]
-        ref = torch.load(directory + "/../logits.pt")[directory]
+        batch = torch.load(directory + "/../batch.pt", weights_only=True)[directory]
+        ref = torch.load(directory + "/../logits.pt", weights_only=True)[directory]
         for runtime in ("torch", "onnx"):
             got = load(directory, runtime)(batch)
             diffs[f"{directory}:{runtime}"] = float((got - ref).abs().max())
@@ -159,6 +159,29 @@ def test_export_with_supernet_weights_slices_them(tmp_path):
         export(other, None, tmp_path / "wrong", weights=ckpt)
 
 
+def test_export_takes_the_model_of_a_training_checkpoint(tmp_path):
+    """A nas.checkpoint training state (model, optimizer, counters) exports its model."""
+    from nas.checkpoint import save_state
+
+    space = get_space("bert", **small_config("bert"))
+    torch.manual_seed(0)
+    child = build_child(space, space.default())
+    batch = _batch(space)
+    opt = torch.optim.AdamW(child.parameters(), lr=0.1)
+    child(batch).logits.sum().backward()
+    opt.step()  # trained weights, and an optimizer state with tensors of its own
+    ckpt = tmp_path / "checkpoint.safetensors"
+    save_state(ckpt, {"model": child.state_dict(), "optimizer": opt.state_dict(), "step": 1})
+    out = export(space, None, tmp_path / "child", weights=ckpt)
+    with torch.no_grad():
+        ref = child.eval()(batch).logits
+    assert torch.equal(load(out)(batch), ref)
+    save_state(tmp_path / "search.safetensors", {"search": {"step": 1}, "epoch": 0})
+    with pytest.raises(ExportError, match=r"search\.safetensors: expected a state dict of "
+                                          r"tensors, .* \(it holds: search, epoch\)"):
+        export(space, None, tmp_path / "other", weights=tmp_path / "search.safetensors")
+
+
 def test_label_count_must_match(tmp_path):
     space = get_space("bert", **small_config("bert"))
     with pytest.raises(ExportError, match="3 label names"):
@@ -180,8 +203,6 @@ def test_missing_weights_are_named(exported):
 def _relist(exported):
     """Rewrite the export's file list after a test edited a file on purpose, so that the
     checks behind the hash check are reached."""
-    from nas.runtime import file_manifest
-
     path = exported / "config.json"
     config = json.loads(path.read_text())
     config["files"] = file_manifest(exported)
@@ -271,7 +292,8 @@ def test_missing_tensor_and_broken_config_are_named(exported):
         load(exported)
     with pytest.raises(ExportError, match="model.onnx: missing"):
         (exported / "config.json").write_text(json.dumps(
-            {"format": "nas-export", "graph": {}, "labels": [], "inputs": [], "files": {}}))
+            {"format": "nas-export", "graph": {}, "labels": ["a"], "inputs": ["input_ids"],
+             "files": file_manifest(exported)}))
         load(exported, "onnx")
 
 

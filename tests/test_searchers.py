@@ -21,7 +21,6 @@ from searchers.differentiable import (
     op_cost_table,
     weight_settings,
 )
-from searchers.random_search import RandomSearcher
 
 
 @pytest.fixture(scope="module")
@@ -170,15 +169,15 @@ def test_architecture_is_frozen_during_the_weight_warm_up(space):
 
 
 def test_random_searcher_is_seeded_by_its_own_generator(space):
-    searcher = RandomSearcher(space, seed=3)
+    random = SEARCHERS.get("random")
+    searcher = random(space, seed=3)
     np.random.seed(0)
     first = [searcher.ask().arch for _ in range(4)]
-    again = RandomSearcher(space, seed=3)
+    again = random(space, seed=3)
     np.random.seed(1)  # the global RNG plays no part
     assert [again.ask().arch for _ in range(4)] == first
-    other = RandomSearcher(space, seed=4)
+    other = random(space, seed=4)
     assert [other.ask().arch for _ in range(4)] != first
-    assert SEARCHERS.get("random") is RandomSearcher
 
 
 def test_differentiable_searcher_runs_the_search_it_wraps(space):
@@ -205,3 +204,26 @@ def test_differentiable_searcher_checks_its_options(space):
     empty = FixedBatchTrainer(search.supernet, trainer.batch, search.task_loss, epochs=0)
     with pytest.raises(SearcherError, match="at least one"):
         SEARCHERS.get("differentiable")().search(space, empty)
+
+
+def test_published_op_costs_price_depth_not_ops(space):
+    """The published scale (0.1 per op, edges summed) gives every op of an edge the same
+    efficiency gradient; the normalised scale prices a convolution above a pool."""
+    search, _ = _search(space)
+    published = op_cost_table(space, scale="published")
+    assert all(torch.all(c == 0.1) for c in published.values())
+    depth = space.choice("depth")
+    logits = {n: torch.zeros(len(space.choice(n).values), requires_grad=True)
+              for n in [*published, "depth"]}
+    weights = {n: torch.softmax(v, -1) for n, v in logits.items()}
+    loss = efficiency_loss(weights, published, depth, edges="sum")
+    mean_depth = sum(depth.values) / len(depth.values)  # uniform depth weights
+    assert loss.item() == pytest.approx(0.1 * len(published) * mean_depth / max(depth.values))
+    loss.backward()
+    edge = next(iter(published))
+    assert torch.allclose(logits[edge].grad, torch.zeros_like(logits[edge].grad), atol=1e-7)
+    assert logits["depth"].grad.abs().sum() > 0
+    normalised = op_cost_table(space)
+    assert normalised[edge].max() == 1.0 and normalised[edge].min() == 0.0
+    with pytest.raises(SearcherError, match="op_costs"):
+        SEARCHERS.get("differentiable")(op_costs="paper")

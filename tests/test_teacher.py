@@ -212,3 +212,38 @@ def test_teacher_experiment_files_parse_and_match_the_cli(path: Path) -> None:
         assert 0.0 < exp["result"]["dev_accuracy"] <= 1.0
     else:
         assert len(exp["result"]["dev_accuracy"]) == len(exp["result"]["train_accuracy"])
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: proof that a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_pickle_planted_in_the_teacher_cache_never_runs(tiny_teacher: Path,
+                                                          tmp_path: Path) -> None:
+    import pickle
+
+    from nas.checkpoint import CheckpointError
+
+    done = finetune_teacher("mrpc", str(tiny_teacher), config=TINY,
+                            cache_dir=tmp_path / "cache", progress=False)
+    run_dir = Path(done.model_dir).parent
+    (run_dir / "result.json").unlink()  # as if the fine-tune had been interrupted
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps({"model": _Payload(marker)})  # noqa: S301 (the attack under test)
+    (run_dir / "checkpoint.safetensors").write_bytes(payload)
+    with pytest.raises(CheckpointError, match=r"checkpoint\.safetensors") as err:
+        finetune_teacher("mrpc", str(tiny_teacher), config=TINY,
+                         cache_dir=tmp_path / "cache", progress=False)
+    assert "\n" not in str(err.value)
+    (run_dir / "checkpoint.safetensors").unlink()
+    (run_dir / "checkpoint.pt").write_bytes(payload)  # the old format: refused, not read
+    again = finetune_teacher("mrpc", str(tiny_teacher), config=TINY,
+                             cache_dir=tmp_path / "cache", progress=False)
+    assert again.metrics == done.metrics and not (run_dir / "checkpoint.pt").exists()
+    assert not marker.exists()

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from nas.recipes.config import ConfigError, from_dict
 from torch import nn
 from torch.nn import functional as F
 
 from nas.checkpoint import CheckpointError, load_state
+from nas.config import ConfigError, from_dict
 from nas.train import (
     GeneratorState,
     NonFiniteLossError,

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from nas.cli.common import non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -42,14 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "when it has one, otherwise from nearest neighbours in its input-embedding space. "
         "Cached by (teacher, data, parameters).",
     )
-    p.add_argument("--task", required=True, help="sst2, mrpc, or a hub name")
+    p.add_argument("--task", required=True, help="sst2, mrpc, a data file, or a hub name")
     p.add_argument("--split", default="train")
-    p.add_argument("--n", type=int, default=20, help="new examples per example (N)")
-    p.add_argument("--m", type=int, default=15, help="candidates per word (M)")
+    p.add_argument("--n", type=positive_int, default=20, help="new examples per example (N)")
+    p.add_argument("--m", type=positive_int, default=15, help="candidates per word (M)")
     p.add_argument("--p", type=float, default=0.4, help="replacement probability (p_t)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-examples", type=int, default=None, help="only the first K examples")
-    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--max-examples", type=positive_int, default=None,
+                   help="only the first K examples")
+    p.add_argument("--max-seq-len", type=positive_int, default=128)
     p.add_argument("--multi-piece", choices=("skip", "mean"), default="skip",
                    help="words of several WordPiece pieces: keep them (skip) or use the "
                    "neighbours of their mean piece embedding (mean)")

@@ -15,6 +15,37 @@ if TYPE_CHECKING:  # the space machinery imports torch: load it only when a comm
     from nas.space import SearchSpace
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer ≥ 1 (sizes, lengths, counts)."""
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer ≥ 0 (seeds, indices, warm-up counts)."""
+    return _int_at_least(text, 0, "a non-negative integer")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (seconds, rates)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _int_at_least(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
 def add_space_config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", "-c", action="append", default=[], metavar="KEY=VALUE",
@@ -47,7 +78,8 @@ def arch_from_args(space: SearchSpace, arch: str | None) -> Architecture:
     if arch is None:
         return space.default()
     loaded = load_architecture(arch)
-    assert loaded is not None
+    if loaded is None:  # not reached: only None loads as None
+        return space.default()
     if loaded.space not in (None, space.name):
         raise NasError(f"the architecture is for space {loaded.space!r}, not {space.name!r}")
     for name, value in loaded.items():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from nas.cli.common import add_space_config_option, arch_from_args, emit, human, space_from_args
+from nas.cli.common import (
+    add_space_config_option,
+    arch_from_args,
+    emit,
+    human,
+    positive_int,
+    space_from_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -12,17 +19,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "cost", help="parameters, FLOPs (2 x multiply-adds) and optionally CPU latency")
     p.add_argument("space")
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=positive_int, default=128,
+                   help="tokens per example (at most the model's positions)")
     p.add_argument("--latency", action="store_true", help="build the child and time it on CPU")
     p.add_argument("--latency-model", action="store_true",
                    help="predict CPU latency from the calibrated table (nas latency calibrate)")
-    p.add_argument("--batch-size", type=int, default=1,
+    p.add_argument("--batch-size", type=positive_int, default=1,
                    help="batch size for --latency and --latency-model")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for --latency-model")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="CPU threads for --latency-model")
     p.add_argument("--latency-table", help="latency table file (default: this machine's)")
     p.add_argument("--latency-clock", choices=["wall", "cpu"], default="wall",
                    help="which calibrated clock --latency-model predicts")
-    p.add_argument("--repeats", type=int, default=10, help="timed repeats for --latency")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed repeats for --latency")
     add_space_config_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
@@ -31,8 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_cost(args: argparse.Namespace) -> int:
     from nas.cost import count_costs
 
-    if args.seq_len < 1:
-        raise SystemExit("error: --seq-len must be a positive integer")
     space = space_from_args(args)
     arch = arch_from_args(space, args.arch)
     costs = count_costs(space, arch, args.seq_len)

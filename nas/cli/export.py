@@ -9,25 +9,38 @@ from __future__ import annotations
 
 import argparse
 
-from nas.cli.common import add_space_config_option, arch_from_args, emit, space_from_args
+from nas.cli.common import (
+    add_space_config_option,
+    arch_from_args,
+    emit,
+    non_negative_int,
+    positive_int,
+    space_from_args,
+)
 from nas.errors import NasError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export", help="write a standalone model directory (native, hf or onnx)")
-    p.add_argument("--space", required=True, help="registered space name (nas spaces list)")
+    p.add_argument("--space", help="registered space name (nas spaces list); not with --run")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="export a trial of the run folder's multi-trial search instead "
+                        "(default output RUN_DIR/exports/trial<N>)")
+    p.add_argument("--trial", default="best", metavar="N|best",
+                   help="with --run: the trial number, or best (single-objective studies)")
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
     p.add_argument("--weights", help="checkpoint of the child or of the supernet "
                                      "(.safetensors or torch file); default: fresh weights")
-    p.add_argument("-o", "--output", required=True, help="directory to write")
+    p.add_argument("-o", "--output", help="directory to write (required without --run)")
     p.add_argument("--format", default="native", choices=("native", "hf", "onnx"),
                    help="native (config.json + model.safetensors), hf (transformers; bert and "
                         "mobilebert families) or onnx (native + model.onnx)")
     p.add_argument("--labels", help="comma-separated label names (default LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
                                        "MiniLM teacher's, when the vocabulary fits)")
-    p.add_argument("--max-length", type=int, default=128, help="tokenizer truncation length")
+    p.add_argument("--max-length", type=positive_int, default=128,
+                   help="tokenizer truncation length")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a previous export in the output directory completely")
     add_space_config_option(p)
@@ -45,12 +58,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="CPU latency (median, p90) and throughput")
     p.add_argument("directory")
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=positive_int, default=128,
+                   help="tokens per example (at most the model's positions)")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"))
-    p.add_argument("--repeats", type=int, default=10, help="timed runs per batch size")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs per batch size")
-    p.add_argument("--threads", type=int, help="intra-op threads (default: the runtime's own; "
-                                              "on a busy machine 1 is often fastest)")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per batch size")
+    p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed runs per batch size")
+    p.add_argument("--threads", type=positive_int,
+                   help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
+                        "often fastest)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -58,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from nas.export import export
 
+    if args.run is not None:
+        return _export_trial(args)
+    if args.space is None or args.output is None:
+        raise NasError("nas export needs --space and -o DIR (or --run RUN_DIR to export a "
+                       "trial of a multi-trial search)")
     space = space_from_args(args)
     arch = arch_from_args(space, args.arch)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
@@ -68,6 +88,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
                 "format": args.format, "files": files},
          f"exported {space.name} arch {arch.id} ({args.format}) to {out}: {', '.join(files)}")
+    return 0
+
+
+def _export_trial(args: argparse.Namespace) -> int:
+    """``nas export --run RUN_DIR [--trial N|best]``: the run's study knows the space, the
+    architecture, the trained weights and the tokenizer."""
+    from searchers.results import export_trial
+
+    clashing = [flag for flag, value in (("--space", args.space), ("--arch", args.arch),
+                                         ("--weights", args.weights), ("--labels", args.labels),
+                                         ("--tokenizer", args.tokenizer)) if value]
+    if clashing:
+        raise NasError(f"{clashing[0]} does not go with --run: the study records it")
+    out, trial = export_trial(args.run, args.trial, args.output, fmt=args.format,
+                              overwrite=args.overwrite)
+    files = sorted(p.name for p in out.iterdir())
+    arch_id = trial.user_attrs["arch_id"]
+    emit(args, {"directory": str(out), "trial": trial.number, "arch_id": arch_id,
+                "values": trial.values, "format": args.format, "files": files},
+         f"exported trial {trial.number} (arch {arch_id}, values "
+         f"{[round(v, 4) for v in trial.values]}) to {out}: {', '.join(files)}")
     return 0
 
 
@@ -95,10 +136,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from nas.runtime import benchmark, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
-    if args.seq_len < 1 or args.repeats < 1 or args.warmup < 0:
-        raise NasError("--seq-len and --repeats must be positive and --warmup non-negative")
-    if args.threads is not None and args.threads < 1:
-        raise NasError(f"--threads must be a positive integer, got {args.threads}")
     model = load(args.directory, args.runtime, args.threads)
     rows = benchmark(model, sizes, args.seq_len, args.repeats, args.warmup)
     lines = [f"{args.directory} ({args.runtime}, sequence length {args.seq_len}, "

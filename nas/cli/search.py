@@ -10,7 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit
+from nas.cli.common import emit, positive_float, positive_int
 from nas.errors import NasError
 
 
@@ -19,15 +19,34 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("config", help="experiment YAML, e.g. experiments/adabert_sst2.yaml")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting of the YAML, any dotted key, the value read as "
+                        "YAML: --set retrain.epochs=1 --set data.max_train_examples=2000 "
+                        "(repeatable; checked like the file; the run's config.yaml records "
+                        "the result)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
     p.add_argument("--searcher", choices=searcher_names,
-                   help="a registered searcher the method accepts (default: the method's "
-                        "own); e.g. random: random architectures trained with the same recipe")
-    p.add_argument("--random-sample", type=int, metavar="I",
-                   help="with --searcher random: evaluate only sample I (0-based) and keep the "
-                        "others finished so far; run one process per sample to use more "
-                        "cores")
+                   help="a registered searcher the method accepts (default: the experiment's "
+                        "`searcher:`, else the method's own); e.g. random: random "
+                        "architectures trained with the same recipe")
+    study = p.add_argument_group("multi-trial searches (lanas, tpe, nsga2, gp, random)")
+    study.add_argument("--n-trials", type=positive_int, metavar="N",
+                       help="evaluations in the study (default: the experiment's); on "
+                            "--resume a larger N extends a finished study")
+    study.add_argument("--timeout", type=positive_float, metavar="S",
+                       help="start no new trial after S seconds")
+    study.add_argument("--storage", metavar="URL",
+                       help="where the study lives: a journal file (default RUN_DIR/"
+                            "study.journal), sqlite:///FILE or postgresql+psycopg://USER@HOST/DB")
+    study.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                       help="evaluate trials in N processes, one torch thread each")
+    study.add_argument("--attach", action="store_true",
+                       help="join the existing study in --storage as another worker, with a "
+                            "run folder of its own")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    p.add_argument("--break-lock", action="store_true",
+                   help="take over the run directory's lock left by a process on another "
+                        "host (make sure that run is over: two writers corrupt a run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     p.set_defaults(func=cmd_run)
@@ -50,18 +69,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
-    method, config = load_experiment(args.config)
-    searcher = method.check_searcher(args.searcher)
-    if args.random_sample is not None and searcher != "random":
-        raise NasError("--random-sample needs --searcher random")
+    method, config = load_experiment(args.config, args.set)
+    # an experiment may name its searcher (`searcher: lanas`); --searcher overrides it
+    searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
+    study = _study_options(args, searcher)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
-                         extra={"random_sample": args.random_sample})
+                         extra={"study": study, "break_lock": args.break_lock})
     metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0
+
+
+def _study_options(args: argparse.Namespace, searcher: str | None) -> object | None:
+    """The multi-trial flags as :class:`searchers.loop.StudyOptions` (``None`` when none
+    is given); they need a multi-trial searcher."""
+    given = [flag for flag, value in (("--n-trials", args.n_trials), ("--timeout", args.timeout),
+                                      ("--storage", args.storage), ("--attach", args.attach),
+                                      ("--workers", args.workers != 1)) if value]
+    if not given:
+        return None
+    from searchers.base import SEARCHERS
+    from searchers.loop import StudyOptions
+
+    if searcher is None or SEARCHERS.kind_of(searcher) != "multi-trial":
+        raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, tpe, "
+                       f"nsga2, gp or random), not {searcher}")
+    options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
+                           workers=args.workers, attach=args.attach)
+    if args.storage is not None and "://" in args.storage:
+        from searchers.storage import open_storage
+
+        open_storage(args.storage)  # an unreachable database fails now, not after training
+    return options
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -79,10 +121,12 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                                           "(test when it has one, e.g. SST-2's clean "
                                           "sentence-level test set).")
     p.add_argument("path", help="a run directory (nas run) or an export directory")
-    p.add_argument("--split", help="train, dev or test (default: test when the task has it)")
-    p.add_argument("--task", help="task name (default: the one the run was made for)")
+    p.add_argument("--split", help="train, validation (alias dev) or test (default: test "
+                                   "when the task has it)")
+    p.add_argument("--task", help="task name or data file (default: the one the run was "
+                                  "made for)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="examples per forward pass")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="the runtime that runs the export")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from nas.cli.common import add_space_config_option, arch_from_args, emit, space_from_args
+from nas.cli.common import (
+    add_space_config_option,
+    arch_from_args,
+    emit,
+    non_negative_int,
+    space_from_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sample", help="a random valid architecture, as JSON")
     p.add_argument("space")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     add_space_config_option(p)
     p.add_argument("-o", "--output", help="also write the architecture file here")
     p.add_argument("--json", action="store_true", help="(the output is always JSON)")

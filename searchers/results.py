@@ -1,0 +1,120 @@
+"""A finished (or running) study read back from a run folder: its trials, the best one
+or the Pareto front, and the export of a trial's model (``nas export --run RUN_DIR
+[--trial N|best]``).
+
+The study is the source of truth (``RUN_DIR/study.json`` names its storage), so a run
+folder of an attached worker sees the trials of every worker, and a trial trained by
+another worker is exported from the weights that worker recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nas.errors import NasError
+from searchers.loop import POINTER, read_pointer
+from searchers.storage import open_storage
+
+
+def open_run_study(run_dir: str | Path) -> optuna.Study:
+    """The study of a run folder (one-line errors for a folder without one)."""
+    pointer = read_pointer(run_dir)
+    if pointer is None:
+        raise NasError(f"{run_dir} holds no multi-trial study (no {POINTER}); run a search "
+                       "with --searcher lanas, tpe, nsga2, gp or random first")
+    storage = open_storage(pointer["storage"])
+    try:
+        return optuna.load_study(study_name=pointer["study_name"], storage=storage)
+    except KeyError:
+        raise NasError(f"{Path(run_dir) / POINTER}: no study {pointer['study_name']!r} in "
+                       f"{pointer['storage']}; was the storage moved or deleted?") from None
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Evaluated trials with a result, by number (rejected and repeated proposals left
+    out)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("outcome") == "complete"]
+
+
+def signs(study: optuna.Study) -> list[float]:
+    return [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0
+            for d in study.directions]
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """The complete trials no other complete trial dominates (any number of objectives)."""
+    done = complete_trials(study)
+    s = signs(study)
+    scored = [[a * v for a, v in zip(s, t.values, strict=True)] for t in done]
+
+    def dominated(i: int) -> bool:
+        return any(all(x >= y for x, y in zip(b, scored[i], strict=True)) and b != scored[i]
+                   for b in scored)
+
+    return [t for i, t in enumerate(done) if not dominated(i)]
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial:
+    """The best complete trial of a single-objective study (the earliest on a tie)."""
+    done = complete_trials(study)
+    if not done:
+        raise NasError(f"study {study.study_name!r} has no complete trial yet")
+    if len(study.directions) > 1:
+        front = ", ".join(str(t.number) for t in pareto_front(study))
+        raise NasError(f"study {study.study_name!r} has {len(study.directions)} objectives and "
+                       f"no single best trial; pick one of its Pareto front with --trial N "
+                       f"(front: {front})")
+    sign = signs(study)[0]
+    return max(done, key=lambda t: (sign * t.values[0], -t.number))
+
+
+def pick_trial(study: optuna.Study, which: str | int) -> FrozenTrial:
+    """Trial ``which``: ``"best"`` or a trial number with a complete result."""
+    if which == "best":
+        return best_trial(study)
+    try:
+        number = int(which)
+    except ValueError:
+        raise NasError(f"--trial expects a trial number or 'best', got {which!r}") from None
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if number not in trials:
+        raise NasError(f"study {study.study_name!r} has no trial {number} (trials 0 to "
+                       f"{len(trials) - 1})")
+    trial = trials[number]
+    if trial.user_attrs.get("outcome") != "complete":
+        done = ", ".join(str(t.number) for t in complete_trials(study)[:20])
+        raise NasError(f"trial {number} has no trained model (it is "
+                       f"{trial.user_attrs.get('outcome') or trial.state.name.lower()}); "
+                       f"complete trials: {done or 'none'}")
+    return trial
+
+
+def export_trial(run_dir: str | Path, which: str | int, output: str | Path | None = None,
+                 *, fmt: str = "native", overwrite: bool = False) -> tuple[Path, FrozenTrial]:
+    """Export trial ``which`` of the run folder's study (default folder
+    ``RUN_DIR/exports/trial<N>``); returns the folder and the trial."""
+    from nas.export import export
+    from nas.space import get_space
+
+    study = open_run_study(run_dir)
+    trial = pick_trial(study, which)
+    weights = trial.user_attrs.get("weights")
+    if not weights or not Path(weights).is_file():
+        raise NasError(f"trial {trial.number}: its trained weights are not here "
+                       f"({weights or 'none recorded'}); export it on the machine of the "
+                       "worker that trained it")
+    attrs: Mapping[str, Any] = study.user_attrs
+    space = get_space(attrs["space"], **attrs.get("space_config", {}))
+    arch = space.validate(trial.user_attrs["arch"])
+    out = Path(output) if output is not None else Path(run_dir) / "exports" / f"trial{trial.number}"
+    extra = attrs.get("export") or {}
+    export(space, arch, out, weights=weights, fmt=fmt, labels=extra.get("labels"),
+           tokenizer=extra.get("tokenizer"), max_length=extra.get("max_length", 128),
+           task=extra.get("task"), overwrite=overwrite)
+    return out, trial

@@ -1,0 +1,228 @@
+"""Where a study lives, and what happens to the trials of a worker that died (SPEC §9).
+
+* **Storage.** A URL with a scheme (``sqlite:///runs/x/study.db``,
+  ``postgresql+psycopg://user@host/db``) is an Optuna RDB storage; anything else is the
+  path of an Optuna journal file (``JournalStorage(JournalFileBackend(path))``), the
+  default being ``RUN_DIR/study.journal``. A journal file takes several processes on one
+  machine; Optuna's FAQ advises against SQLite for parallel workers, and several
+  machines need PostgreSQL (or MySQL).
+* **Dead workers.** Every trial records its worker (host, process id, process start
+  time) in the user attribute ``worker``. A RUNNING trial whose worker is gone is failed
+  and queued again with the same parameters (Optuna's
+  :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`, up to ``retries`` times):
+
+  - on RDB storage through Optuna's heartbeat: a thread records the trial's heartbeat
+    every ``heartbeat_interval`` seconds, and :func:`optuna.storages.fail_stale_trials`
+    fails a trial whose heartbeat is older than ``grace_period`` (any machine);
+  - on a journal file, which has no heartbeat, through a lease of our own: a RUNNING
+    trial whose worker process no longer runs on *this* host (the process id is gone,
+    or it now belongs to a process started later) is failed by the next worker that
+    looks. Workers on other hosts are left alone: their liveness cannot be seen here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import (
+    BaseStorage,
+    JournalStorage,
+    RDBStorage,
+    RetryHeartbeatStaleTrialCallback,
+    fail_stale_trials,
+)
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from nas.errors import NasError
+
+JOURNAL_FILE = "study.journal"
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
+
+
+class StorageError(NasError):
+    """A study storage cannot be opened (bad URL, missing driver, unreachable server)."""
+
+
+def storage_url(given: str | None, run_dir: str | Path) -> str:
+    """The canonical storage string: a URL as given, or an absolute journal file path
+    (``RUN_DIR/study.journal`` by default)."""
+    if given is None:
+        return str((Path(run_dir) / JOURNAL_FILE).resolve())
+    if "://" in given:
+        scheme = given.split("://", 1)[0].split("+", 1)[0]
+        if scheme not in RDB_SCHEMES:
+            raise StorageError(f"--storage {masked(given)}: unknown scheme {scheme!r}; use "
+                               "sqlite:///FILE, postgresql+psycopg://USER@HOST/DB or a journal "
+                               "file path")
+        return given
+    return str(Path(given).expanduser().resolve())
+
+
+def is_journal(url: str) -> bool:
+    return "://" not in url
+
+
+def masked(url: str) -> str:
+    """``url`` without its password (for messages and files)."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
+
+
+def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
+                 grace_period: int = 30) -> BaseStorage:
+    """The Optuna storage behind ``url`` (see :func:`storage_url`)."""
+    if is_journal(url):
+        path = Path(url)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            callback = RetryHeartbeatStaleTrialCallback(max_retry=retries)
+            return RDBStorage(url, heartbeat_interval=heartbeat_interval,
+                              grace_period=grace_period,
+                              heartbeat_stale_trial_callback=callback)
+    except ImportError as err:
+        raise StorageError(f"--storage {masked(url)}: the database driver is missing "
+                           f"({err.name or err}); pip install 'psycopg[binary]' for "
+                           "postgresql+psycopg://") from None
+    except Exception as err:  # sqlalchemy's connection errors: one line, no password
+        message = " ".join(str(err).split())[:200]
+        raise StorageError(f"--storage {masked(url)}: cannot open the storage "
+                           f"({type(err).__name__}: {message})") from None
+
+
+# ---------------------------------------------------------------------------
+# workers and leases
+# ---------------------------------------------------------------------------
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), ``None`` if unknown
+    (no such process, or no ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text()
+                    .splitlines() if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def worker_info(run_dir: str | Path | None = None) -> dict[str, Any]:
+    """This process as a worker: host, pid, start time and run folder."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid,
+            "started": process_start_time(pid) or time.time(),
+            "run_dir": None if run_dir is None else str(Path(run_dir).resolve())}
+
+
+def worker_alive(worker: dict[str, Any]) -> bool:
+    """Whether the worker process is still running (only answerable on its own host:
+    a worker of another host counts as alive)."""
+    if worker.get("host") != socket.gethostname():
+        return True
+    try:
+        pid = int(worker["pid"])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return False
+    started = process_start_time(pid)
+    recorded = worker.get("started")
+    if started is None or not isinstance(recorded, int | float):
+        return True
+    return abs(started - float(recorded)) < 2.0  # else the pid was reused
+
+
+def recover_stale_trials(study: optuna.Study, retries: int) -> list[int]:
+    """Fail the RUNNING trials of dead workers and queue their retries; returns the
+    failed trial numbers (module docstring). The process-id lease applies to every
+    storage (for workers on this host); RDB storage adds Optuna's heartbeat."""
+    storage = study._storage
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.user_attrs.get("worker")
+        if not isinstance(worker, dict) or worker_alive(worker):
+            continue
+        try:  # only one worker wins this: the others get UpdateFinishedTrialError
+            if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+                continue
+        except UpdateFinishedTrialError:
+            continue
+        failed.append(trial.number)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            RetryHeartbeatStaleTrialCallback(max_retry=retries)(
+                study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+    if not isinstance(storage, JournalStorage):
+        running = {t.number for t in study.get_trials(deepcopy=False,
+                                                       states=(TrialState.RUNNING,))}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            fail_stale_trials(study)  # the storage's callback queues the retries
+        failed += [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                   if t.number in running and t.user_attrs.get("outcome") is None]
+    return sorted(failed)
+
+
+def abandon_trial(study: optuna.Study, number: int, retries: int) -> None:
+    """Fail a trial this worker cannot finish (it was interrupted) and queue its retry,
+    as if its worker had died: the next run takes it up again."""
+    storage = study._storage
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    try:
+        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
+            return
+    except UpdateFinishedTrialError:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        RetryHeartbeatStaleTrialCallback(max_retry=retries)(
+            study, copy.deepcopy(storage.get_trial(trial_id)))
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial_number: int) -> Iterator[None]:
+    """Record the trial's heartbeat in a thread while the block runs (RDB storage with a
+    heartbeat; nothing otherwise)."""
+    storage = study._storage
+    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    if interval is None:
+        yield
+        return
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, trial_number)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a lost beat is what staleness detects
+                storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat-{trial_number}")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

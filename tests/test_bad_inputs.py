@@ -1,0 +1,420 @@
+"""Every bad input of the reliability issue's case list: one line, a meaningful exit code.
+
+Each row runs the ``nas`` command (in-process through :func:`nas.cli.main`, a few also as
+a real subprocess) on one malformed or hostile input and checks the exit status (2: bad
+usage or input; 1: a failure at run time), that stderr is exactly one line, that no
+traceback shows, and the phrase that names the problem. The run folders are written by
+hand (a snapshot, a log, a metrics file) and the exports are a one-layer TinyBERT, so the
+table needs no search and no teacher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "experiments" / "adabert_smoke.yaml"
+TINY = ["--space", "tinybert", "-c", "num_hidden_layers=1"]
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One-layer TinyBERT exports (native, ONNX, transformers), made once per module."""
+    root = tmp_path_factory.mktemp("exports")
+    made = {}
+    for fmt in ("native", "onnx", "hf"):
+        assert main(["export", *TINY, "-o", str(root / fmt), "--format", fmt]) == 0
+        made[fmt] = root / fmt
+    return made
+
+
+@dataclass
+class Ctx:
+    """What a case's set-up gets: a fresh folder and the shared exports."""
+
+    tmp: Path
+    exports: dict[str, Path]
+    processes: list[subprocess.Popen] = field(default_factory=list)  # stopped after the case
+
+    def export_copy(self, fmt: str = "native") -> Path:
+        out = self.tmp / f"copy-{fmt}"
+        shutil.copytree(self.exports[fmt], out)
+        return out
+
+    def edit_config(self, fmt: str, change: Callable[[dict], None]) -> Path:
+        out = self.export_copy(fmt)
+        config = json.loads((out / "config.json").read_text())
+        change(config)
+        (out / "config.json").write_text(json.dumps(config))
+        return out
+
+
+def experiment(ctx: Ctx, change: Callable[[dict], None]) -> list[str]:
+    """``nas run`` on the smoke experiment with one change."""
+    data = yaml.safe_load(SMOKE.read_text())
+    change(data)
+    path = ctx.tmp / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+
+def fake_run(ctx: Ctx, metrics: str | None = None, log_tail: str = "") -> Path:
+    """A run folder as the AdaBERT recipe leaves it after its teacher stage (or, with
+    ``metrics``, at the end): its snapshot, log lines, results."""
+    from nas.methods import load_experiment
+
+    method, config = load_experiment(SMOKE)
+    run = ctx.tmp / "run"
+    run.mkdir()
+    snapshot = {"method": method.name, **asdict(config)}
+    (run / "config.yaml").write_text(yaml.safe_dump(snapshot, sort_keys=False))
+    rows = [{"time": 1.0, "stage": "start", "resume": False},
+            {"time": 2.0, "stage": "teacher", "metrics": {"accuracy": 0.8}}]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + log_tail)
+    if metrics is not None:
+        (run / "metrics.json").write_text(metrics)
+    return run
+
+
+def _model(acc: float, params: int) -> dict:
+    latency = {f"batch{b}": {"median_ms": 2.0 * b, "seq_len": 32} for b in (1, 32)}
+    return {"dev": {"accuracy": acc}, "params": params, "flops": 1000, "latency": latency}
+
+
+GOOD_METRICS = json.dumps({"metric": "accuracy", "teacher": _model(0.9, 20_000_000),
+                           "searched": _model(0.8, 1_000_000)})
+
+
+def resume(ctx: Ctx, run: Path) -> list[str]:
+    return ["run", str(SMOKE), "--run-dir", str(run), "--resume", "--no-progress"]
+
+
+# ------------------------------------------------------------------------------ set-ups
+
+
+def truncated_checkpoint(ctx: Ctx) -> list[str]:
+    from nas.checkpoint import save_state
+
+    run = fake_run(ctx)
+    path = run / "checkpoint.safetensors"
+    save_state(path, {"search": {"w": [1.0] * 10}, "epoch": 0})
+    path.write_bytes(path.read_bytes()[:-7])
+    return resume(ctx, run)
+
+
+class _Payload:
+    marker = ""
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def pickle_checkpoint(ctx: Ctx) -> list[str]:
+    import torch
+
+    run = fake_run(ctx)
+    _Payload.marker = str(ctx.tmp / "pwned")
+    torch.save({"search": _Payload()}, run / "checkpoint.pt")
+    return resume(ctx, run)
+
+
+def locked_by_live_process(ctx: Ctx) -> list[str]:
+    run = fake_run(ctx)
+    sleeper = subprocess.Popen(["sleep", "60"])  # noqa: S607 (a stand-in live process)
+    ctx.processes.append(sleeper)
+    (run / ".lock").write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname(),
+                                           "started": time.time() + 1, "token": "x"}))
+    return resume(ctx, run)
+
+
+def locked_on_other_host(ctx: Ctx) -> list[str]:
+    run = fake_run(ctx)
+    (run / ".lock").write_text(json.dumps({"pid": 4242, "host": "node-b", "started": 1.0,
+                                           "token": "x"}))
+    return resume(ctx, run)
+
+
+def non_utf8_data(ctx: Ctx) -> list[str]:
+    from nas.data import resolve_data_dir
+
+    data = ctx.tmp / "data" / "sst2"
+    data.mkdir(parents=True)
+    lines = (resolve_data_dir() / "sst2" / "train.tsv").read_bytes().split(b"\n")[:12]
+    lines[4] = lines[4][:3] + b"\xe9" + lines[4][3:]  # Latin-1 "é" on line 5
+    (data / "train.tsv").write_bytes(b"\n".join(lines) + b"\n")
+    return ["augment", "--task", "sst2", "--split", "train", "--data-dir",
+            str(ctx.tmp / "data"), "--no-progress"]
+
+
+def onnx_left_behind(ctx: Ctx) -> list[str]:
+    out = ctx.export_copy("onnx")
+    assert main(["export", *TINY, "-o", str(out), "--overwrite"]) == 0  # native now
+    return ["predict", str(out), "a fine film", "--runtime", "onnx"]
+
+
+def hf_truncated(ctx: Ctx, listed: bool) -> list[str]:
+    out = ctx.export_copy("hf")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    if not listed:  # a plain transformers folder: no file list to catch it
+        config = json.loads((out / "config.json").read_text())
+        del config["nas_files"]
+        (out / "config.json").write_text(json.dumps(config))
+    return ["predict", str(out), "a fine film"]
+
+
+def foreign_folder(ctx: Ctx) -> list[str]:
+    (ctx.tmp / "mine").mkdir()
+    (ctx.tmp / "mine" / "config.json").write_text('{"someone": "else"}')
+    return ["export", *TINY, "-o", str(ctx.tmp / "mine"), "--overwrite"]
+
+
+def onto_file(ctx: Ctx) -> list[str]:
+    (ctx.tmp / "notes.txt").write_text("keep me")
+    return ["export", *TINY, "-o", str(ctx.tmp / "notes.txt")]
+
+
+def three_labels(config: dict) -> None:
+    config["labels"] = ["neg", "neutral", "pos"]
+    config["num_labels"] = 3
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+@dataclass
+class Case:
+    setup: Callable[[Ctx], list[str]]
+    code: int
+    phrase: str  # a regular expression the stderr line must contain
+    stderr_lines: int = 1
+
+
+def _set(path: str, value: object) -> Callable[[dict], None]:
+    def change(data: dict) -> None:
+        *parents, key = path.split(".")
+        for p in parents:
+            data = data.setdefault(p, {})
+        data[key] = value
+
+    return change
+
+
+def _drop(key: str) -> Callable[[dict], None]:
+    return lambda data: data.pop(key)
+
+
+def _yaml(change: Callable[[dict], None]) -> Callable[[Ctx], list[str]]:
+    return lambda ctx: experiment(ctx, change)
+
+
+def _cli(*argv: str) -> Callable[[Ctx], list[str]]:
+    return lambda ctx: list(argv)
+
+
+def _predict_edited(change: Callable[[dict], None], fmt: str = "native"
+                    ) -> Callable[[Ctx], list[str]]:
+    return lambda ctx: ["predict", str(ctx.edit_config(fmt, change)), "a fine film"]
+
+
+CASES = {
+    # experiment YAML
+    "yaml-missing-name": Case(_yaml(_drop("name")), 2, r"bad\.yaml: missing key 'name'"),
+    "yaml-missing-task": Case(_yaml(_drop("task")), 2, r"bad\.yaml: missing key 'task'"),
+    "yaml-missing-method": Case(_yaml(_drop("method")), 2,
+                                r"bad\.yaml: missing key 'method' \(one of: .*adabert"),
+    "yaml-unknown-method": Case(_yaml(_set("method", "adabertt")), 2,
+                                r"unknown method 'adabertt'; did you mean 'adabert'"),
+    "yaml-search-epochs-0": Case(_yaml(_set("search.epochs", 0)), 2,
+                                 r"bad\.yaml.*search.*epochs"),
+    "yaml-search-epochs-neg": Case(_yaml(_set("search.epochs", -1)), 2,
+                                   r"bad\.yaml.*search.*epochs"),
+    "yaml-search-batch-0": Case(_yaml(_set("search.batch_size", 0)), 2,
+                                r"bad\.yaml.*search.*batch_size"),
+    "yaml-retrain-batch-neg": Case(_yaml(_set("retrain.batch_size", -8)), 2,
+                                   r"bad\.yaml.*retrain.*batch_size"),
+    "yaml-checkpoint-every-0": Case(_yaml(_set("search.checkpoint_every", 0)), 2,
+                                    r"bad\.yaml.*checkpoint_every"),
+    "yaml-teacher-finetune-typo": Case(_yaml(_set("teacher_finetune.epocs", 1)), 2,
+                                       r"bad\.yaml.*teacher_finetune.*epocs"),
+    "yaml-random-samples-neg": Case(_yaml(_set("random_samples", -3)), 2,
+                                    r"bad\.yaml.*random_samples"),
+    "yaml-lr-nan": Case(_yaml(_set("search.lr", float("nan"))), 2,
+                        r"bad\.yaml\.search\.lr: expected a finite number, got nan"),
+    # data
+    "data-non-utf8-line-5": Case(non_utf8_data, 2,
+                                 r"sst2/train\.tsv:5: not UTF-8 text \(byte 0xe9 at column 4\)"),
+    # exports
+    "export-tokenizer-deleted": Case(
+        lambda ctx: ["predict", str(_without(ctx.export_copy(), "tokenizer.json", "vocab.txt")),
+                     "a fine film"], 2, r"tokenizer\.json: missing \(the export lists it\)"),
+    "export-old-onnx-refused": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.export_copy("onnx"))], 2,
+        r"holds a previous export; pass --overwrite"),
+    "export-old-onnx-replaced": Case(onnx_left_behind, 2,
+                                     r"model\.onnx: missing; export with --format onnx"),
+    "export-foreign-folder": Case(foreign_folder, 2, r"not empty and not an export of this "
+                                                      r"tool"),
+    "export-onto-file": Case(onto_file, 2, r"notes\.txt: is an existing file"),
+    "export-labels-empty": Case(_predict_edited(_set("labels", [])), 2,
+                                r"config\.json: labels must be a non-empty list"),
+    "export-vocab-negative": Case(_predict_edited(_set("vocab_size", -5)), 2,
+                                  r"config\.json: vocab_size must be a positive integer, "
+                                  r"got -5"),
+    "export-format-version-word": Case(_predict_edited(_set("format_version", "one")), 2,
+                                       r"config\.json: format_version must be an integer, "
+                                       r"got 'one'"),
+    "export-three-labels": Case(_predict_edited(three_labels), 2,
+                                r"config\.json: 3 labels for a model with 2 outputs"),
+    "export-three-labels-only": Case(_predict_edited(_set("labels", ["a", "b", "c"])), 2,
+                                     r"config\.json: num_labels is 2 but 3 labels"),
+    "export-hf-three-labels": Case(_predict_edited(
+        _set("id2label", {"0": "a", "1": "b", "2": "c"}), "hf"), 2,
+        r"3 labels \(id2label\) for a classifier with 2 outputs"),
+    "export-hf-truncated": Case(lambda ctx: hf_truncated(ctx, listed=True), 2,
+                                r"model\.safetensors: changed since the export was written"),
+    "export-hf-truncated-unlisted": Case(lambda ctx: hf_truncated(ctx, listed=False), 2,
+                                         r"transformers cannot load it .*incomplete metadata"),
+    # runs
+    "run-truncated-checkpoint": Case(truncated_checkpoint, 2,
+                                     r"checkpoint\.safetensors: not a readable checkpoint"),
+    "run-log-cut-off": Case(
+        lambda ctx: ["report", str(fake_run(ctx, GOOD_METRICS, '{"time": 3.0, "stage": "se'))],
+        0, r"^warning: .*log\.jsonl:3: cut-off line skipped"),
+    "run-metrics-corrupt": Case(lambda ctx: ["report", str(fake_run(ctx, '{"teacher": {'))], 2,
+                                r"metrics\.json: broken JSON at line 1 column 14"),
+    "run-metrics-incomplete": Case(lambda ctx: ["report", str(fake_run(ctx, '{"metric": 1}'))],
+                                   2, r"metrics\.json: expected a JSON object with the "
+                                      r"teacher's results"),
+    "run-resume-missing": Case(lambda ctx: resume(ctx, ctx.tmp / "nothing"), 2,
+                               r"nothing holds no run to resume; drop --resume"),
+    "run-resume-empty": Case(lambda ctx: resume(ctx, _mkdir(ctx.tmp / "empty")), 2,
+                             r"empty holds no run to resume; drop --resume"),
+    "run-second-writer": Case(locked_by_live_process, 2,
+                              r"run is in use by process \d+ on .*; wait for it or stop it"),
+    "run-other-host-lock": Case(locked_on_other_host, 2,
+                                r"locked by process 4242 on node-b.*pass --break-lock"),
+    "run-pickle-checkpoint": Case(pickle_checkpoint, 2,
+                                  r"checkpoint\.pt: a checkpoint in the old pickle format, "
+                                  r"which is refused"),
+    # command-line values
+    "cost-seq-len-beyond": Case(_cli("cost", "adabert", "--seq-len", "100000"), 2,
+                                r"sequence length 100000 is beyond the 512 positions"),
+    "cost-seq-len-beyond-latency": Case(
+        _cli("cost", "adabert", "--seq-len", "100000", "--latency"), 2,
+        r"sequence length 100000 is beyond the 512 positions"),
+    "bench-seq-len-beyond": Case(
+        lambda ctx: ["bench", str(ctx.exports["native"]), "--seq-len", "1000"], 2,
+        r"sequence length 1000 is beyond the 512 positions of the model"),
+    "space-hidden-abc": Case(_cli("cost", "adabert", "-c", "hidden=abc"), 2,
+                             r"space 'adabert': hidden must be an integer, got 'abc'"),
+    "space-hidden-negative": Case(_cli("cost", "adabert", "-c", "hidden=-5"), 2,
+                                  r"hidden must be a positive integer, got -5"),
+    "space-hidden-zero": Case(_cli("spaces", "show", "adabert", "-c", "hidden=0"), 2,
+                              r"hidden must be a positive integer, got 0"),
+    "sample-seed-negative": Case(_cli("spaces", "sample", "adabert", "--seed", "-1"), 2,
+                                 r"--seed: expected a non-negative integer, got '-1'"),
+    "arch-json-list": Case(_cli("cost", "adabert", "--arch", "[1,2,3]"), 2,
+                           r"inline JSON: expected a JSON object of choices, got list"),
+    "cost-seq-len-zero": Case(_cli("cost", "adabert", "--seq-len", "0"), 2,
+                              r"--seq-len: expected a positive integer, got '0'"),
+}
+#: cases also run as a real ``nas`` process (the entry point, not just ``main``)
+AS_PROCESS = ("space-hidden-abc", "export-labels-empty")
+
+
+def _without(folder: Path, *names: str) -> Path:
+    for name in names:
+        (folder / name).unlink()
+    return folder
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _params() -> list:
+    return [pytest.param(name, id=name) for name in CASES]
+
+
+@pytest.fixture
+def refuse_to_run(monkeypatch):
+    """A configuration that gets past loading must not start a search in this test."""
+    from nas.methods import METHODS
+
+    def refuse(self, config, options):
+        raise RuntimeError("the configuration was accepted and the run started")
+
+    monkeypatch.setattr(METHODS.get("adabert"), "run", refuse)
+
+
+def _run_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code
+    return int(code or 0), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", _params())
+def test_bad_input_gives_one_line(name, tmp_path, exports, capsys, request):
+    case = CASES[name]
+    if name.startswith("yaml-"):
+        request.getfixturevalue("refuse_to_run")
+    ctx = Ctx(tmp_path, exports)
+    argv = case.setup(ctx)
+    capsys.readouterr()  # set-up output is not the case's
+    try:
+        code, err = _run_in_process(argv, capsys)
+    finally:
+        for process in ctx.processes:
+            process.kill()
+            process.wait()
+    lines = err.splitlines()
+    assert "Traceback" not in err
+    assert len(lines) == case.stderr_lines, err
+    assert re.search(case.phrase, lines[0]), lines[0]
+    assert code == case.code, err
+    if case.code:
+        assert lines[0].startswith("error: ")
+    assert not (tmp_path / "pwned").exists()  # no payload ever ran
+
+
+@pytest.mark.parametrize("name", AS_PROCESS)
+def test_the_real_command_prints_the_same_line(name, tmp_path, exports):
+    case = CASES[name]
+    argv = case.setup(Ctx(tmp_path, exports))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    out = subprocess.run([sys.executable, "-m", "nas.cli", *argv], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == case.code
+    assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert re.search(case.phrase, out.stderr)
+
+
+def test_debug_shows_the_traceback(tmp_path, exports):
+    """``--debug`` is the one way to get a traceback: for a bad export config too."""
+    from nas.errors import ExportError
+
+    out = Ctx(tmp_path, exports).edit_config("native", _set("labels", []))
+    with pytest.raises(ExportError, match="labels must be a non-empty list"):
+        main(["--debug", "predict", str(out), "a fine film"])

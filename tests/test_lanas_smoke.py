@@ -1,0 +1,124 @@
+"""experiments/lanas_smoke.yaml end to end through the command line on SST-2: a small
+LaNAS search (dev accuracy with a latency penalty, the distilled retrain, median pruning)
+stopped and continued, its report (trial table, Pareto front, history) and the best trial
+exported and served; the same file as a two-objective NSGA-II search in two worker
+processes, with a third worker attached from a run folder of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nas.cli import main
+from searchers.loop import evaluations
+from searchers.results import open_run_study, pareto_front
+
+SMOKE = "experiments/lanas_smoke.yaml"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NAS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    yield
+    mp.undo()
+
+
+def _run(*argv) -> int:
+    return main(["run", SMOKE, "--no-progress", *map(str, argv)])
+
+
+@pytest.fixture(scope="module")
+def stopped(cache, tmp_path_factory):
+    """The LaNAS search stopped after 5 of the file's 8 trials."""
+    run_dir = tmp_path_factory.mktemp("lanas") / "run"
+    assert _run("--run-dir", run_dir, "--n-trials", 5) == 0
+    return run_dir
+
+
+def _records(run_dir):
+    return {p.parent.name: p.read_text() for p in run_dir.glob("trials/*/result.json")}
+
+
+def test_lanas_search_continues_reports_and_exports_the_best_trial(stopped, capsys):
+    run_dir = stopped
+    study = open_run_study(run_dir)
+    assert study.user_attrs["searcher"] == "lanas" and evaluations(study) == 5
+    assert [o["name"] for o in study.user_attrs["objectives"]] == ["penalized_val_accuracy"]
+    assert [t.user_attrs.get("seed") for t in study.trials[:3]] == ["default", "largest",
+                                                                     "smallest"]
+    before = _records(run_dir)
+    assert len(before) == 5
+
+    assert _run("--run-dir", run_dir, "--resume") == 0  # on to the file's 8 trials
+    study = open_run_study(run_dir)
+    assert evaluations(study) == 8
+    after = _records(run_dir)
+    assert len(after) == 8 and all(after[k] == v for k, v in before.items())  # not re-run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["lanas"]["n_trials"] == 8 and metrics["lanas"]["runs"]
+    row = metrics["lanas"]["runs"][0]
+    assert {"dev", "test", "params", "latency"} <= set(row)
+
+    capsys.readouterr()
+    assert main(["report", str(run_dir)]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "## Multi-trial search: lanas" in text and "| trial | outcome | seed |" in text
+    assert "8 evaluations of 8" in text and "optuna-dashboard" in text
+    for name in ("pareto.png", "history.png"):
+        assert (run_dir / name).stat().st_size > 5000
+
+    capsys.readouterr()
+    assert main(["export", "--run", str(run_dir), "--trial", "best", "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    best = max((t for t in study.trials if t.user_attrs.get("outcome") == "complete"),
+               key=lambda t: (t.values[0], -t.number))
+    assert exported["trial"] == best.number and exported["arch_id"] == best.user_attrs["arch_id"]
+    assert {"config.json", "model.safetensors"} <= set(exported["files"])
+    assert main(["predict", exported["directory"], "a charming and funny film", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in ("negative", "positive", "0", "1")
+
+
+@pytest.mark.slow
+def test_nsga2_with_two_workers_an_attached_worker_and_its_pareto_front(cache, tmp_path,
+                                                                        capsys):
+    run_dir = tmp_path / "nsga2"
+    assert _run("--run-dir", run_dir, "--searcher", "nsga2", "--workers", 2,
+                "--n-trials", 6) == 0
+    study = open_run_study(run_dir)
+    assert [o["name"] for o in study.user_attrs["objectives"]] == ["val_accuracy", "latency_ms"]
+    assert evaluations(study) == 6
+    pids = {t.user_attrs["worker"]["pid"] for t in study.trials
+            if t.user_attrs.get("outcome") in ("complete", "pruned", "failed")}
+    assert len(pids) == 2
+
+    other = tmp_path / "attached"
+    assert _run("--run-dir", other, "--searcher", "nsga2", "--attach",
+                "--storage", run_dir / "study.journal", "--n-trials", 8) == 0
+    study = open_run_study(run_dir)
+    assert evaluations(study) == 8 and len(_records(other)) == 2
+
+    capsys.readouterr()
+    assert main(["report", str(run_dir)]) == 0
+    assert "Pareto front: trials" in (run_dir / "report.md").read_text()
+    assert (run_dir / "pareto.png").stat().st_size > 5000
+    assert main(["export", "--run", str(run_dir), "--trial", "best"]) == 2
+    assert "no single best trial" in capsys.readouterr().err
+    front = pareto_front(study)[0].number
+    assert main(["export", "--run", str(run_dir), "--trial", str(front)]) == 0
+    assert (run_dir / "exports" / f"trial{front}" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--storage", "redis://host/0"], "--storage redis://host/0: unknown scheme 'redis'"),
+    (["--storage", "postgresql+psycopg://nobody@127.0.0.1:1/db"],
+     "cannot open the storage (OperationalError"),
+    (["--attach"], "--attach needs --storage"),
+    (["--searcher", "differentiable", "--workers", "2"], "--workers needs a multi-trial"),
+])
+def test_study_flags_fail_in_one_line_before_any_stage(argv, message, tmp_path, capsys):
+    assert _run("--run-dir", tmp_path / "run", *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "run").exists()

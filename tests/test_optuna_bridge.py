@@ -1,0 +1,140 @@
+"""The space ↔ Optuna bridge over every registered space, and the Optuna searchers'
+bookkeeping: user attributes, rejections, repeats, and a restored search that continues
+exactly as the uninterrupted one past the samplers' start-up phase."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from evaluators.base import EvalResult, Objective
+from nas.errors import NasError
+from nas.space import get_space, list_spaces, small_config
+from searchers.base import SEARCHERS
+from searchers.optuna_bridge import Budget, SpaceBridge
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.mark.parametrize("name", list_spaces())
+def test_every_space_becomes_optuna_parameters_and_back(name):
+    space = get_space(name, **small_config(name))
+    bridge = SpaceBridge(space)
+    covered = [c.name for p in bridge.params for c in p.choices]
+    assert sorted(covered) == sorted(c.name for c in space.choices())  # each choice once
+    assert sum(t.shape[1] for t in bridge.encoding_tables().values()) + sum(
+        isinstance(p.distribution, IntDistribution) for p in bridge.params) == \
+        space.encoded_width
+    for seed in range(5):
+        arch = space.sample(seed)
+        params = bridge.params_of(arch)
+        for p in bridge.params:  # every value lies in its distribution
+            d = p.distribution
+            assert d._contains(d.to_internal_repr(params[p.name]))
+        assert bridge.architecture(params) == arch
+        json.dumps(params)
+    if space.is_fixed:
+        assert bridge.distributions == {} and bridge.architecture({}) == space.default()
+
+
+def test_constraint_tied_choices_become_one_parameter_of_valid_combinations():
+    space = get_space("efficientbert", **small_config("efficientbert"))
+    bridge = SpaceBridge(space)
+    joint = bridge._by_name["L0.pre_unary+L0.pre_binary"]
+    assert isinstance(joint.distribution, CategoricalDistribution)
+    assert len(joint.distribution.choices) == 22  # (first, identity) + 3 binaries × 7 unaries
+    assert '["identity","first"]' in joint.distribution.choices
+    assert '["identity","add"]' not in joint.distribution.choices  # x + x: invalid
+    assert isinstance(bridge._by_name["L0.stack"].distribution, IntDistribution)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(30):  # a sampler cannot propose an invalid architecture
+        assert bridge.propose(bridge.suggest(study.ask())).ok
+
+
+def test_invalid_or_over_budget_proposals_are_reported_never_repaired():
+    space = get_space("efficientbert", **small_config("efficientbert"))
+    separate = SpaceBridge(space, max_joint=1)  # tied choices as separate parameters
+    params = separate.params_of(space.default())
+    params["L0.pre_binary"] = "add"  # with U_pre = identity: x + x
+    proposal = separate.propose(params)
+    assert not proposal.ok and proposal.arch is None
+    assert proposal.reason.startswith("invalid architecture:") and "L0.pre_binary" in \
+        proposal.reason
+    assert proposal.params["L0.pre_binary"] == "add"  # kept as proposed
+
+    budget = Budget(max_params=1000, seq_len=16)
+    bridge = SpaceBridge(space, budget)
+    proposal = bridge.propose(bridge.params_of(space.default()))
+    assert not proposal.ok and proposal.arch == space.default()
+    assert proposal.reason == f"over budget: params {proposal.costs['params']:g} > " \
+                              "max_params 1000"
+    with pytest.raises(NasError, match="max_params must be positive"):
+        Budget(max_params=0)
+
+
+def test_every_proposal_records_its_architecture_and_costs():
+    space = get_space("adabert", **small_config("adabert"))
+    searcher = SEARCHERS.get("tpe")(space, seed=0)
+    candidate = searcher.ask()
+    attrs = searcher.study.trials[searcher.trial_number(candidate)].user_attrs
+    assert attrs["arch_id"] == candidate.arch.id and attrs["arch"] == dict(candidate.arch)
+    assert attrs["costs"]["params"] > 0 and attrs["costs"]["seq_len"] == 128
+    searcher.tell(candidate, EvalResult((0.5,), metrics={"acc": 0.5},
+                                        costs={"latency_ms": 1.0}))
+    attrs = searcher.study.trials[searcher.trial_number(candidate)].user_attrs
+    assert attrs["outcome"] == "complete" and attrs["metrics"] == {"acc": 0.5}
+    assert attrs["costs"]["latency_ms"] == 1.0 and attrs["costs"]["params"] > 0
+
+
+def test_rejected_proposals_are_recorded_and_asked_again():
+    space = get_space("adabert", **small_config("adabert"))
+    from nas.cost import count_costs
+
+    limit = count_costs(space, space.default(), 128).params
+    searcher = SEARCHERS.get("random")(space, seed=0, budget=Budget(max_params=limit))
+    candidates = [searcher.ask() for _ in range(5)]
+    assert all(count_costs(space, c.arch, 128).params <= limit for c in candidates)
+    rejected = [t for t in searcher.study.trials if t.user_attrs.get("outcome") == "rejected"]
+    assert rejected and all(t.state.name == "PRUNED" for t in rejected)
+    impossible = SEARCHERS.get("random")(space, seed=0, budget=Budget(max_params=10),
+                                         max_rejections=5)
+    with pytest.raises(NasError, match="5 proposals in a row were rejected.*over budget"):
+        impossible.ask()
+
+
+OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
+           "nsga2": {"population_size": 4},
+           "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
+           "random": {}}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_a_restored_search_continues_like_the_uninterrupted_one(name):
+    """Beyond the start-up phase, so the samplers' models are in play."""
+    space = get_space("adabert", **small_config("adabert"))
+    objectives = (Objective("score", "maximize"),)
+
+    def make(seed):
+        return SEARCHERS.get(name)(space, seed=seed, objectives=objectives,
+                                   sampler_options=OPTIONS[name])
+
+    def score(arch):
+        return float(sum(space.encode(arch)[:12]) + arch["depth"])
+
+    def step(searcher):
+        c = searcher.ask()
+        searcher.tell(c, EvalResult((score(c.arch),)))
+
+    straight = make(7)
+    for _ in range(6):
+        step(straight)
+    restored = make(99)
+    restored.load_state_dict(json.loads(json.dumps(straight.state_dict())))
+    for _ in range(4):
+        step(straight)
+        step(restored)
+    assert [c.arch for c, _ in restored.history] == [c.arch for c, _ in straight.history]
+    assert [t.params for t in restored.study.trials] == [t.params for t in straight.study.trials]
