@@ -354,7 +354,7 @@ class _Analysis:
         if any(i.table is None for i in inputs):
             return _Fn(deps, (), None)
         fixed: dict[int, Any] = {}  # inputs that never matter, held at one of their values
-        classes = self._refine(deps, inputs)
+        classes = self.refine(deps, inputs)
         if math.prod(1 + max(cl.values()) for cl in classes) > ENUMERATION_LIMIT:
             # Too many combinations: drop the inputs that never change the value (each
             # taken over the values it can have, as if independent), then try again.
@@ -367,7 +367,7 @@ class _Analysis:
                 if k not in relevant:
                     fixed[k] = next(iter(i.table.values()))  # type: ignore[union-attr]
             deps = self._ordered({c for k in relevant for c in inputs[k].deps})
-            classes = self._refine(deps, [inputs[k] for k in relevant])
+            classes = self.refine(deps, [inputs[k] for k in relevant])
             if math.prod(1 + max(cl.values()) for cl in classes) > ENUMERATION_LIMIT:
                 return _Fn(deps, (), None)
         representatives = [_representatives(cl) for cl in classes]
@@ -403,7 +403,7 @@ class _Analysis:
             return _Fn.const(value)
         return relevant
 
-    def _refine(self, deps: Sequence[str], inputs: Sequence[_Fn]) -> list[dict[Scalar, int]]:
+    def refine(self, deps: Sequence[str], inputs: Sequence[_Fn]) -> list[dict[Scalar, int]]:
         """Per choice, the classes no input tells apart (the common refinement)."""
         out = []
         for c in deps:
@@ -645,7 +645,7 @@ class CostTables:
         # by classes only where the values are too many (AdaBERT's embedding is used
         # unless six edges are all 'zero': 2^6 classes of 10^6 values).
         plain = math.prod(len(self._s.domain(c)) for c in deps) <= ENUMERATION_LIMIT
-        classes = self._analysis._refine(deps, known if len(known) == len(members) and
+        classes = self._analysis.refine(deps, known if len(known) == len(members) and
                                          not plain else identity)
         if all(len(set(cl.values())) == len(cl) for cl in classes):  # plain values
             key = itemgetter(*deps) if deps else (lambda values: ())
