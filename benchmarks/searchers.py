@@ -222,8 +222,12 @@ def main() -> None:
           f"{'best@50':>8} {'best@100':>9} {'best@200':>9} {'rejected/run':>13} "
           f"{'ms/trial':>9}")
     for variant in args.searchers.split(","):
-        runs = [run_one(objective, variant, seed, args.trials, target)
-                for seed in range(args.seeds)]
+        runs = []
+        for seed in range(args.seeds):
+            started = time.perf_counter()
+            runs.append(run_one(objective, variant, seed, args.trials, target))
+            print(f"  {variant} seed {seed}: best {runs[-1]['curve'][-1] / optimum:.3f}, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         reached = [r["reached"] for r in runs if r["reached"] is not None]
         ordered = sorted(r["reached"] or float("inf") for r in runs)
         med = statistics.median(ordered)
