@@ -167,6 +167,8 @@ class OptunaSearcher(MultiTrialSearcher):
     pruner: an Optuna pruner (evaluators report intermediate values to it).
     max_rejections: consecutive rejected proposals before giving up (an impossible budget).
     max_repeats: consecutive repeated architectures skipped before one is returned.
+    fallback_after: proposals in a row that were rejected or repeats before a random
+        feasible architecture is queued (:meth:`_fall_back`).
     trial_attrs: user attributes set on every trial as soon as it is asked (the worker).
     """
 
@@ -178,7 +180,8 @@ class OptunaSearcher(MultiTrialSearcher):
                  storage: str | BaseStorage | None = None, study_name: str | None = None,
                  budget: Budget | None = None, sampler_options: Mapping[str, Any] | None = None,
                  pruner: BasePruner | None = None, max_rejections: int = 1000,
-                 max_repeats: int = 100, trial_attrs: Mapping[str, Any] | None = None) -> None:
+                 max_repeats: int = 100, fallback_after: int = 20,
+                 trial_attrs: Mapping[str, Any] | None = None) -> None:
         super().__init__(space, seed, objectives)
         if len(self.objectives) > 1 and not self.multi_objective:
             raise SearcherError(
@@ -190,6 +193,7 @@ class OptunaSearcher(MultiTrialSearcher):
         self.pruner = pruner
         self.max_rejections = max_rejections
         self.max_repeats = max_repeats
+        self.fallback_after = fallback_after
         self.trial_attrs = dict(trial_attrs or {})
         self._size: int | None = None
         self._live: dict[int, optuna.Trial] = {}  # asked, not yet told: number -> trial
@@ -200,7 +204,9 @@ class OptunaSearcher(MultiTrialSearcher):
         """The Optuna sampler of this searcher for ``seed``."""
         factory = self.sampler_factory()
         try:
-            factory(seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                factory(seed)
         except TypeError as err:  # an unknown option
             raise SearcherError(f"searcher {self.name!r}: bad sampler option "
                                 f"({err}); options given: {sorted(self.sampler_options)}"
@@ -236,7 +242,7 @@ class OptunaSearcher(MultiTrialSearcher):
             for key, value in self.trial_attrs.items():
                 trial.set_user_attr(key, value)
             proposal = self.bridge.propose(self.bridge.suggest(trial))
-            # an enqueued trial (a seed, a retry) is always evaluated
+            # an enqueued trial (a seed, a retry, a fallback) is always evaluated
             system = self.study._storage.get_trial(trial._trial_id).system_attrs
             fixed = "fixed_params" in system or "failed_trial" in system
             if proposal.arch is not None:
@@ -252,15 +258,40 @@ class OptunaSearcher(MultiTrialSearcher):
                     raise SearcherError(
                         f"{rejected} proposals in a row were rejected (last: "
                         f"{proposal.reason}); loosen the budget or check the space")
+                self._fall_back(rejected + repeated, trial.number)
                 continue
             assert proposal.arch is not None  # noqa: S101 (ok proposals have one)
             if not fixed and repeated < self.max_repeats and self._repeat(proposal.arch, trial):
                 repeated += 1
                 self._close(trial, "repeat", TrialState.FAIL,
                             reason=f"architecture {proposal.arch.id} was proposed before")
+                self._fall_back(rejected + repeated, trial.number)
                 continue
             self._live[trial.number] = trial
             return proposal.arch, {"trial": trial.number, "params": proposal.params}
+
+    def _fall_back(self, free: int, number: int) -> None:
+        """After every ``fallback_after`` proposals in a row that were rejected or repeats,
+        queue a random unseen feasible architecture (user attribute ``fallback``).
+
+        GP and NSGA-II learn from complete trials only, so a GP whose optimum lies over
+        the budget would propose it again and again; an evaluated feasible point moves
+        it. TPE ranks rejected trials low and LaNAS never proposes them, so for them this
+        hardly ever happens."""
+        if free % self.fallback_after:
+            return
+        rng = np.random.default_rng([self.seed, number, 1])
+        seen = self.evaluated_ids()
+        for _ in range(10_000):
+            arch = self.space.sample(rng)
+            if arch.id in seen:
+                continue
+            params = self.bridge.params_of(arch)
+            if self.bridge.propose(params).ok:
+                self.study.enqueue_trial(params, user_attrs={
+                    "fallback": f"random, after {free} proposals in a row that were "
+                                "rejected or repeats"})
+                return
 
     def _repeat(self, arch: Architecture, trial: optuna.Trial) -> bool:
         """Whether ``arch`` was evaluated or is being evaluated (and the space still has

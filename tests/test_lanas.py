@@ -64,9 +64,10 @@ def grid_study(sampler, n, direction="maximize"):
     return study
 
 
-def test_leaves_separate_good_from_bad_regions():
+@pytest.mark.parametrize("split", ["median", "kmeans"])
+def test_leaves_separate_good_from_bad_regions(split):
     sampler = LaNASSampler(seed=1, n_startup_trials=40, rebuild_every=10, height=2,
-                           leaf_size=5)
+                           leaf_size=5, split=split)
     study = grid_study(sampler, 40)
     tree = sampler.tree(study)
     leaves = tree.leaves()
@@ -74,15 +75,20 @@ def test_leaves_separate_good_from_bad_regions():
     means = [leaf.mean for leaf in leaves]
     assert max(means) > min(means) + 5.0  # best leaf's mean score exceeds the worst's
     assert leaves[0].mean == max(means)  # the all-good path leads to the best region
-    # the chosen path (Cp = 0) goes to the good side every time
-    assert all(went_good for _, went_good in tree.select(cp=0.0))
+    if split == "median":  # the chosen path (Cp = 0) goes to the good side every time
+        assert all(went_good for _, went_good in tree.select(cp=0.0))
     # proposals from the tree land in the best leaf, by every classifier on the path
+    # proposals from the tree land in the leaf that UCB chose, by every classifier on
+    # the path
     study2 = grid_study(sampler, 40)
     for _ in range(10):
+        tree = sampler.tree(study2)
+        node, went_good = tree.select(cp=0.0)[-1]
+        chosen = node.good if went_good else node.bad
         t = study2.ask()
         x = np.array([t.suggest_int("a", 0, 9), t.suggest_int("b", 0, 9)], dtype=float)
         assert sampler.last_proposal["how"] == "leaf"
-        assert sampler.tree(study2).route(x) is sampler.tree(study2).leaves()[0]
+        assert tree.route(x) is chosen
         study2.tell(t, synthetic(x))
 
 

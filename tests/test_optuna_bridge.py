@@ -138,3 +138,32 @@ def test_a_restored_search_continues_like_the_uninterrupted_one(name):
         step(restored)
     assert [c.arch for c, _ in restored.history] == [c.arch for c, _ in straight.history]
     assert [t.params for t in restored.study.trials] == [t.params for t in straight.study.trials]
+
+
+def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
+    """GP learns from complete trials only: one whose optimum lies over the budget would
+    propose it forever. After ``fallback_after`` rejections in a row, a random feasible
+    architecture is queued and evaluated instead."""
+    from nas.cost import count_costs
+    from searchers.optuna_searchers import OptunaSearcher
+
+    space = get_space("adabert", **small_config("adabert"))
+    big = space.default().replace(depth=4, **{c.name: "std_conv_7" for c in space.choices()
+                                              if c.name != "depth"})
+    limit = count_costs(space, space.default(), 128).params
+
+    class Stuck(OptunaSearcher):
+        name = "stuck"
+
+        def sampler_factory(self):
+            fixed = self.bridge.params_of(big)
+            return lambda seed: optuna.samplers.PartialFixedSampler(
+                fixed, optuna.samplers.RandomSampler(seed=seed))
+
+    searcher = Stuck(space, seed=0, budget=Budget(max_params=limit), fallback_after=5)
+    candidate = searcher.ask()
+    trials = searcher.study.trials
+    assert [t.user_attrs["outcome"] for t in trials[:5]] == ["rejected"] * 5
+    chosen = trials[searcher.trial_number(candidate)]
+    assert chosen.number == 5 and chosen.user_attrs["fallback"].startswith("random, after 5")
+    assert count_costs(space, candidate.arch, 128).params <= limit
