@@ -76,8 +76,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
                                      "table": str(model.path)}
         estimated = (f"; {pred.estimated_calls} of {pred.calls} op calls estimated"
                      if pred.estimated_calls else "")
-        lines.append(f"  CPU latency  predicted {pred.latency_ms:.1f} ms (batch "
-                     f"{args.batch_size}, {args.threads} threads, {model.table.clock} clock, "
-                     f"latency model{estimated})")
+        lines.append(f"  CPU latency  predicted {pred.latency_ms:.1f} ms "
+                     f"({pred.setting.describe()}, {model.table.clock} clock, latency model"
+                     f"{estimated})")
     emit(args, data, "\n".join(lines))
     return 0
