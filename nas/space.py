@@ -20,7 +20,7 @@ import numpy as np
 from nas.architecture import Architecture
 from nas.choices import Categorical, Scalar
 from nas.errors import ArchitectureError, NasError, SpaceDefinitionError
-from nas.graph import ActiveIf, ChoiceRef, Dim, resolve
+from nas.graph import ActiveIf, ChoiceRef, ChoiceValue, Dim, resolve
 from nas.ops import OPS
 from nas.registry import Registry
 
@@ -215,7 +215,7 @@ class SearchSpace:
             raise SpaceDefinitionError(f"space {self.name!r}: the graph has a cycle")
 
         def check_ref(ref: Any, where: str) -> None:
-            if isinstance(ref, ChoiceRef | Dim | ActiveIf):
+            if isinstance(ref, ChoiceRef | Dim | ChoiceValue | ActiveIf):
                 if ref.choice not in self._choices:
                     raise SpaceDefinitionError(
                         f"space {self.name!r}: {where} refers to unknown choice {ref.choice!r}"
