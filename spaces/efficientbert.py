@@ -64,10 +64,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-from fractions import Fraction
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -127,7 +127,7 @@ def expression_problem(e: Expr, max_height: int = MAX_HEIGHT, max_ops: int = MAX
 # ---------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grow(kind: str, height: int, ops: int) -> frozenset[Expr]:
     """Canonical valid sub-expressions of height ≤ ``height`` with ≤ ``ops`` math ops.
 

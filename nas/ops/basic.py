@@ -274,4 +274,5 @@ def scale_width(width: int, ratio: Any) -> int:
     return int(Fraction(str(ratio)) * width)
 
 
-__all__ = ["ACTIVATIONS", "BINARY_FUNCTIONS", "UNARY_OPS", "BINARY_OPS", "cut", "ElasticLayerNorm", "NoNorm", "make_norm", "scale_width"]
+__all__ = ["ACTIVATIONS", "BINARY_FUNCTIONS", "BINARY_OPS", "UNARY_OPS", "ElasticLayerNorm",
+           "NoNorm", "cut", "make_norm", "scale_width"]
