@@ -83,7 +83,7 @@ class Categorical:
         if _key(self.default) not in self._index:
             raise SpaceDefinitionError(
                 f"choice {self.name!r}: default {self.default!r} is not one of "
-                f"{_shown(values)}"
+                f"{shown_values(values)}"
             )
         if self.features is not None:
             rows = tuple(tuple(float(x) for x in row) for row in self.features)
@@ -113,7 +113,7 @@ class Categorical:
         except (KeyError, TypeError):
             raise ArchitectureError(
                 f"choice {self.name!r}: {value!r} is not allowed; "
-                f"allowed values: {_shown(self.values)}"
+                f"allowed values: {shown_values(self.values)}"
             ) from None
 
     def validate(self, value: Any) -> Scalar:
@@ -169,7 +169,7 @@ class Categorical:
         return f"{self.name} [{self.kind}] ∈ {{{shown}}} (default {self.default})"
 
 
-def _shown(values: Sequence[Scalar], limit: int = 12) -> str:
+def shown_values(values: Sequence[Scalar], limit: int = 12) -> str:
     """``values`` for a message: all of them, or the first few and how many there are."""
     if len(values) <= limit:
         return ", ".join(map(repr, values))
