@@ -65,6 +65,7 @@ class Categorical:
     features: tuple[tuple[float, ...], ...] | None = field(default=None, repr=False,
                                                            compare=False, hash=False)
     _index: dict[Scalar, int] = field(init=False, repr=False, compare=False, hash=False)
+    _matrix: Any = field(init=False, default=None, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         values = tuple(self.values)
@@ -154,7 +155,9 @@ class Categorical:
                 f"choice {self.name!r}: expected {self.encoded_width} numbers, got {len(vector)}"
             )
         if self.features is not None:
-            table = np.asarray(self.features, dtype=np.float64)
+            if self._matrix is None:  # the features as an array, made once
+                object.__setattr__(self, "_matrix", np.asarray(self.features, dtype=np.float64))
+            table = self._matrix
             distance = ((table - np.asarray(vector, dtype=np.float64)) ** 2).sum(axis=1)
             return self.values[int(np.argmin(distance))]
         if self.numeric:
