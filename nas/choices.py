@@ -192,7 +192,7 @@ def per_layer(choice: Categorical, layers: int, fmt: str = "L{i}.{name}") -> lis
     """One copy of ``choice`` per layer, named ``L0.name``, ``L1.name``... (SPEC §3)."""
     return [
         Categorical(fmt.format(i=i, name=choice.name), choice.values, choice.default,
-                    choice.kind, choice.doc)
+                    choice.kind, choice.doc, choice.features)
         for i in range(layers)
     ]
 
