@@ -33,8 +33,10 @@ ops, then lowest, then first by text) is kept.
 The valid expressions within the bounds are enumerated once, de-duplicated, and become
 the values of ``L{i}.expr``. Why a categorical rather than a template of op slots (what
 this space was before): every value is valid and distinct, so a sampler draws uniformly
-over *functions* and never proposes an invalid or duplicate expression (with op-slot
-choices nine draws in ten broke a rule, and many valid draws were the same function);
+over *functions* and never proposes an invalid or duplicate expression (the template's
+op-slot choices, drawn independently, broke a rule in nine six-layer draws in ten, and
+different slot values could be one function: ``max(x, relu(x))`` is ``relu(x)``); the
+template could express only one shape of DAG, this space every DAG within the bounds;
 every searcher, the Optuna bridge, the cost tables and the contract tests handle a
 categorical already; an architecture stays plain JSON (the expression's text). For
 model-based samplers (LaNAS, SPEC §6) the choice carries a fixed-length numeric encoding
@@ -47,10 +49,13 @@ padded token ids; slots keep the same op at the same place of the tree in one co
 **Why the bounds (height 5, 3 math ops).** They are the smallest that express every
 layer of the published architecture: its tallest expression, layer 4's
 ``linear2(gelu(linear1(max(x, tanh(x)))))``, has height 5 and 3 math ops. They give
-3,645 distinct functions per layer. The public code bounds the height at 3–7 but never
-enumerates: it mutates the seed; enumerating height 5 with 4 math ops gives 25,036 and
-height 6 with 4 ops 47,386, mostly long chains that a search of a few hundred candidates
-cannot tell apart. Both bounds are space settings (``max_height``, ``max_ops``).
+3,645 distinct functions per layer (height 4 would give 1,211 and lose layer 4; height 6
+with 3 ops adds nothing, since 3 math ops on the linear chain reach height 5 at most). The
+public code bounds the height at 3–7 but never enumerates: it mutates the seed. Allowing
+4 math ops gives 25,031 expressions at height 5 and 47,381 at height 6, seven and
+thirteen times as many values for a search that scores a few hundred candidates. Both
+bounds are space settings (``max_height``, ``max_ops``); the slot encoding is 103 numbers
+per layer at the default bounds.
 
 **Weights.** The math ops have no weights: one ``ffn_expression`` module per stack slot
 holds ``linear1`` and ``linear2`` and every expression shares them (the expression is an
