@@ -41,6 +41,10 @@ def as_number(value: Scalar) -> float | None:
     return None
 
 
+#: Feature tables already checked, by identity (a space shares one table among its layers).
+_CHECKED_FEATURES: dict[int, tuple] = {}
+
+
 @dataclass(frozen=True)
 class Categorical:
     """A named choice among an ordered list of values.
@@ -87,7 +91,11 @@ class Categorical:
                 f"{shown_values(values)}"
             )
         if self.features is not None:
-            rows = tuple(tuple(float(x) for x in row) for row in self.features)
+            rows = self.features
+            if _CHECKED_FEATURES.get(id(rows)) is rows and len(rows) == len(values):
+                return  # the same table as another choice's (one per layer): checked already
+            if not (isinstance(rows, tuple) and all(type(r) is tuple for r in rows)):
+                rows = tuple(tuple(float(x) for x in row) for row in rows)
             if len(rows) != len(values) or len({len(r) for r in rows}) != 1 or not rows[0]:
                 raise SpaceDefinitionError(
                     f"choice {self.name!r}: features need one non-empty vector per value, all "
@@ -97,6 +105,9 @@ class Categorical:
                     f"choice {self.name!r}: two values have the same features; the encoding "
                     "could not tell them apart")
             object.__setattr__(self, "features", rows)
+            if len(_CHECKED_FEATURES) >= 64:
+                _CHECKED_FEATURES.clear()
+            _CHECKED_FEATURES[id(rows)] = rows
 
     # -- queries ---------------------------------------------------------
     def __len__(self) -> int:

@@ -297,3 +297,15 @@ def test_lanas_searches_the_expressions_through_their_slot_encoding():
     late = [t.value for t in study.trials[12:]]
     # the tree learned the rule (random draws score 1/3; 12 draws at 1/3 reach half in 12%)
     assert sum(late) >= 0.5 * len(late), late
+
+
+def test_a_categorical_with_features_encodes_by_them():
+    from nas.choices import Categorical
+
+    c = Categorical("c", ("a", "b", "c"), features=[[0, 1], [1, 0], [1, 1]])
+    assert c.encoded_width == 2 and c.encode("b") == [1.0, 0.0]
+    assert c.decode([0.9, 0.2]) == "b" and c.decode([0.8, 0.9]) == "c"
+    with pytest.raises(SpaceDefinitionError, match="one non-empty vector per value"):
+        Categorical("c", ("a", "b"), features=[[1.0]])
+    with pytest.raises(SpaceDefinitionError, match="same features"):
+        Categorical("c", ("a", "b"), features=[[1.0], [1.0]])
