@@ -15,7 +15,9 @@ layer serves distillation only. Per layer ``i`` the space has three choices:
 * ``L{i}.ratio`` (kind ``width``): r ∈ {1, 1/2, 1/3, 1/4}.
 
 **Validity** (SPEC §3; the public code's ``check_individual``): an expression reads ``x``
-and only ``x``; it has exactly one ``linear1`` and one ``linear2``, and ``linear1`` feeds
+and only ``x``; it has exactly one ``linear1`` and one ``linear2`` in its tree (so, as in
+the public code, which counts them in the text, a linear's output is not reused
+elsewhere; ``x`` and the sub-expressions of ``x`` alone may be), and ``linear1`` feeds
 ``linear2``; no activation is applied directly to an activation; no linear directly to a
 linear (the public code's rule: two linears in a row are one low-rank linear map); no
 binary op has two identical arguments; its height (ops on the longest path from the
