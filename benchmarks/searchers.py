@@ -1,13 +1,15 @@
 """Sample efficiency of the multi-trial searchers on a synthetic objective with a known
 optimum, defined on a real space's encoding (issue 14, SPEC §6).
 
-The space is EfficientBERT's (SPEC §3: 6 layers × {U_pre, B_pre, B_mid, U_mid, U_post,
-stack N, ratio r}, 42 choices, the B_pre/U_pre validity rule), searched through the same
-bridge, budget check and searchers as a real search (``SEARCHERS.get(name)``, ask/tell).
+The space is EfficientBERT's (SPEC §3: 6 layers × {FFN expression, stack N, ratio r}, 18
+choices; the expression a categorical over 3,645 enumerated expressions), searched through
+the same bridge, budget check and searchers as a real search (``SEARCHERS.get(name)``,
+ask/tell). (Results recorded before the expression space became a categorical used the
+earlier 42-choice template space.)
 The objective, fixed before any searcher ran and the same for all of them:
 
 * an additive score: each choice ``c`` has a table ``T_c[value] ~ U(0, 1)`` weighted by
-  ``w_c = 0.75^rank_c``, ``rank_c`` a random permutation of the 42 choices, so that a
+  ``w_c = 0.75^rank_c``, ``rank_c`` a random permutation of the choices, so that a
   handful of choices matter and the rest barely do (as in real spaces, where a few
   choices decide most of the accuracy);
 * four pairwise interactions between two choices of one layer, ``I_p[a, b] ~ U(0, 1)``,
@@ -18,8 +20,8 @@ The objective, fixed before any searcher ran and the same for all of them:
 
 Its exact optimum under the budget: parameters add up over layers (base + Σ_l
 c(N_l, r_l); checked against ``count_costs`` on 200 random architectures before the run),
-and scores and interactions stay inside a layer, so each layer is enumerated (its ~90,000
-valid combinations) for its best score at each (N, r), and a dynamic programme over the
+and scores and interactions stay inside a layer, so each layer is enumerated (its 58,320
+combinations) for its best score at each (N, r), and a dynamic programme over the
 layers' parameter sums picks the best combination within the budget.
 
 Reported per searcher, over ``--seeds`` seeds with at most ``--trials`` evaluated trials
@@ -64,8 +66,7 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 SEQ_LEN = 128
 OBJECTIVE_SEED = 2024  # the objective's tables: fixed, not per searcher seed
-LAYER_KEYS = ("pre_unary", "pre_binary", "mid_binary", "mid_unary", "post_unary", "stack",
-              "ratio")
+LAYER_KEYS = ("expr", "stack", "ratio")
 
 #: searcher name -> (registered searcher, sampler options); "lanas" uses EfficientBERT's
 #: defaults (80 random trials first), "lanas-20" the same sampler after 20.
@@ -131,7 +132,7 @@ class Objective42:
                 if a in values:
                     score += table[self.space.choice(a).index(values[a]),
                                    self.space.choice(b).index(values[b])]
-            key = (values[names[5]], values[names[6]])
+            key = (values[names[1]], values[names[2]])
             if key not in best or best[key][0] < score:
                 best[key] = (score, values)
         return best
@@ -146,8 +147,7 @@ def make_objective(space: SearchSpace, layers: int) -> Objective42:
               for c, r in zip(choices, ranks, strict=True)}
     pairs = []
     for layer in rng.choice(layers, size=4, replace=True):
-        a, b = rng.choice([k for k in LAYER_KEYS if k not in ("pre_unary", "pre_binary")],
-                          size=2, replace=False)
+        a, b = rng.choice(LAYER_KEYS, size=2, replace=False)
         ca, cb = space.choice(f"L{layer}.{a}"), space.choice(f"L{layer}.{b}")
         pairs.append((ca.name, cb.name, 0.5 * rng.uniform(size=(len(ca), len(cb)))))
     # parameters: base + per layer c(N, r), read off count_costs on layer 0

@@ -41,6 +41,10 @@ def as_number(value: Scalar) -> float | None:
     return None
 
 
+#: Feature tables already checked, by identity (a space shares one table among its layers).
+_CHECKED_FEATURES: dict[int, tuple] = {}
+
+
 @dataclass(frozen=True)
 class Categorical:
     """A named choice among an ordered list of values.
@@ -49,6 +53,12 @@ class Categorical:
     ``"depth"`` (how many of a repeated block are active), ``"width"`` (an elastic
     dimension) or ``"other"``. Searchers treat them alike; the supernet relaxes
     ``op`` and ``depth`` choices and takes the largest value of ``width`` choices.
+
+    ``features`` (optional) gives each value, in order, a numeric vector that model-based
+    samplers see instead of the default encoding (value or one-hot, :meth:`encode`): a
+    choice over many structured values (EfficientBERT's FFN expressions, SPEC §3) is
+    better described by what its values are made of than by a one-hot over thousands of
+    names. The vectors must be distinct and equally long.
     """
 
     name: str
@@ -56,7 +66,10 @@ class Categorical:
     default: Scalar | None = None
     kind: str = "op"
     doc: str = ""
+    features: tuple[tuple[float, ...], ...] | None = field(default=None, repr=False,
+                                                           compare=False, hash=False)
     _index: dict[Scalar, int] = field(init=False, repr=False, compare=False, hash=False)
+    _matrix: Any = field(init=False, default=None, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         values = tuple(self.values)
@@ -74,8 +87,27 @@ class Categorical:
         object.__setattr__(self, "_index", {_key(v): i for i, v in enumerate(values)})
         if _key(self.default) not in self._index:
             raise SpaceDefinitionError(
-                f"choice {self.name!r}: default {self.default!r} is not one of {list(values)}"
+                f"choice {self.name!r}: default {self.default!r} is not one of "
+                f"{shown_values(values)}"
             )
+        if self.features is not None:
+            rows = self.features
+            if _CHECKED_FEATURES.get(id(rows)) is rows and len(rows) == len(values):
+                return  # the same table as another choice's (one per layer): checked already
+            if not (isinstance(rows, tuple) and all(type(r) is tuple for r in rows)):
+                rows = tuple(tuple(float(x) for x in row) for row in rows)
+            if len(rows) != len(values) or len({len(r) for r in rows}) != 1 or not rows[0]:
+                raise SpaceDefinitionError(
+                    f"choice {self.name!r}: features need one non-empty vector per value, all "
+                    f"equally long ({len(values)} values, {len(rows)} vectors)")
+            if len(set(rows)) != len(rows):
+                raise SpaceDefinitionError(
+                    f"choice {self.name!r}: two values have the same features; the encoding "
+                    "could not tell them apart")
+            object.__setattr__(self, "features", rows)
+            if len(_CHECKED_FEATURES) >= 64:
+                _CHECKED_FEATURES.clear()
+            _CHECKED_FEATURES[id(rows)] = rows
 
     # -- queries ---------------------------------------------------------
     def __len__(self) -> int:
@@ -93,7 +125,7 @@ class Categorical:
         except (KeyError, TypeError):
             raise ArchitectureError(
                 f"choice {self.name!r}: {value!r} is not allowed; "
-                f"allowed values: {', '.join(map(repr, self.values))}"
+                f"allowed values: {shown_values(self.values)}"
             ) from None
 
     def validate(self, value: Any) -> Scalar:
@@ -112,29 +144,50 @@ class Categorical:
     # -- numeric encoding (for the LaNAS tree and other model-based samplers) --
     @property
     def encoded_width(self) -> int:
+        if self.features is not None:
+            return len(self.features[0])
         return 1 if self.numeric else len(self.values)
 
     def encode(self, value: Any) -> list[float]:
-        """Numeric choices encode as their value, others one-hot."""
+        """The value's ``features`` when the choice has them; else numeric choices encode
+        as their value, others one-hot."""
         i = self.index(value)
+        if self.features is not None:
+            return list(self.features[i])
         if self.numeric:
             return [as_number(self.values[i])]  # type: ignore[list-item]
         return [1.0 if j == i else 0.0 for j in range(len(self.values))]
 
     def decode(self, vector: Sequence[float]) -> Scalar:
-        """Inverse of :meth:`encode`: the nearest value (numeric) or the arg-max (one-hot)."""
+        """Inverse of :meth:`encode`: the value with the nearest features (Euclidean), the
+        nearest value (numeric) or the arg-max (one-hot)."""
         if len(vector) != self.encoded_width:
             raise ArchitectureError(
                 f"choice {self.name!r}: expected {self.encoded_width} numbers, got {len(vector)}"
             )
+        if self.features is not None:
+            if self._matrix is None:  # the features as an array, made once
+                object.__setattr__(self, "_matrix", np.asarray(self.features, dtype=np.float64))
+            table = self._matrix
+            distance = ((table - np.asarray(vector, dtype=np.float64)) ** 2).sum(axis=1)
+            return self.values[int(np.argmin(distance))]
         if self.numeric:
             target = float(vector[0])
             return min(self.values, key=lambda v: abs(as_number(v) - target))  # type: ignore[operator]
         return self.values[int(np.argmax(np.asarray(vector, dtype=float)))]
 
     def describe(self) -> str:
-        shown = ", ".join(map(str, self.values))
+        shown = ", ".join(map(str, self.values[:12]))
+        if len(self.values) > 12:
+            shown += f", ... ({len(self.values)} values)"
         return f"{self.name} [{self.kind}] ∈ {{{shown}}} (default {self.default})"
+
+
+def shown_values(values: Sequence[Scalar], limit: int = 12) -> str:
+    """``values`` for a message: all of them, or the first few and how many there are."""
+    if len(values) <= limit:
+        return ", ".join(map(repr, values))
+    return f"{', '.join(map(repr, values[:limit]))}, ... ({len(values)} values)"
 
 
 def IntChoice(  # noqa: N802 - reads as a type at call sites
@@ -150,7 +203,7 @@ def per_layer(choice: Categorical, layers: int, fmt: str = "L{i}.{name}") -> lis
     """One copy of ``choice`` per layer, named ``L0.name``, ``L1.name``... (SPEC §3)."""
     return [
         Categorical(fmt.format(i=i, name=choice.name), choice.values, choice.default,
-                    choice.kind, choice.doc)
+                    choice.kind, choice.doc, choice.features)
         for i in range(layers)
     ]
 

@@ -40,7 +40,7 @@ import networkx as nx
 from nas.architecture import Architecture
 from nas.choices import Scalar
 from nas.errors import SpaceDefinitionError
-from nas.graph import ActiveIf, ChoiceRef, Dim
+from nas.graph import ActiveIf, ChoiceRef, ChoiceValue, Dim
 from nas.ops import OPS
 from nas.space import SearchSpace
 
@@ -51,8 +51,10 @@ _ERROR = object()  # the value of an op function on a combination it rejects
 
 
 def _resolve(params: Mapping[str, Any], values: Mapping[str, Scalar]) -> dict[str, Any]:
+    """``params`` with their widths resolved; :class:`ChoiceValue` parameters are left out
+    (they never change widths or costs, so no table depends on their choice)."""
     return {k: v.resolve(values[v.choice]) if isinstance(v, Dim) else v
-            for k, v in params.items()}
+            for k, v in params.items() if not isinstance(v, ChoiceValue)}
 
 
 def _dims(params: Mapping[str, Any]) -> list[str]:
@@ -560,8 +562,9 @@ def _both(a: bool, b: bool) -> bool:
 
 
 def _frozen(params: Mapping[str, Any]) -> str:
-    """A hashable stand-in for an op's params (their Dims included)."""
-    return repr(sorted(params.items()))
+    """A hashable stand-in for an op's params (their Dims included, ChoiceValues not: they
+    never change costs)."""
+    return repr(sorted((k, v) for k, v in params.items() if not isinstance(v, ChoiceValue)))
 
 
 def _checked(width: Any) -> Any:

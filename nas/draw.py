@@ -75,6 +75,8 @@ def expression_view(sub: nx.DiGraph) -> nx.DiGraph:
             sources.append(src)
         if a.get("is_input"):
             view.add_node(n, label=a.get("label", n), is_input=True)
+        elif a.get("op") == "ffn_expression" and len(sources) == 1:
+            alias[n] = _expand_expression(view, n, a["params"], sources[0])
         elif a.get("op") in ("first", "sum") and len(sources) == 1:
             alias[n] = sources[0]  # a pass-through: draw nothing
         else:
@@ -83,6 +85,27 @@ def expression_view(sub: nx.DiGraph) -> nx.DiGraph:
             for src in sources:
                 view.add_edge(src, n)
     return view
+
+
+def _expand_expression(view: nx.DiGraph, n: str, params: Mapping[str, Any], source: str
+                       ) -> str:
+    """Draw an FFN expression (SPEC §3) as its DAG: one box per distinct subexpression,
+    ``x`` being ``source``; returns the box of the expression's output."""
+    from nas.ops.expression import dag_drawing, parse
+
+    boxes: dict[str, str] = {}
+    for node_id, op, inputs in dag_drawing(parse(str(params["expr"]))):
+        if not inputs:  # the input x
+            boxes[node_id] = source
+            continue
+        box = boxes[node_id] = f"{n}~{node_id}"
+        label = op
+        if op == "linear1":
+            label = f"linear1\n→{params.get('inner')}"
+        view.add_node(box, label=label)
+        for i in inputs:
+            view.add_edge(boxes[i], box)
+    return boxes[node_id]
 
 
 def _layout(sub: nx.DiGraph) -> dict[str, tuple[float, float]]:
@@ -171,7 +194,10 @@ def draw_architecture(space: SearchSpace, arch: Mapping[str, Any] | None, path: 
                                        arrowsize=14, node_size=1500, edge_color="#444444",
                                        connectionstyle=f"arc3,rad={rad}")
             suffix = _group_note(space, arch, cell)
-            ax.set_title(group_title + (f"\n{suffix}" if suffix else ""), fontsize=10)
+            texts = [str(a["params"]["expr"]) for _, a in graph.nodes(data=True)
+                     if a.get("cell") == cell and a.get("op") == "ffn_expression"]
+            note = "\n".join([*texts[:1], *([suffix] if suffix else [])])
+            ax.set_title(group_title + (f"\n{note}" if note else ""), fontsize=10)
             ax.margins(0.12, 0.6)
             continue
         for edges, rad in _edge_sets(sub, pos):

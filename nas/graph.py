@@ -3,12 +3,13 @@
 Nodes are states (tensors); a node's **combine** op turns its incoming edges'
 results into its state. Edges carry an op applied to the source state. Either may
 be fixed (an op name) or a :class:`ChoiceRef` (the op is the value of a choice).
-Widths may depend on choices through :class:`Dim`, and whole nodes may exist only
+Widths may depend on choices through :class:`Dim`, other op parameters through
+:class:`ChoiceValue` (an FFN expression, SPEC §3), and whole nodes may exist only
 above a depth through :class:`ActiveIf` (layers, stacked blocks).
 
 Node attributes (all optional except ``op``):
     op        combine op name or ChoiceRef
-    params    op parameters; values may be Dim
+    params    op parameters; values may be Dim or ChoiceValue
     active    ActiveIf: the node exists iff ``value(choice) >= at_least``
     select    name of a depth choice whose value the (SelectOp) combine reads
     role      "output" (the model's result) or "aux" (built and costed, run on demand)
@@ -53,6 +54,21 @@ class Dim:
 
     def resolve(self, value: Scalar) -> int:
         return int(value) if self.base is None else scale_width(self.base, value)
+
+
+@dataclass(frozen=True)
+class ChoiceValue:
+    """An op parameter that is the value of choice ``choice``, as is.
+
+    It selects *how* an op computes (EfficientBERT's FFN expression, SPEC §3), never how
+    big it is: an op's widths and declared costs may not depend on such a parameter (the
+    cost tables, :mod:`nas.cost_tables`, leave it out). Unlike a :class:`ChoiceRef` op
+    position, every value shares the op's one module, so the supernet holds one set of
+    weights for all of them. Relaxed (DARTS, GDAS), the op runs once per value and the
+    results are mixed (:class:`nas.network.GraphNet`).
+    """
+
+    choice: str
 
 
 @dataclass(frozen=True)
@@ -119,11 +135,15 @@ class NodeStep:
     select: str | None = None
     select_value: int | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: parameters set through a :class:`ChoiceValue`: parameter name -> choice name
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 def _value_of(ref: Any, values: Mapping[str, Scalar]) -> Any:
     if isinstance(ref, Dim):
         return ref.resolve(values[ref.choice])
+    if isinstance(ref, ChoiceValue):
+        return values[ref.choice]
     return ref
 
 
@@ -229,8 +249,10 @@ def plan(
         select_value = int(fixed[select]) if select is not None and select in fixed else None
         extra = {k: v for k, v in attrs.items()
                  if k not in ("op", "params", "active", "select")}
+        settings = {k: v.choice for k, v in attrs.get("params", {}).items()
+                    if isinstance(v, ChoiceValue)}
         steps.append(NodeStep(n, node_op, node_choice, params, inputs, widths[n], in_widths,
-                              select, select_value, extra))
+                              select, select_value, extra, settings))
     return steps
 
 
@@ -300,7 +322,7 @@ def to_json(graph: nx.DiGraph) -> dict[str, Any]:
     """A resolved graph as JSON data (networkx node-link form)."""
     for _, attrs in graph.nodes(data=True):
         for v in (*attrs.values(), *attrs.get("params", {}).values()):
-            if isinstance(v, ChoiceRef | Dim | ActiveIf):
+            if isinstance(v, ChoiceRef | Dim | ChoiceValue | ActiveIf):
                 raise SpaceDefinitionError("only resolved graphs can be serialised")
     return nx.node_link_data(graph, edges="edges")
 

@@ -196,4 +196,26 @@ class GraphNet(nn.Module):
             value = st.select_value if st.select_value is not None else int(fixed[sel])
             y = module.forward_value(xs, args, value, st.width, st.params, ctx)
             return y * scale[sel] if sel in scale else y
+        if st.settings:  # parameters set by choices (ChoiceValue): one module, many values
+            return self._run_settings(module, st, xs, soft, scale, ctx)
         return module(xs, st.width, st.params, ctx)
+
+    def _run_settings(self, module, st: NodeStep, xs, soft, scale, ctx) -> torch.Tensor:
+        """A node whose parameters are choice values: relaxed, the module runs once per
+        value and the results are mixed; sampled (GDAS), the result is scaled by the
+        sample's weight for the straight-through gradient."""
+        relaxed = [(key, name) for key, name in st.settings.items() if name in soft]
+        if len(relaxed) > 1:
+            raise ArchitectureError(
+                f"node {st.name!r}: only one of its parameter choices can be relaxed at a time "
+                f"({', '.join(n for _, n in relaxed)}); fix the others")
+        if relaxed:
+            ((key, name),) = relaxed
+            w = soft[name]
+            return sum(w[i] * module(xs, st.width, {**st.params, key: v}, ctx)
+                       for i, v in enumerate(self.choices[name].values))
+        y = module(xs, st.width, st.params, ctx)
+        for name in st.settings.values():
+            if name in scale:
+                y = y * scale[name]
+        return y

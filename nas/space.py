@@ -18,9 +18,9 @@ import networkx as nx
 import numpy as np
 
 from nas.architecture import Architecture
-from nas.choices import Categorical, Scalar
+from nas.choices import Categorical, Scalar, shown_values
 from nas.errors import ArchitectureError, NasError, SpaceDefinitionError
-from nas.graph import ActiveIf, ChoiceRef, Dim, resolve
+from nas.graph import ActiveIf, ChoiceRef, ChoiceValue, Dim, resolve
 from nas.ops import OPS
 from nas.registry import Registry
 
@@ -138,7 +138,7 @@ class SearchSpace:
             raise ArchitectureError(
                 f"architecture for {self.name!r} lacks choice(s) {', '.join(missing)}; "
                 f"e.g. {missing[0]} = {self._choices[missing[0]].default!r} "
-                f"(allowed: {', '.join(map(repr, self._choices[missing[0]].values))})"
+                f"(allowed: {shown_values(self._choices[missing[0]].values)})"
             )
         values = {k: self._choices[k].validate(v) for k, v in arch.items()}
         problems = self._violations(values)
@@ -215,7 +215,7 @@ class SearchSpace:
             raise SpaceDefinitionError(f"space {self.name!r}: the graph has a cycle")
 
         def check_ref(ref: Any, where: str) -> None:
-            if isinstance(ref, ChoiceRef | Dim | ActiveIf):
+            if isinstance(ref, ChoiceRef | Dim | ChoiceValue | ActiveIf):
                 if ref.choice not in self._choices:
                     raise SpaceDefinitionError(
                         f"space {self.name!r}: {where} refers to unknown choice {ref.choice!r}"

@@ -7,12 +7,15 @@ distribution, and a trial's parameters back into a validated
 * a choice whose values are evenly spaced integers (depth, stack number) becomes an
   ``IntDistribution`` (ordered, so TPE and GP can use the order); any other choice a
   ``CategoricalDistribution`` over its values;
-* choices tied by a validity constraint (EfficientBERT's ``B_pre``/``U_pre`` rule) become
-  **one** categorical parameter over their *valid* combinations, named
-  ``"L0.pre_unary+L0.pre_binary"`` with values such as ``'["tanh","max"]'``. A sampler
-  can then only propose valid architectures: with six layers of that rule, sampling the
-  two choices separately would make nine proposals in ten invalid. A group with more
-  than ``max_joint`` combinations stays separate, and an invalid proposal is rejected.
+* choices tied by a validity constraint (e.g. MobileBERT's heads dividing the bottleneck
+  width) become **one** categorical parameter over their *valid* combinations, named
+  ``"a+b"`` with values such as ``'["tanh","max"]'``. A sampler can then only propose
+  valid architectures (EfficientBERT's former op-slot template with its rule across two
+  slots made nine proposals in ten invalid when sampled separately). A group with more
+  than ``max_joint`` combinations stays separate, and an invalid proposal is rejected;
+* a choice with numeric ``features`` (EfficientBERT's FFN expressions, SPEC §3) is one
+  categorical whose encoding (:meth:`encoding_tables`, what LaNAS's classifiers see) is
+  those features, not a one-hot over its values.
 
 The mapping is one-to-one (each architecture has exactly one parameter set), so a
 sampler that deduplicates by parameters deduplicates by architecture id.

@@ -118,9 +118,8 @@ def test_space_size_counts_valid_architectures_only():
     from nas.space import get_space
 
     space = get_space("efficientbert", layers=1)
-    # per layer: (U_pre, B_pre) valid pairs = identity+first, or 7 unary × 3 binary = 22;
-    # × B_mid 4 × U_mid 8 × U_post 8 × stack 4 × ratio 4
-    assert space.size() == 22 * 4 * 8 * 8 * 4 * 4
+    # per layer: 3,645 valid, distinct FFN expressions × stack 4 × ratio 4
+    assert space.size() == 3645 * 4 * 4
     rng = np.random.default_rng(0)
     for _ in range(20):
         space.validate(space.sample(rng))

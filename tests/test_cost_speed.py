@@ -98,7 +98,7 @@ def test_inputs_are_still_validated_and_canonicalised():
     with pytest.raises(ArchitectureError, match="not 'adabert'"):
         count_costs(space, Architecture(arch, "efficientbert"))
     eb = get_space("efficientbert", **small_config("efficientbert"))
-    bad = eb.default().replace(**{"L0.pre_binary": "add"})  # breaks a constraint
+    bad = eb.default().replace(**{"L0.expr": "linear2(gelu(linear1(add(x, x))))"})  # x + x
     with pytest.raises(ArchitectureError, match="identical arguments"):
         count_costs(eb, dict(bad), seq_len=16)
 

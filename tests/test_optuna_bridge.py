@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from evaluators.base import EvalResult, Objective
 from nas.errors import NasError
-from nas.space import get_space, list_spaces, small_config
+from nas.space import Constraint, SearchSpace, get_space, list_spaces, small_config
 from searchers.base import SEARCHERS
 from searchers.optuna_bridge import Budget, SpaceBridge
 
@@ -40,30 +40,70 @@ def test_every_space_becomes_optuna_parameters_and_back(name):
         assert bridge.distributions == {} and bridge.architecture({}) == space.default()
 
 
+def constrained_space():
+    """AdaBERT's small space with a rule tying two of its op choices: they must differ
+    (no registered space has a constraint since EfficientBERT's expressions became one
+    categorical of valid expressions)."""
+    base = get_space("adabert", **small_config("adabert"))
+    a, b = [c.name for c in base.choices() if c.kind == "op"][:2]
+
+    def differ(values):
+        if values[a] == values[b]:
+            return f"{a} and {b} are both {values[a]!r}; choose different ops"
+        return None
+
+    rule = Constraint((a, b), differ, f"{a} differs from {b}")
+    space = SearchSpace(base.name, base.choices(), base.graph, constraints=[rule],
+                        config=base.config)
+    return space, a, b
+
+
 def test_constraint_tied_choices_become_one_parameter_of_valid_combinations():
-    space = get_space("efficientbert", **small_config("efficientbert"))
+    space, a, b = constrained_space()
     bridge = SpaceBridge(space)
-    joint = bridge._by_name["L0.pre_unary+L0.pre_binary"]
+    joint = bridge._by_name[f"{a}+{b}"]
+    n = len(space.choice(a))
     assert isinstance(joint.distribution, CategoricalDistribution)
-    assert len(joint.distribution.choices) == 22  # (first, identity) + 3 binaries × 7 unaries
-    assert '["identity","first"]' in joint.distribution.choices
-    assert '["identity","add"]' not in joint.distribution.choices  # x + x: invalid
-    assert isinstance(bridge._by_name["L0.stack"].distribution, IntDistribution)
+    assert len(joint.distribution.choices) == n * (n - 1)  # every pair of different ops
+    assert '["skip","zero"]' in joint.distribution.choices
+    assert '["skip","skip"]' not in joint.distribution.choices  # equal: invalid
+    assert isinstance(bridge._by_name["depth"].distribution, IntDistribution)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(30):  # a sampler cannot propose an invalid architecture
         assert bridge.propose(bridge.suggest(study.ask())).ok
 
 
+def test_an_expression_choice_is_one_categorical_with_its_slot_encoding():
+    space = get_space("efficientbert", **small_config("efficientbert"))
+    bridge = SpaceBridge(space)
+    expr = bridge._by_name["L0.expr"]
+    choice = space.choice("L0.expr")
+    assert isinstance(expr.distribution, CategoricalDistribution)
+    assert len(expr.distribution.choices) == len(choice)
+    table = bridge.encoding_tables()["L0.expr"]  # what LaNAS's classifiers see
+    assert table.shape == (len(choice), choice.encoded_width) and table.shape[1] < 200
+    assert len({tuple(row) for row in table}) == len(choice)  # tells every value apart
+
+
 def test_invalid_or_over_budget_proposals_are_reported_never_repaired():
     space = get_space("efficientbert", **small_config("efficientbert"))
-    separate = SpaceBridge(space, max_joint=1)  # tied choices as separate parameters
-    params = separate.params_of(space.default())
-    params["L0.pre_binary"] = "add"  # with U_pre = identity: x + x
+    bridge = SpaceBridge(space)
+    params = bridge.params_of(space.default())
+    params["L0.expr"] = "linear2(gelu(linear1(add(x, x))))"  # x + x: not a value
+    proposal = bridge.propose(params)
+    assert not proposal.ok and proposal.arch is None
+    assert proposal.reason.startswith("invalid architecture:") and "L0.expr" in \
+        proposal.reason and "identical arguments" in proposal.reason
+    assert proposal.params["L0.expr"] == "linear2(gelu(linear1(add(x, x))))"  # as proposed
+
+    tied, a, b = constrained_space()
+    separate = SpaceBridge(tied, max_joint=1)  # tied choices as separate parameters
+    params = separate.params_of(tied.sample(0))
+    params[b] = params[a]
     proposal = separate.propose(params)
     assert not proposal.ok and proposal.arch is None
-    assert proposal.reason.startswith("invalid architecture:") and "L0.pre_binary" in \
-        proposal.reason
-    assert proposal.params["L0.pre_binary"] == "add"  # kept as proposed
+    assert proposal.reason.startswith("invalid architecture:") and b in proposal.reason
+    assert proposal.params[b] == params[a]  # kept as proposed
 
     budget = Budget(max_params=1000, seq_len=16)
     bridge = SpaceBridge(space, budget)

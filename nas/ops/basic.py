@@ -31,18 +31,29 @@ def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], doc: str) -> t
     return register_op(name)(_Unary)
 
 
+#: EfficientBERT's activations as functions (SPEC §3); also the bodies of the unary ops.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "relu": F.relu,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.01),
+    "elu": F.elu,
+    "swish": F.silu,
+}
+
 Identity = _unary("identity", lambda x: x, "Identity ('no activation' in expressions).")
 Skip = _unary("skip", lambda x: x, "Skip connection of a DARTS/AdaBERT cell (identity).")
-Gelu = _unary("gelu", F.gelu, "GeLU (exact, erf form, as BERT).")
-Sigmoid = _unary("sigmoid", torch.sigmoid, "Logistic sigmoid.")
-Tanh = _unary("tanh", torch.tanh, "Hyperbolic tangent.")
-Relu = _unary("relu", F.relu, "ReLU.")
-LeakyRelu = _unary("leaky_relu", lambda x: F.leaky_relu(x, 0.01), "LeakyReLU, slope 0.01.")
-Elu = _unary("elu", F.elu, "ELU, alpha 1.")
-Swish = _unary("swish", F.silu, "Swish / SiLU: x·sigmoid(x).")
+Gelu = _unary("gelu", ACTIVATIONS["gelu"], "GeLU (exact, erf form, as BERT).")
+Sigmoid = _unary("sigmoid", ACTIVATIONS["sigmoid"], "Logistic sigmoid.")
+Tanh = _unary("tanh", ACTIVATIONS["tanh"], "Hyperbolic tangent.")
+Relu = _unary("relu", ACTIVATIONS["relu"], "ReLU.")
+LeakyRelu = _unary("leaky_relu", ACTIVATIONS["leaky_relu"], "LeakyReLU, slope 0.01.")
+Elu = _unary("elu", ACTIVATIONS["elu"], "ELU, alpha 1.")
+Swish = _unary("swish", ACTIVATIONS["swish"], "Swish / SiLU: x·sigmoid(x).")
 
 #: EfficientBERT's unary ops (SPEC §3).
-UNARY_OPS = ("gelu", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "swish")
+UNARY_OPS = tuple(ACTIVATIONS)
 
 
 @register_op("zero")
@@ -60,7 +71,7 @@ class Zero(Op):
 # ---------------------------------------------------------------------------
 
 
-def _cut(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def cut(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Binary ops on unequal widths cut both operands to the narrower width (SPEC §3)."""
     w = min(a.shape[-1], b.shape[-1])
     return a[..., :w], b[..., :w]
@@ -74,7 +85,7 @@ class _Binary(Op):
         return min(in_widths)
 
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
-        a, b = _cut(xs[0], xs[1])
+        a, b = cut(xs[0], xs[1])
         return type(self).fn(a, b)
 
 
@@ -111,6 +122,11 @@ class First(Op):
 
 #: EfficientBERT's binary ops plus "none" (SPEC §3).
 BINARY_OPS = ("first", "add", "mul", "max")
+
+#: EfficientBERT's binary ops as functions of two equally wide tensors (SPEC §3).
+BINARY_FUNCTIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add, "mul": torch.mul, "max": torch.maximum,
+}
 
 
 @register_op("sum")
@@ -258,4 +274,5 @@ def scale_width(width: int, ratio: Any) -> int:
     return int(Fraction(str(ratio)) * width)
 
 
-__all__ = ["UNARY_OPS", "BINARY_OPS", "ElasticLayerNorm", "NoNorm", "make_norm", "scale_width"]
+__all__ = ["ACTIVATIONS", "BINARY_FUNCTIONS", "BINARY_OPS", "UNARY_OPS", "ElasticLayerNorm",
+           "NoNorm", "cut", "make_norm", "scale_width"]
