@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from nas.distill.tinybert import Terms, intermediate_loss
 from nas.config import ConfigError
+from nas.distill.tinybert import Terms, intermediate_loss
 from nas.errors import NasError
 from nas.seeding import seed_stage
 from nas.train import TrainSettings
