@@ -748,27 +748,10 @@ class TinyBert(Method):
 def teacher_logits(ctx: TinyBertContext, data: Any) -> np.ndarray:
     """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
     (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data)."""
-    from nas.distill.cache import TeacherOutputCache
+    from nas.distill.general import cached_teacher_logits
 
-    cache = TeacherOutputCache(ctx.teacher.model_dir, data, ctx.cfg.data.max_seq_len)
-    if cache.has("logits"):
-        return cache.load("logits")
-    _, teacher = ctx.task_teacher()
-    lengths = token_lengths(ctx.tokenizer, data, ctx.cfg.data.max_seq_len)
-    order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
-    out = np.zeros((len(data), data.num_labels), dtype=np.float32)
-    log.info("teacher logits on %d rows (cached for later runs)", len(data))
-    from tqdm.auto import tqdm
-
-    from nas.data import iter_batches
-
-    sub = data.subset(order.tolist())
-    with torch.inference_mode():
-        for batch in tqdm(iter_batches(sub, ctx.tokenizer, 128, ctx.cfg.data.max_seq_len),
-                          total=math.ceil(len(sub) / 128), desc="teacher logits",
-                          disable=not ctx.options.progress):
-            out[order[batch["index"].numpy()]] = teacher(batch).logits.float().numpy()
-    return cache.save("logits", out)
+    return cached_teacher_logits(ctx.teacher.model_dir, lambda: ctx.task_teacher()[1], data,
+                                 ctx.tokenizer, ctx.cfg.data.max_seq_len, ctx.options.progress)
 
 
 __all__ = ["TinyBert", "TinyBertConfig", "chunk_texts", "general_distillation", "load_config",

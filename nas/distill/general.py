@@ -117,6 +117,36 @@ def seeded_batches(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int,
     return batches
 
 
+def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
+                          tokenizer: Any, max_seq_len: int, progress: bool = False
+                          ) -> np.ndarray:
+    """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
+    (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data);
+    ``teacher()`` gives the model (called only when the cache lacks them)."""
+    import math
+
+    from tqdm.auto import tqdm
+
+    from nas.data import iter_batches
+    from nas.distill.cache import TeacherOutputCache
+
+    cache = TeacherOutputCache(model_dir, data, max_seq_len)
+    if cache.has("logits"):
+        return cache.load("logits")
+    model = teacher()
+    lengths = token_lengths(tokenizer, data, max_seq_len)
+    order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
+    out = np.zeros((len(data), data.num_labels), dtype=np.float32)
+    log.info("teacher logits on %d rows (cached for later runs)", len(data))
+    sub = data.subset(order.tolist())
+    with torch.inference_mode():
+        for batch in tqdm(iter_batches(sub, tokenizer, 128, max_seq_len),
+                          total=math.ceil(len(sub) / 128), desc="teacher logits",
+                          disable=not progress):
+            out[order[batch["index"].numpy()]] = model(batch).logits.float().numpy()
+    return cache.save("logits", out)
+
+
 def settings_key(**parts: Any) -> str:
     """A 16-hex cache key of JSON-able settings."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()
@@ -158,5 +188,5 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
     module.load_state_dict(load_file(str(path)))
 
 
-__all__ = ["chunk_texts", "exclusive", "load_weights", "save_weights", "seeded_batches",
-           "settings_key", "text_corpus", "token_lengths", "unlabeled"]
+__all__ = ["cached_teacher_logits", "chunk_texts", "exclusive", "load_weights", "save_weights",
+           "seeded_batches", "settings_key", "text_corpus", "token_lengths", "unlabeled"]
