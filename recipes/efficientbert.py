@@ -303,6 +303,7 @@ class EfficientBertContext:
         from nas.tokenization import load_tokenizer
 
         cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
+        self._check_teacher_shape()
         t0 = time.time()
         log.info("teacher (fine-tuned on %s, cached)", cfg.task)
         seed_stage(cfg.seed, "teacher")
@@ -357,6 +358,17 @@ class EfficientBertContext:
                      dev=len(self.dev), report=len(self.report), budget=self.budget)
         return self
 
+    def _check_teacher_shape(self) -> None:
+        """Before any stage: the space must fit the teacher (heads, layers, fit width)."""
+        from transformers import AutoConfig
+
+        from nas.distill.warmup import check_teacher_fits
+        from nas.teacher import resolve_teacher
+
+        teacher = AutoConfig.from_pretrained(resolve_teacher(self.cfg.teacher),
+                                             local_files_only=True)
+        check_teacher_fits(self.cfg.build_space(2), teacher.to_dict())
+
     def _budget(self) -> float:
         from nas.cost import count_costs
 
@@ -390,7 +402,7 @@ class EfficientBertContext:
 
         if self._teacher_model is None:
             space, model = load_teacher_as_design(self.teacher.model_dir)
-            check_teacher_fits(self.space, space)
+            check_teacher_fits(self.space, space.config)
             for p in model.parameters():
                 p.requires_grad_(False)
             mapping = layer_map(self.space.config["layers"], space.config["num_hidden_layers"])

@@ -127,10 +127,11 @@ def sample_under_budget(space: Any, fixed: Mapping[str, Any], rng: np.random.Gen
                       f"max_params={max_params} in {tries} tries; raise the budget")
 
 
-def check_teacher_fits(space: Any, teacher_space: Any) -> None:
+def check_teacher_fits(space: Any, teacher: Mapping[str, Any]) -> None:
     """Attention maps are compared head by head, and M student layers map onto N >= M
-    teacher layers; the fit layer must end at the teacher's width."""
-    cfg, t = space.config, teacher_space.config
+    teacher layers; the fit layer must end at the teacher's width. ``teacher``: the
+    teacher's configuration in Hugging Face names (``num_attention_heads``...)."""
+    cfg, t = space.config, teacher
     if cfg.get("heads") != t["num_attention_heads"]:
         raise ConfigError(f"space.heads is {cfg.get('heads')}, the teacher has "
                           f"{t['num_attention_heads']}: the attention loss compares heads one "
@@ -261,7 +262,7 @@ def _train(space: Any, arch: Any, teacher_dir: str, settings: WarmupSettings, co
 
     s = settings
     teacher_space, teacher = load_teacher_as_design(teacher_dir)
-    check_teacher_fits(space, teacher_space)
+    check_teacher_fits(space, teacher_space.config)
     for p in teacher.parameters():
         p.requires_grad_(False)
     seed_stage(s.seed, "warmup")
