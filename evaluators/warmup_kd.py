@@ -85,12 +85,15 @@ class WarmupKDEvaluator(Evaluator):
     ``text_settings=None`` skips the text phase. ``eval_every``: task steps between
     intermediate validation scores (``None``: after each epoch only). ``seed``: the
     run's seed; each candidate's stage seed comes from it and the architecture id, so a
-    candidate scores the same whichever order it comes in.
+    candidate scores the same whichever order it comes in. ``record_curve``: put the
+    text phase's loss after every step into ``metrics["text_kd_curve"]`` (a list; the
+    ranking audit compares inherited and scratch curves).
     """
 
     def __init__(self, space: SearchSpace, task: WarmupKDTask, task_settings: Any,
                  text_settings: Any = None, *, seed: int = 0, eval_every: int | None = None,
-                 latency_repeats: int = 5, progress: bool = False) -> None:
+                 latency_repeats: int = 5, progress: bool = False,
+                 record_curve: bool = False) -> None:
         from nas.teacher import metric_parts
 
         if text_settings is not None and (task.text_batches is None or task.text_loss is None
@@ -102,6 +105,7 @@ class WarmupKDEvaluator(Evaluator):
         self.task_settings, self.text_settings = task_settings, text_settings
         self.eval_every, self.latency_repeats, self.progress = eval_every, latency_repeats, \
             progress
+        self.record_curve = record_curve
         self._supernet: Any = None
         name = "+".join(metric_parts(task.metric))
         self.objectives = (Objective(f"val_{name}", "maximize"),)
@@ -154,10 +158,12 @@ class WarmupKDEvaluator(Evaluator):
                 last.update(step=step, val=score(step))
             return {"val": last["val"]}
 
+        text_curve: list[float] = []
         try:
             if self.text_settings is not None:
                 text = Trainer(child, self.text_settings, task.text_batches,  # type: ignore[arg-type]
                                task.text_steps_per_epoch, task.text_loss,  # type: ignore[arg-type]
+                               after_step=lambda step, info: text_curve.append(info["loss"]),
                                progress=self.progress, desc=f"text KD {arch.id}").fit()
                 curve["text_kd_loss"] = [round(h["loss"], 6) for h in text.history]
                 curve["text_steps"] = text.steps
@@ -175,6 +181,8 @@ class WarmupKDEvaluator(Evaluator):
         metrics["task_kd_loss"] = round(result.history[-1]["loss"], 6)
         if "text_kd_loss" in curve:
             metrics["text_kd_loss"] = curve["text_kd_loss"][-1]
+        if self.record_curve:
+            metrics["text_kd_curve"] = [round(v, 6) for v in text_curve]
         costs = measured_costs(self.space, arch, child, task.seq_len, task.latency_batches,
                                self.latency_repeats)
         costs["train_steps"] = result.steps + curve.get("text_steps", 0)

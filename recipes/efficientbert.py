@@ -457,9 +457,10 @@ class EfficientBertContext:
         return costs
 
     # -- evaluators ----------------------------------------------------------------------
-    def proxy_evaluator(self, warm: Any) -> Any:
+    def proxy_evaluator(self, warm: Any, inherit: bool | None = None,
+                        record_curve: bool = False) -> Any:
         """Stages 1–2's evaluator: ``warmup-kd`` (inherit, text KD, task KD, best score on
-        the held-out part of train)."""
+        the held-out part of train); ``inherit`` overrides ``proxy.inherit``."""
         from evaluators.warmup_kd import WarmupKDEvaluator, WarmupKDTask
         from nas.distill.tinybert import Terms
         from nas.distill.warmup import WARMUP_TERMS
@@ -467,7 +468,8 @@ class EfficientBertContext:
         p = self.cfg.proxy
         text = self.text_corpus()
         task = WarmupKDTask(
-            supernet=(lambda: warm.load(self.space)) if p.inherit else None,
+            supernet=(lambda: warm.load(self.space)) if (p.inherit if inherit is None
+                                                         else inherit) else None,
             task_batches=self.train_batches(self.proxy_train, p.batch_size, "proxy-task"),
             task_steps_per_epoch=math.ceil(len(self.proxy_train) / p.batch_size),
             task_loss=self.kd_loss(Terms(False, False, True),
@@ -481,7 +483,8 @@ class EfficientBertContext:
         return WarmupKDEvaluator(
             self.space, task, p.settings(p.task_steps),
             p.settings(p.text_steps) if p.text_steps else None, seed=self.cfg.seed,
-            eval_every=p.eval_every, latency_repeats=self.cfg.latency_repeats)
+            eval_every=p.eval_every, latency_repeats=self.cfg.latency_repeats,
+            record_curve=record_curve)
 
     def text_corpus(self) -> Any:
         from nas.distill.warmup import warmup_corpus
@@ -491,7 +494,7 @@ class EfficientBertContext:
                                        self.cfg.task, self.full_train, self.options.data_dir)
         return self._text
 
-    def retrain_evaluator(self, warm: Any) -> Any:
+    def retrain_evaluator(self, warm: Any, workdir: Path | None = None) -> Any:
         """The final recipe: inherit, full KD on the training subset, dev each epoch."""
         from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
         from nas.builder import inherit_weights
@@ -516,7 +519,7 @@ class EfficientBertContext:
             seq_len=self.seq_len)
         return DistilledRetrainEvaluator(
             self.space, task, _train_fields(r), seed=self.cfg.seed,
-            workdir=self.run.path / "retrain", latency_repeats=self.cfg.latency_repeats,
+            workdir=workdir or self.run.path / "retrain", latency_repeats=self.cfg.latency_repeats,
             progress=self.options.progress)
 
 
@@ -800,6 +803,32 @@ class EfficientBert(Method):
                              "mean": statistics.mean(scores),
                              "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
         return out
+
+    # -- ranking audit -------------------------------------------------------------------
+    def audit_parts(self, config: EfficientBertConfig, options: RunOptions) -> Any:
+        """``nas audit``: the ``warmup-kd`` proxy with and without the warm-up (same
+        steps, same data; the second starts each candidate from scratch) against the
+        stand-alone full-KD retrain, candidates drawn within the budget."""
+        from evaluators.audit import AuditParts
+        from nas.data.files import resolve_task
+
+        task = resolve_task(config.task)
+        run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},
+                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+        config = replace(config, task=task)
+        ctx = EfficientBertContext(config, run, options).prepare()
+        warm = self.warmup(ctx)
+        arms = {"warm-up": ctx.proxy_evaluator(warm, inherit=True, record_curve=True),
+                "no warm-up": ctx.proxy_evaluator(warm, inherit=False, record_curve=True)}
+        p = config.proxy
+        notes = {"proxy": asdict(p), "full": "retrain: " + ", ".join(
+            f"{k}={v}" for k, v in asdict(config.retrain).items()), "budget": ctx.budget,
+            "warmup_steps": warm.record.get("steps")}
+        return AuditParts(space=ctx.space, arms=arms,
+                          full=ctx.retrain_evaluator(warm, run.path / "audit_full"),
+                          folder=run.path, max_params=ctx.budget, seq_len=ctx.seq_len,
+                          curve_arms=("warm-up", "no warm-up") if p.text_steps else None,
+                          notes=notes)
 
     # -- report ----------------------------------------------------------------------
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
