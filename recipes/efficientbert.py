@@ -590,6 +590,8 @@ class EfficientBert(Method):
                      searcher: str) -> dict[str, Any] | None:
         """Stage 1 (everything) or stage 2 (N and r fixed from ``current``) as a study of
         the multi-trial loop, each candidate scored by the ``warmup-kd`` proxy."""
+        from functools import partial
+
         from nas.space import fix_choices
         from searchers.loop import StudySpec, run_study, study_evaluator
         from searchers.results import best_trial, complete_trials
@@ -631,7 +633,8 @@ class EfficientBert(Method):
                  ctx.budget / 1e6)
         evaluator = study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
                                     seq_len=ctx.seq_len)
-        study = run_study(spec, space, evaluator)
+        study = run_study(spec, space, evaluator, parts=partial(
+            _study_parts, ctx.cfg, ctx.options, searcher, settings, fixed))
         best = best_trial(study)
         trials = [{"number": t.number, "arch_id": t.user_attrs.get("arch_id"),
                    "value": t.values[0], "params": (t.user_attrs.get("costs") or {}).get(
@@ -753,8 +756,8 @@ class EfficientBert(Method):
         if searched is not None and (run.path / "export" / "config.json").is_file():
             return searched
         t0 = time.time()
-        log.info("retrain: %s with the full distillation, then dev and %s", arch.id,
-                 ctx.report_split)
+        log.info("retrain: %s with the full distillation, then %s", arch.id,
+                 "dev" if ctx.report_split == "dev" else f"dev and {ctx.report_split}")
         searched, evaluator = self.retrain(ctx, warm, arch, "searched")
         log.info("export: native and ONNX")
         export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
@@ -865,6 +868,21 @@ class EfficientBert(Method):
             lines += [table_row(r["tag"], r, metrics.get("metric", "accuracy"), teacher, split)
                       for r in base]
         return lines, []
+
+
+def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str,
+                 settings: SearchStage, fixed: dict[str, Any]) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``): teacher, data and warm-up
+    from the caches, in the run folder the first process holds (read-only here)."""
+    from nas.space import fix_choices
+    from searchers.loop import study_evaluator
+
+    options = replace(options, progress=False)
+    ctx = EfficientBertContext(config, RunDir(options.run_dir), options).prepare()
+    warm = EfficientBert().warmup(ctx)
+    space = fix_choices(ctx.space, fixed) if fixed else ctx.space
+    return space, study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
+                                  seq_len=ctx.seq_len)
 
 
 def _row(ctx: EfficientBertContext, tag: str, arch: Any, result: Any) -> dict[str, Any]:
