@@ -248,3 +248,39 @@ def test_smoke_run_searches_in_three_stages_retrains_reports_and_exports(smoke_r
            (smoke_run / "log.jsonl").read_text().splitlines()[len(log_lines):]]
     assert not {"stage1", "stage2", "stage3", "searched", "stage3_supernet"} & set(new)
     assert json.loads((smoke_run / "metrics.json").read_text())["searched"] == searched
+
+
+@pytest.mark.slow
+def test_an_interrupted_search_resumes_where_it_stopped(tmp_path, monkeypatch):
+    """Ctrl-C during stage 1's third trial: ``--resume`` keeps the two finished trials,
+    runs the rest of the study and the later stages, and redoes nothing else."""
+    from evaluators.warmup_kd import WarmupKDEvaluator
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    run_dir = tmp_path / "run"
+    args = ["run", str(SMOKE), "--run-dir", str(run_dir), "--no-progress",
+            "--set", "stage2.enabled=false", "--set", "baselines={}"]
+    original = WarmupKDEvaluator.evaluate
+    calls = []
+
+    def interrupting(self, arch, trial=None):
+        calls.append(arch.id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(self, arch, trial)
+
+    monkeypatch.setattr(WarmupKDEvaluator, "evaluate", interrupting)
+    assert main(args) == 130  # the CLI's answer to Ctrl-C
+    assert not (run_dir / "stage1.json").exists()
+    monkeypatch.setattr(WarmupKDEvaluator, "evaluate", original)
+    assert main([*args, "--resume"]) == 0
+    stage1 = json.loads((run_dir / "stage1.json").read_text())
+    assert stage1["outcomes"].get("complete") == 4
+    evaluated = {json.loads((d / "result.json").read_text())["arch_id"]
+                 for d in (run_dir / "stage1" / "trials").iterdir()}
+    assert set(calls[:2]) <= evaluated and len(evaluated) == 4
+    stages = [json.loads(x)["stage"] for x in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert stages.count("warmup") == 2 and stages.count("stage1") == 1
+    assert stages.count("stage3") == 1 and stages[-1] == "done"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "stage2" not in metrics["stages"] and metrics["warmup"]["from_cache"]
