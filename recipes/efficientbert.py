@@ -267,8 +267,11 @@ def _find(path: str) -> Path:
 
 
 def load_arch_file(space: Any, path: str) -> Any:
-    """An architecture file on ``space``: choices the space lacks are dropped (a smaller
-    space keeps the first layers), missing ones take the defaults."""
+    """An architecture file on ``space``: the choices of layers beyond the space's depth
+    are dropped (a smaller space keeps the first layers), missing ones take the defaults;
+    any other choice the space lacks is an error (a file of another space's version)."""
+    import re
+
     from nas.architecture import load_architecture
 
     found = _find(path)
@@ -277,9 +280,16 @@ def load_arch_file(space: Any, path: str) -> Any:
     loaded = load_architecture(str(found))
     if loaded is None:
         raise ConfigError(f"{path}: not an architecture file")
-    names = set(space.choice_map)
-    return space.validate({**space.default(), **{k: v for k, v in loaded.items()
-                                                 if k in names}})
+    names, layers = set(space.choice_map), int(space.config.get("layers", 0))
+    kept = {}
+    for name, value in loaded.items():
+        layer = re.match(r"L(\d+)\.", name)
+        if name in names:
+            kept[name] = value
+        elif layer is None or int(layer.group(1)) < layers:
+            raise ConfigError(f"{path}: choice {name!r} is not a choice of space "
+                              f"{space.name!r}; the file is for another version of the space")
+    return space.validate({**space.default(), **kept})
 
 
 # --------------------------------------------------------------------- the context
