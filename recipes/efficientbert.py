@@ -127,6 +127,7 @@ class ProxySettings:
     max_task_examples: int | None = None
     temperature: float = 1.0
     inherit: bool = True
+    cache_teacher: bool = True
 
     def __post_init__(self) -> None:
         _check([("text_steps", self.text_steps >= 0, "an integer >= 0"),
@@ -429,14 +430,28 @@ class EfficientBertContext:
                 self.seq_len, self.options.progress)
         return self._logits[name]
 
+    def cached_teacher(self) -> Any:
+        """The teacher with its states stored per batch on disk (the proxy's batches)."""
+        from nas.distill.general import CachedTeacher
+        from nas.teacher import cache_root, teacher_identity
+
+        if not hasattr(self, "_cached_teacher"):
+            folder = (cache_root() / "teacher_states"
+                      / f"{teacher_identity(self.teacher.model_dir)}-L{self.seq_len}")
+            self._cached_teacher = CachedTeacher(lambda: self.teacher_model()[0], folder)
+        return self._cached_teacher
+
     def kd_loss(self, terms: Any, logits: np.ndarray | None = None, gamma: float = 1.0,
-                temperature: float = 1.0, arch: Any = None) -> Any:
+                temperature: float = 1.0, arch: Any = None, cached: bool = False) -> Any:
         """``loss(model, batch)``: the intermediate terms against the teacher through the
-        model's fit layer, plus γ·soft cross-entropy against the cached ``logits``."""
+        model's fit layer, plus γ·soft cross-entropy against the cached ``logits``;
+        ``cached``: the teacher's states come from :meth:`cached_teacher`."""
         from nas.distill.tinybert import prediction_loss
         from nas.distill.warmup import SpaceFit, kd_loss
 
         teacher, mapping = self.teacher_model()
+        if cached:
+            teacher = self.cached_teacher()
 
         def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> Any:
             a = arch() if callable(arch) else arch
@@ -484,11 +499,12 @@ class EfficientBertContext:
             task_steps_per_epoch=math.ceil(len(self.proxy_train) / p.batch_size),
             task_loss=self.kd_loss(Terms(False, False, True),
                                    self.logits("proxy_train", self.proxy_train),
-                                   temperature=p.temperature),
+                                   temperature=p.temperature, cached=p.cache_teacher),
             val_batches=self.val_batches,
             text_batches=self.train_batches(text, p.batch_size, "proxy-text"),
             text_steps_per_epoch=math.ceil(len(text) / p.batch_size),
-            text_loss=self.kd_loss(WARMUP_TERMS), metric=self.dev.metric,
+            text_loss=self.kd_loss(WARMUP_TERMS, cached=p.cache_teacher),
+            metric=self.dev.metric,
             latency_batches={1: self.latency_batches[1]}, seq_len=self.seq_len)
         return WarmupKDEvaluator(
             self.space, task, p.settings(p.task_steps),

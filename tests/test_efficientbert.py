@@ -296,3 +296,33 @@ def test_an_architecture_file_keeps_the_first_layers_of_a_smaller_space(space, t
                                                                        "L0.old_slot": "relu"}}))
     with pytest.raises(ConfigError, match="'L0.old_slot' is not a choice"):
         load_arch_file(space, str(stale))
+
+
+def test_the_cached_teacher_gives_the_teachers_states_in_fp16(tiny_teacher, tmp_path):
+    from nas.distill.general import CachedTeacher
+    from nas.hf import load_teacher_as_design
+
+    _, teacher = load_teacher_as_design(str(tiny_teacher))
+    loads = []
+    cached = CachedTeacher(lambda: loads.append(1) or teacher, tmp_path / "states")
+    g = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(0, 30522, (2, 6), generator=g),
+             "attention_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2]),
+             "token_type_ids": torch.zeros(2, 6, dtype=torch.long)}
+    record = ("attention_scores", "hidden_states")
+    first = cached(batch, record)
+    again = cached(batch, record)
+    with torch.no_grad():
+        direct = teacher(batch, record=record)
+    assert (cached.misses, cached.hits, len(loads)) == (1, 1, 1)
+    for kind in record:
+        assert len(again.records[kind]) == len(direct.records[kind]) == 2
+        for a, b, c in zip(first.records[kind], again.records[kind], direct.records[kind],
+                           strict=True):
+            assert torch.equal(a, b)  # a miss gives what a hit gives
+            # masked scores (≤ −100, maybe −inf in fp16) are zeroed by the loss anyway
+            b, c = (torch.where(t <= -100, torch.zeros_like(t), t) for t in (b, c))
+            assert torch.allclose(b, c, rtol=2e-3, atol=2e-3)
+    assert torch.allclose(again.logits, direct.logits, atol=1e-2)
+    other = cached(batch, ("hidden_states",))  # other states asked: another entry
+    assert cached.misses == 2 and "attention_scores" not in other.records

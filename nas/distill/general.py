@@ -147,6 +147,65 @@ def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
     return cache.save("logits", out)
 
 
+class CachedTeacher:
+    """A frozen teacher whose recorded states are stored on disk per batch, so that batches
+    seen again (the same proxy batches for every candidate of a search) cost a file read
+    instead of a forward pass. Called like the teacher: ``teacher(batch, record=...)``.
+
+    A batch is identified by a hash of its token tensors and of the states asked for;
+    entries are safetensors files of fp16 tensors (logits and every recorded state),
+    written atomically (parallel workers may race; both write the same content).
+    ``teacher()`` gives the model, loaded only on the first miss.
+    """
+
+    def __init__(self, teacher: Callable[[], Any], folder: Path) -> None:
+        self._teacher, self.folder = teacher, Path(folder)
+        self._model: Any = None
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(batch: Any, record: Sequence[str]) -> str:
+        h = hashlib.sha256(",".join(sorted(record)).encode())
+        for name in ("input_ids", "attention_mask", "token_type_ids"):
+            t = batch.get(name)
+            if t is not None:
+                h.update(name.encode())
+                h.update(str(tuple(t.shape)).encode())
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()[:24]
+
+    def __call__(self, batch: Any, record: Sequence[str] = ()) -> Any:
+        from safetensors.torch import load_file, save_file
+
+        from nas.checkpoint import atomic_target
+        from nas.network import ModelOutput
+
+        path = self.folder / f"{self.key(batch, record)}.safetensors"
+        if path.is_file():
+            self.hits += 1
+            state = load_file(str(path))
+            records: dict[str, list[torch.Tensor]] = {}
+            for name in sorted(k for k in state if k != "logits"):  # "<kind>.<layer:03d>"
+                kind = name.rsplit(".", 1)[0]
+                records.setdefault(kind, []).append(state[name].float())
+            return ModelOutput(state["logits"].float(), records)
+        self.misses += 1
+        if self._model is None:
+            self._model = self._teacher()
+        with torch.no_grad():
+            out = self._model(batch, record=tuple(record))
+        state = {"logits": out.logits.detach().half().contiguous()}
+        for kind, tensors in out.records.items():
+            for i, t in enumerate(tensors):
+                state[f"{kind}.{i:03d}"] = t.detach().half().contiguous()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_target(path) as tmp:
+            save_file(state, str(tmp))
+        # the caller gets what a hit would give: every candidate sees the same targets
+        return ModelOutput(state["logits"].float(), {
+            kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})
+
+
 def settings_key(**parts: Any) -> str:
     """A 16-hex cache key of JSON-able settings."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()
@@ -188,5 +247,6 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
     module.load_state_dict(load_file(str(path)))
 
 
-__all__ = ["cached_teacher_logits", "chunk_texts", "exclusive", "load_weights", "save_weights",
-           "seeded_batches", "settings_key", "text_corpus", "token_lengths", "unlabeled"]
+__all__ = ["CachedTeacher", "cached_teacher_logits", "chunk_texts", "exclusive", "load_weights",
+           "save_weights", "seeded_batches", "settings_key", "text_corpus", "token_lengths",
+           "unlabeled"]
