@@ -85,6 +85,14 @@ class Method(abc.ABC):
     def run(self, config: Any, options: RunOptions) -> dict[str, Any]:
         """Run every stage; write results into ``options.run_dir``; return the metrics."""
 
+    def audit_parts(self, config: Any, options: RunOptions) -> Any:
+        """The parts of ``nas audit`` (:class:`evaluators.audit.AuditParts`): the space,
+        the proxy evaluators and the full one, prepared in ``options.run_dir``. Methods
+        whose candidates have a cheap proxy and a full evaluation override this."""
+        raise ConfigError(f"method {self.name!r} has no proxy evaluator to audit; `nas audit` "
+                          "works for methods that score candidates by a proxy "
+                          "(e.g. efficientbert)")
+
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
         """Method-specific lines and pictures for ``nas report`` (none by default)."""

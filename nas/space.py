@@ -397,3 +397,23 @@ def small_config(name: str) -> dict[str, Any]:
 def list_spaces(pattern: str = "*") -> list[str]:
     """Registered space names matching a shell-style wildcard (plug-ins included), sorted."""
     return SPACES.names(pattern)
+
+
+def fix_choices(space: SearchSpace, values: Mapping[str, Any]) -> SearchSpace:
+    """``space`` with the choices in ``values`` fixed: each becomes a one-value choice of the
+    same name and kind, so a searcher samples only the others (partially fixed sampling,
+    as EfficientBERT's coarse-to-fine stages do, SPEC §3). The graph, the constraints and
+    the name are kept: an architecture of the result is one of ``space`` (same choices,
+    same id), and the supernet and costs of ``space`` apply to it."""
+    fixed = {}
+    for name, value in values.items():
+        fixed[name] = space.choice(name).validate(value)
+    choices = [Categorical(c.name, (fixed[c.name],), fixed[c.name], c.kind, c.doc)
+               if c.name in fixed else c for c in space.choices()]
+    # the same config: a study records it, and ``nas export --run`` rebuilds the space
+    restricted = SearchSpace(space.name, choices, space.graph, space.constraints,
+                             space.config, space.drawing, space.description)
+    if not restricted.size():
+        raise ArchitectureError(f"space {space.name!r}: fixing {dict(fixed)} leaves no valid "
+                                "architecture under the space's constraints")
+    return restricted

@@ -37,8 +37,6 @@ stage is never redone, and ``--resume`` continues an unfinished one from its che
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -53,6 +51,16 @@ import torch
 from torch.nn import functional as F
 
 from nas.config import ConfigError
+from nas.distill.general import (
+    chunk_texts,
+    exclusive,
+    load_weights,
+    save_weights,
+    seeded_batches,
+    settings_key,
+    text_corpus,
+    token_lengths,
+)
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
@@ -264,82 +272,10 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
 # ------------------------------------------------------------------------- helpers
 
 
-def token_lengths(tokenizer: Any, data: Any, max_seq_len: int) -> np.ndarray:
-    """Tokens per example of a :class:`~nas.data.TaskData` (pairs joined), capped."""
-    out = []
-    step = 4096
-    for start in range(0, len(data), step):
-        a = list(data.texts_a[start:start + step])
-        b = list(data.texts_b[start:start + step]) if data.texts_b is not None else None
-        enc = tokenizer(a, b, max_length=max_seq_len,
-                        truncation=True if b is None else "longest_first")
-        out.extend(len(ids) for ids in enc["input_ids"])
-    return np.asarray(out, dtype=np.int64)
-
-
-def chunk_texts(tokenizer: Any, texts: list[str], max_tokens: int) -> list[str]:
-    """Cut each text into pieces of at most ``max_tokens`` WordPiece tokens, at word
-    boundaries (a piece never starts with a ``##`` continuation); pieces are slices of
-    the original text, so tokenising one gives back its tokens."""
-    pieces: list[str] = []
-    counts = [len(ids) for ids in tokenizer(texts, add_special_tokens=False,
-                                            verbose=False)["input_ids"]]
-    long = [t for t, n in zip(texts, counts, strict=True) if n > max_tokens]
-    pieces += [t for t, n in zip(texts, counts, strict=True) if n <= max_tokens]
-    for start in range(0, len(long), 1024):  # only long texts need their token offsets
-        batch = long[start:start + 1024]
-        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True,
-                        verbose=False)
-        for i, text in enumerate(batch):
-            tokens, offsets = enc.tokens(i), enc["offset_mapping"][i]
-            a = 0
-            while a < len(tokens):
-                b = min(a + max_tokens, len(tokens))
-                while a + 1 < b < len(tokens) and tokens[b].startswith("##"):
-                    b -= 1
-                pieces.append(text[offsets[a][0]:offsets[b - 1][1]])
-                a = b
-    return [p for p in pieces if p.strip()]
-
-
-def _unlabeled(task: str, texts: list[str], source: str) -> Any:
-    """Texts as a single-sentence :class:`~nas.data.TaskData` with one dummy label."""
-    from nas.data import TaskData
-
-    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
-    return TaskData(task=task, split="general", kind="single", texts_a=tuple(texts),
-                    labels=(0,) * len(texts), label_names=("text",), fingerprint=digest,
-                    sources=(source,))
-
-
-def save_weights(module: torch.nn.Module, path: Path) -> None:
-    """A module's tensors as safetensors, written atomically."""
-    from safetensors.torch import save_file
-
-    from nas.checkpoint import atomic_target
-
-    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-    with atomic_target(path) as tmp:
-        save_file(state, str(tmp))
-
-
-def load_weights(module: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    module.load_state_dict(load_file(str(path)))
-
-
 def _batches_fn(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, seed: int,
                 stage: str, lengths: np.ndarray) -> Callable[[int, int], Iterator[Any]]:
     """The Trainer's batch source: length-grouped batches in a seeded order per epoch."""
-    from nas.data import iter_batches
-
-    def batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
-        return iter_batches(data, tokenizer, batch_size, max_seq_len, shuffle=True,
-                            seed=stage_seed(seed, f"{stage}-order:{epoch}"), start_batch=start,
-                            lengths=lengths)
-
-    return batches
+    return seeded_batches(data, tokenizer, batch_size, max_seq_len, seed, stage, lengths)
 
 
 # ------------------------------------------------------------- general distillation
@@ -354,32 +290,21 @@ def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
     student's shape and initialisation, the text and the settings; a finished entry is
     found again without loading anything, an interrupted one resumes from its checkpoint.
     """
-    from nas.data import load_corpus
     from nas.teacher import cache_root, resolve_teacher, teacher_identity
     from nas.tokenization import load_tokenizer
 
     g = cfg.general
     tokenizer = load_tokenizer(resolve_teacher(cfg.teacher))  # the pre-trained teacher's
-    sources: list[str] = []
-    for split in g.corpus_splits:
-        sources += load_corpus(g.corpus, split, data_dir)
-    if g.task_sentences:
-        sources += list(dict.fromkeys(list(task_train.texts_a) + list(task_train.texts_b or ())))
-    rng = np.random.default_rng(stage_seed(g.seed, "general-texts"))
-    if g.max_texts is not None and g.max_texts < len(sources):  # sample before cutting
-        sources = [sources[i] for i in np.sort(rng.permutation(len(sources))[: g.max_texts])]
-    texts = chunk_texts(tokenizer, sources, g.max_seq_len - 2)
-    if g.max_texts is not None and g.max_texts < len(texts):
-        texts = [texts[i] for i in np.sort(rng.permutation(len(texts))[: g.max_texts])]
-    corpus = _unlabeled(cfg.task, texts, f"{g.corpus}[{','.join(g.corpus_splits)}]"
-                        + (f" + {cfg.task} train sentences" if g.task_sentences else ""))
+    corpus = text_corpus(tokenizer, task=cfg.task, task_train=task_train, corpus=g.corpus,
+                         splits=g.corpus_splits, task_sentences=g.task_sentences,
+                         max_texts=g.max_texts, max_seq_len=g.max_seq_len, seed=g.seed,
+                         data_dir=data_dir)
     teacher_id = teacher_identity(cfg.teacher)
     settings = {k: v for k, v in asdict(g).items() if k != "enabled"}
-    key = hashlib.sha256(json.dumps({
-        "teacher": teacher_id, "space": cfg.student.space, "student": space.config,
-        "init": cfg.student.init, "text": corpus.fingerprint, "settings": settings,
-        "layer_mapping": cfg.layer_mapping, "version": GENERAL_VERSION,
-    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    key = settings_key(
+        teacher=teacher_id, space=cfg.student.space, student=space.config,
+        init=cfg.student.init, text=corpus.fingerprint, settings=settings,
+        layer_mapping=cfg.layer_mapping, version=GENERAL_VERSION)
     folder = cache_root() / "general" / f"{cfg.student.space}-{key}"
     weights, result_file = folder / "student.safetensors", folder / "result.json"
     trained = False
@@ -387,7 +312,7 @@ def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
         folder.mkdir(parents=True, exist_ok=True)
         # one writer per entry: a second run of the same settings (another seed or arm
         # started meanwhile) waits here, then finds the result
-        with _exclusive(folder / ".lock", f"general distillation {folder}"):
+        with exclusive(folder / ".lock", f"general distillation {folder}"):
             if not result_file.is_file():
                 _general_train(cfg, space, corpus, tokenizer, folder, key, teacher_id,
                                settings, progress)
@@ -395,23 +320,6 @@ def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
     if not trained:
         log.info("stage 3/8: general distillation from the cache (%s)", folder)
     return weights, {**json.loads(result_file.read_text()), "from_cache": not trained}
-
-
-@contextlib.contextmanager
-def _exclusive(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (released when the process ends, however)."""
-    import fcntl
-
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process running %s", what)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
@@ -840,27 +748,10 @@ class TinyBert(Method):
 def teacher_logits(ctx: TinyBertContext, data: Any) -> np.ndarray:
     """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
     (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data)."""
-    from nas.distill.cache import TeacherOutputCache
+    from nas.distill.general import cached_teacher_logits
 
-    cache = TeacherOutputCache(ctx.teacher.model_dir, data, ctx.cfg.data.max_seq_len)
-    if cache.has("logits"):
-        return cache.load("logits")
-    _, teacher = ctx.task_teacher()
-    lengths = token_lengths(ctx.tokenizer, data, ctx.cfg.data.max_seq_len)
-    order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
-    out = np.zeros((len(data), data.num_labels), dtype=np.float32)
-    log.info("teacher logits on %d rows (cached for later runs)", len(data))
-    from tqdm.auto import tqdm
-
-    from nas.data import iter_batches
-
-    sub = data.subset(order.tolist())
-    with torch.inference_mode():
-        for batch in tqdm(iter_batches(sub, ctx.tokenizer, 128, ctx.cfg.data.max_seq_len),
-                          total=math.ceil(len(sub) / 128), desc="teacher logits",
-                          disable=not ctx.options.progress):
-            out[order[batch["index"].numpy()]] = teacher(batch).logits.float().numpy()
-    return cache.save("logits", out)
+    return cached_teacher_logits(ctx.teacher.model_dir, lambda: ctx.task_teacher()[1], data,
+                                 ctx.tokenizer, ctx.cfg.data.max_seq_len, ctx.options.progress)
 
 
 __all__ = ["TinyBert", "TinyBertConfig", "chunk_texts", "general_distillation", "load_config",

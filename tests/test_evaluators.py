@@ -103,6 +103,31 @@ def _retrain(space, inner, workdir=None):
                                      workdir=workdir, latency_repeats=1)
 
 
+def _warmup_kd(space, inner, inherit=True, text=True):
+    """The warm-up-KD proxy on random token batches: inherits from a supernet of the test
+    space (random weights stand in for a warmed-up one), 2 steps of a stand-in text loss,
+    then 2 task steps scored after each step."""
+    import torch
+
+    from evaluators.warmup_kd import WarmupKDEvaluator, WarmupKDTask
+    from nas.builder import build_supernet
+    from nas.train import TrainSettings
+
+    def ce(model, b):
+        return torch.nn.functional.cross_entropy(model(b).logits, b["labels"])
+
+    task = WarmupKDTask(
+        supernet=(lambda: build_supernet(space)) if inherit else None,
+        task_batches=lambda epoch, start: [_batch(space, 10 + i) for i in range(start, 2)],
+        task_steps_per_epoch=2, task_loss=ce, val_batches=[_batch(space, 7)],
+        text_batches=lambda epoch, start: [_batch(space, 20 + i) for i in range(start, 2)],
+        text_steps_per_epoch=2, text_loss=lambda model, b: model(b).logits.pow(2).mean(),
+        latency_batches={1: _batch(space, 9, n=1)}, seq_len=SEQ)
+    return WarmupKDEvaluator(space, task, TrainSettings(epochs=1, lr=1e-2),
+                             TrainSettings(epochs=1, lr=1e-2) if text else None, seed=0,
+                             eval_every=1, latency_repeats=1)
+
+
 # Every registered evaluator needs an entry here: a small instance on the test space,
 # and whether it wraps an inner evaluator (then ``inner`` is passed in).
 CASES = {
@@ -113,6 +138,7 @@ CASES = {
         max_params=1e9, targets={"params": 1e3}, penalty_weight=1e-3,
         extra_objectives=("flops",)), True),
     "distilled-retrain": (lambda space, inner: _retrain(space, inner), False),
+    "warmup-kd": (lambda space, inner: _warmup_kd(space, inner), False),
 }
 
 
@@ -371,3 +397,50 @@ def test_retrain_writes_weights_scores_test_and_resumes(space, arch, tmp_path):
     assert resumed.values == straight.values and resumed.metrics == straight.metrics
     a, b = load_file(str(weights)), load_file(str(tmp_path / "b" / arch.id / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- warmup-kd
+
+
+def test_warmup_kd_inherits_the_supernet_weights_and_scores_its_best_value(space, arch):
+    """The candidate starts from the supernet's slices (its first forward equals the
+    supernet's at that architecture), is scored after every task step, keeps the best."""
+    import torch
+
+    from nas.builder import build_child
+
+    evaluator = _warmup_kd(space, None, text=False)
+    supernet = evaluator.supernet()
+    child = evaluator.child(space.validate(arch))
+    batch = _batch(space, 3)
+    supernet.eval()
+    child.eval()
+    with torch.no_grad():
+        assert torch.allclose(child(batch).logits, supernet(batch, arch=arch).logits, atol=1e-6)
+    fresh = build_child(space, arch)
+    assert any(not torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
+                                                     child.state_dict().values(), strict=True))
+    result = evaluator(arch, NullTrial())
+    assert result.ok and [s for s, _ in result.intermediate] == [1, 2]
+    assert result.values[0] == max(v for _, v in result.intermediate)
+    assert result.metrics["val_best"] == result.values[0]
+    assert result.costs["inherited"] and result.costs["params"] > 0
+    assert result.costs["latency_ms"] > 0 and result.costs["train_steps"] == 2
+
+
+def test_warmup_kd_without_warm_up_and_a_diverging_candidate(space, arch):
+    """No supernet: the candidate's own initialisation; a NaN loss: a failed result
+    (the paper's score 0), not an exception."""
+    import dataclasses
+
+    import torch
+
+    plain = _warmup_kd(space, None, inherit=False)
+    assert plain.supernet() is None and plain(arch).costs["inherited"] is False
+    assert plain(arch).costs["train_steps"] == 4  # 2 text + 2 task steps
+    nan = _warmup_kd(space, None, text=False)
+    nan.task = dataclasses.replace(nan.task, task_loss=lambda model, b: model(b).logits.sum()
+                                   * torch.tensor(float("nan")))
+    result = nan(arch)
+    assert result.status is Status.FAILED and result.values == ()
+    assert result.reason.startswith("diverged: loss is nan")

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "nas.cli.augment",
     "nas.cli.search",
     "nas.cli.export",
+    "nas.cli.audit",
 )
 
 

@@ -1,0 +1,49 @@
+"""``nas audit EXPERIMENT.yaml``: does the method's proxy rank candidates like full
+training? (:mod:`evaluators.audit`; the method provides the proxy and full evaluators.)"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from nas.cli.common import emit, positive_int
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "audit", help="rank agreement of a method's proxy with stand-alone training",
+        description="Score candidates spread over the space's parameter counts with the "
+                    "method's proxy (with and without warm-up) and with its full retrain; "
+                    "report Kendall τ and Spearman ρ with bootstrap 95%% intervals, a scatter "
+                    "plot and the steps an inherited candidate needs to reach the scratch "
+                    "candidate's final KD loss.")
+    p.add_argument("config", help="experiment YAML, e.g. experiments/efficientbert_sst2.yaml")
+    p.add_argument("--run-dir", help="where the audit goes (default runs/<name>_audit)")
+    p.add_argument("--candidates", type=positive_int, default=12, metavar="N",
+                   help="architectures at N parameter-count quantiles (default 12)")
+    p.add_argument("--bootstrap", type=positive_int, default=1000, metavar="B",
+                   help="bootstrap resamples for the intervals (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the candidates and bootstrap")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting of the YAML (as for `nas run`)")
+    p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted audit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_audit)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from evaluators.audit import audit_lines, run_audit
+    from nas.methods import RunOptions, load_experiment
+
+    method, config = load_experiment(args.config, args.set)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    run_dir = Path(args.run_dir or Path("runs") / f"{config.name}_audit")
+    options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, resume=args.resume,
+                         progress=not args.no_progress)
+    parts = method.audit_parts(config, options)
+    summary = run_audit(parts, args.candidates, args.seed, args.bootstrap)
+    emit(args, summary, "\n".join(audit_lines(summary)) + f"\n\nwritten: {run_dir}/audit.md")
+    return 0

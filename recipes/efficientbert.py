@@ -1,0 +1,928 @@
+"""EfficientBERT (Dong et al., 2021; SPEC §3): coarse-to-fine search of the FFNs of a
+small BERT, each candidate scored by a warmed-up supernet with weight inheritance.
+
+The method's steps, in order (:meth:`EfficientBert.run`); each is a call into shared parts:
+
+1. **teacher** — the default MiniLM-L6-H384 teacher fine-tuned on the task
+   (:func:`nas.teacher.finetune_teacher`, cached by its settings), loaded into the
+   engine's ``bert`` design for its pre-softmax attention scores;
+2. **data** — a seeded subset of train, split into a search-train part and a held-out
+   validation part (candidates are scored there, never on dev), ``dev`` and the report
+   split (``test`` for SST-2);
+3. **warm-up** — the supernet (N = 4, r = 1, standard FFN in every layer) distilled on
+   unlabeled text by attention and hidden MSE through the space's fit layer
+   (:func:`nas.distill.warmup.warmup_supernet`; cached by its settings, resumable);
+4. **stage 1** — expressions, N and r jointly, proposed by the LaNAS sampler under the
+   parameter budget, each scored by the ``warmup-kd`` proxy
+   (:class:`evaluators.warmup_kd.WarmupKDEvaluator`) on the multi-trial study loop;
+5. **stage 2** — expressions only: the depth and width choices (N, r) fixed from stage 1
+   (:func:`nas.space.fix_choices`), the rest searched the same way;
+6. **stage 3** — N and r only, the expressions fixed: one *unfrozen* copy of the
+   warmed-up supernet trained with task KD, each step on a sub-network sampled
+   uniformly under the budget, then candidates scored by their inherited weights alone;
+7. **retrain** — the winner inherits from the warmed-up supernet and is trained with the
+   full distillation (attention + hidden + prediction KD) on the training subset
+   (:class:`evaluators.retrain.DistilledRetrainEvaluator`), evaluated on dev and the
+   report split; the optional baselines (published architecture, hand-designed FFN,
+   random architectures under the budget) get the very same retrain;
+8. **export** — native and ONNX (``export/``): it runs in the search-free runtime.
+
+Each of stages 1–3 is a section of the experiment file with ``enabled: false`` to skip
+it. The budget is a parameter count from the graph (:mod:`nas.cost`): ``budget.max_params``,
+or the count of ``budget.reference`` (the published architecture, by default) at the
+space's width. A finished stage is never redone; ``--resume`` continues an unfinished one
+(the studies from their journals, the stage-3 supernet and the retrain from their
+checkpoints). Every stage has its own seed from the run's seed (:mod:`nas.seeding`); the
+warm-up has its own (``warmup.seed``) because its cache entry is shared by every run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nas.config import ConfigError
+from nas.distill.warmup import WarmupSettings
+from nas.errors import NasError
+from nas.methods import Method, RunOptions, register_method
+from nas.rundir import RunDir
+from nas.seeding import seed_stage, stage_seed
+from nas.train import TrainSettings
+from searchers.loop import StudySettings
+
+log = logging.getLogger("nas.efficientbert")
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
+#: the choices stage 2 fixes and stage 3 searches (SPEC §3: stack number N, ratio r)
+SHAPE_KINDS = ("depth", "width")
+
+
+def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
+    for name, ok, allowed in pairs:
+        if not ok:
+            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
+
+
+def _train_fields(settings: TrainSettings) -> TrainSettings:
+    names = TrainSettings.__dataclass_fields__
+    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@dataclass
+class DataSettings:
+    max_train_examples: int | None = None  # a seeded random subset of train
+    max_dev_examples: int | None = None
+    max_seq_len: int = 64
+    val_fraction: float = 0.1  # held out of the subset: the candidates' score
+
+    def __post_init__(self) -> None:
+        _check([("max_train_examples", (self.max_train_examples or 4) >= 4, "None or >= 4"),
+                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
+                ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
+
+
+@dataclass
+class BudgetSettings:
+    """The parameter budget (counted from the graph, paper convention of the space):
+    ``max_params``, or the count of the ``reference`` architecture file (choices the
+    space lacks, e.g. layers beyond a smaller space's depth, are dropped)."""
+
+    max_params: float | None = None
+    reference: str | None = PAPER_ARCH
+
+    def __post_init__(self) -> None:
+        if self.max_params is None and not self.reference:
+            raise ValueError("budget needs max_params or a reference architecture file")
+        _check([("max_params", self.max_params is None or self.max_params > 0,
+                 "None or > 0")], self)
+
+
+@dataclass
+class ProxySettings:
+    """The ``warmup-kd`` proxy of stages 1–2: ``text_steps`` of attention + hidden KD on
+    the warm-up text (0: none), then ``task_steps`` of hidden KD + soft cross-entropy on
+    the search-train part (at most ``max_task_examples``), scored every ``eval_every``
+    steps on the held-out part; the score is the best value. ``inherit: false`` starts
+    each candidate from scratch (the no-warm-up arm)."""
+
+    text_steps: int = 200
+    task_steps: int = 200
+    batch_size: int = 32
+    lr: float = 4e-4
+    eval_every: int | None = 50
+    max_task_examples: int | None = None
+    temperature: float = 1.0
+    inherit: bool = True
+    cache_teacher: bool = True
+
+    def __post_init__(self) -> None:
+        _check([("text_steps", self.text_steps >= 0, "an integer >= 0"),
+                ("task_steps", self.task_steps >= 1, "an integer >= 1"),
+                ("batch_size", self.batch_size >= 1, "an integer >= 1"),
+                ("lr", 0.0 < self.lr < math.inf, "a number > 0"),
+                ("eval_every", self.eval_every is None or self.eval_every >= 1, "None or >= 1"),
+                ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
+                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+
+    def settings(self, steps: int) -> TrainSettings:
+        return TrainSettings(epochs=10_000, max_steps=steps, batch_size=self.batch_size,
+                             lr=self.lr, schedule="linear", warmup_fraction=0.1,
+                             grad_clip=1.0, checkpoint_every=10_000)
+
+
+@dataclass
+class SearchStage(StudySettings):
+    """Stage 1 or 2: the multi-trial study's settings (``multi_trial:`` of other methods;
+    ``max_params`` defaults to the budget) and whether the stage runs."""
+
+    enabled: bool = True
+
+
+@dataclass
+class Stage3Settings(TrainSettings):
+    """Stage 3: the unfrozen supernet's task-KD training (the loop's settings; each step
+    samples (N, r) uniformly under the budget), then ``candidates`` sub-networks scored
+    by their inherited weights alone."""
+
+    enabled: bool = True
+    candidates: int = 32
+    max_steps: int | None = 300
+    lr: float = 1e-4
+    warmup_fraction: float = 0.1
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check([("candidates", self.candidates >= 1, "an integer >= 1"),
+                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+
+
+@dataclass
+class RetrainSettings(TrainSettings):
+    """The final recipe: the architecture inherits from the warmed-up supernet
+    (``inherit``) and trains with L = Σ_m (L_attn + L_hidn) + γ·L_pred at temperature T
+    (SPEC §3: γ = 1 and T = 1 in fine-tuning), scored on dev after each epoch."""
+
+    epochs: int = 3
+    lr: float = 1e-4
+    warmup_fraction: float = 0.1
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+    gamma: float = 1.0
+    temperature: float = 1.0
+    inherit: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check([("gamma", 0.0 <= self.gamma < math.inf, "a number >= 0"),
+                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+
+
+@dataclass
+class BaselineSettings:
+    """Architectures retrained with the winner's recipe under the same budget:
+    ``archs`` (JSON files, e.g. the published one), ``hand_designed`` (N = 1, r = 1, the
+    space's default expression, the standard GeLU FFN) and ``random`` architectures
+    sampled uniformly within the budget."""
+
+    archs: list = field(default_factory=list)
+    hand_designed: bool = False
+    random: int = 0
+
+    def __post_init__(self) -> None:
+        _check([("archs", all(isinstance(a, str) for a in self.archs), "a list of file paths"),
+                ("random", self.random >= 0, "an integer >= 0")], self)
+
+
+@dataclass
+class EfficientBertConfig:
+    name: str
+    task: Any
+    teacher: str | None = None
+    seed: int = 0
+    data: DataSettings = field(default_factory=DataSettings)
+    teacher_finetune: dict = field(default_factory=dict)
+    space: dict = field(default_factory=dict)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    warmup: WarmupSettings = field(default_factory=WarmupSettings)
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    stage1: SearchStage = field(default_factory=lambda: SearchStage(n_trials=24,
+                                                                    seeds=["default"]))
+    stage2: SearchStage = field(default_factory=lambda: SearchStage(n_trials=16))
+    stage3: Stage3Settings = field(default_factory=Stage3Settings)
+    retrain: RetrainSettings = field(default_factory=RetrainSettings)
+    baselines: BaselineSettings = field(default_factory=BaselineSettings)
+    latency_repeats: int = 10
+
+    def __post_init__(self) -> None:
+        from nas.teacher import FinetuneConfig
+
+        _check([("name", bool(str(self.name).strip()), "a non-empty name"),
+                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        known = set(FinetuneConfig.__dataclass_fields__)
+        unknown = sorted(set(self.teacher_finetune) - known)
+        if unknown:
+            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(sorted(known))}")
+        FinetuneConfig(**self.teacher_finetune)
+        self.build_space(2)  # the space's own checks, before any stage
+        if self.warmup.max_seq_len != self.data.max_seq_len:
+            raise ValueError(f"warmup.max_seq_len ({self.warmup.max_seq_len}) must equal "
+                             f"data.max_seq_len ({self.data.max_seq_len})")
+
+    def build_space(self, num_labels: int) -> Any:
+        from nas.space import get_space
+
+        if "num_labels" in self.space:
+            raise ConfigError("space.num_labels comes from the task; remove the key")
+        return get_space("efficientbert", num_labels=num_labels, **self.space)
+
+    def finetune_config(self) -> Any:
+        from nas.teacher import FinetuneConfig
+
+        return FinetuneConfig(**self.teacher_finetune)
+
+
+def _find(path: str) -> Path:
+    """A file named in the experiment: as given, else relative to the repository."""
+    p = Path(path)
+    if p.is_file() or p.is_absolute():
+        return p
+    return ROOT / p if (ROOT / p).is_file() else p
+
+
+def load_arch_file(space: Any, path: str) -> Any:
+    """An architecture file on ``space``: the choices of layers beyond the space's depth
+    are dropped (a smaller space keeps the first layers), missing ones take the defaults;
+    any other choice the space lacks is an error (a file of another space's version)."""
+    import re
+
+    from nas.architecture import load_architecture
+
+    found = _find(path)
+    if not found.is_file():
+        raise ConfigError(f"architecture file {path!r} not found")
+    loaded = load_architecture(str(found))
+    if loaded is None:
+        raise ConfigError(f"{path}: not an architecture file")
+    names, layers = set(space.choice_map), int(space.config.get("layers", 0))
+    kept = {}
+    for name, value in loaded.items():
+        layer = re.match(r"L(\d+)\.", name)
+        if name in names:
+            kept[name] = value
+        elif layer is None or int(layer.group(1)) < layers:
+            raise ConfigError(f"{path}: choice {name!r} is not a choice of space "
+                              f"{space.name!r}; the file is for another version of the space")
+    return space.validate({**space.default(), **kept})
+
+
+# --------------------------------------------------------------------- the context
+
+
+class EfficientBertContext:
+    """Stages 1–2 (teacher, data) and what the later stages share: batches, the frozen
+    teacher in the ``bert`` design, cached teacher logits, the losses."""
+
+    def __init__(self, config: EfficientBertConfig, run: RunDir, options: RunOptions) -> None:
+        self.cfg, self.run, self.options = config, run, options
+        self.seconds: dict[str, float] = {}
+        self._teacher_model: Any = None
+        self._logits: dict[str, np.ndarray] = {}
+
+    def prepare(self) -> EfficientBertContext:
+        from nas.cost import count_costs
+        from nas.data import load_task, report_split, train_val_split
+        from nas.measure import median_length_batches, overlap_counts
+        from nas.teacher import finetune_teacher
+        from nas.tokenization import load_tokenizer
+
+        cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
+        self._check_teacher_shape()
+        t0 = time.time()
+        log.info("teacher (fine-tuned on %s, cached)", cfg.task)
+        seed_stage(cfg.seed, "teacher")
+        self.teacher = finetune_teacher(cfg.task, cfg.teacher, data_dir,
+                                        config=cfg.finetune_config(), progress=progress)
+        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
+                     from_cache=self.teacher.from_cache)
+        self.seconds["teacher"] = round(time.time() - t0, 1)
+
+        log.info("data")
+        self.full_train = load_task(cfg.task, "train", data_dir)
+        train = self.full_train
+        if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
+            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
+            train = train.subset(np.sort(rng.permutation(len(train))
+                                         [: cfg.data.max_train_examples]).tolist())
+        self.train = train
+        self.search_train, self.search_val = train_val_split(
+            train, cfg.data.val_fraction, stage_seed(cfg.seed, "split"))
+        p = cfg.proxy
+        self.proxy_train = self.search_train
+        if p.max_task_examples and p.max_task_examples < len(self.search_train):
+            rng = np.random.default_rng(stage_seed(cfg.seed, "proxy-data"))
+            self.proxy_train = self.search_train.subset(np.sort(rng.permutation(len(
+                self.search_train))[: p.max_task_examples]).tolist())
+        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
+        self.report_split = report_split(cfg.task)
+        self.report = (self.dev if self.report_split == "dev"
+                       else load_task(cfg.task, self.report_split, data_dir))
+        self.overlap = overlap_counts(cfg.task, self.full_train,
+                                      {"dev": self.dev, self.report_split: self.report})
+        self.run.log("overlap", **self.overlap)
+        self.tokenizer = load_tokenizer(self.teacher.model_dir)
+        self.space = cfg.build_space(train.num_labels)
+        self.seq_len = cfg.data.max_seq_len
+        bs = cfg.retrain.batch_size
+        self.dev_batches = list(self.batches(self.dev, bs))
+        self.report_batches = list(self.batches(self.report, bs))
+        self.val_batches = list(self.batches(self.search_val, bs))
+        self.median_tokens, self.latency_batches = median_length_batches(
+            self.report, self.tokenizer, self.seq_len, self.batches)
+        self.budget = self._budget()
+        self.budget_source = (f"max_params {cfg.budget.max_params:.0f}"
+                              if cfg.budget.max_params is not None
+                              else f"{cfg.budget.reference} at this width")
+        default = count_costs(self.space, self.space.default(), self.seq_len).params
+        log.info("space: %d choices, %.3g architectures; budget %.2fM parameters (%s); the "
+                 "default architecture has %.2fM", len(self.space.choices()), self.space.size(),
+                 self.budget / 1e6, self.budget_source, default / 1e6)
+        self.run.log("data", train=len(self.train), search_train=len(self.search_train),
+                     search_val=len(self.search_val), proxy_train=len(self.proxy_train),
+                     dev=len(self.dev), report=len(self.report), budget=self.budget)
+        return self
+
+    def _check_teacher_shape(self) -> None:
+        """Before any stage: the space must fit the teacher (heads, layers, fit width)."""
+        from transformers import AutoConfig
+
+        from nas.distill.warmup import check_teacher_fits
+        from nas.teacher import resolve_teacher
+
+        teacher = AutoConfig.from_pretrained(resolve_teacher(self.cfg.teacher),
+                                             local_files_only=True)
+        check_teacher_fits(self.cfg.build_space(2), teacher.to_dict())
+
+    def _budget(self) -> float:
+        from nas.cost import count_costs
+
+        b = self.cfg.budget
+        if b.max_params is not None:
+            return float(b.max_params)
+        arch = load_arch_file(self.space, b.reference)  # type: ignore[arg-type]
+        return float(count_costs(self.space, arch, self.seq_len).params)
+
+    # -- batches ---------------------------------------------------------------------
+    def batches(self, data: Any, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Evaluation batches in data order; pairs joined as for the teacher."""
+        from nas.data import iter_batches
+
+        return iter_batches(data, self.tokenizer, batch_size, self.seq_len)
+
+    def train_batches(self, data: Any, batch_size: int, stage: str) -> Any:
+        """A seeded training batch source over ``data`` (the same for every candidate)."""
+        from nas.distill.general import seeded_batches, token_lengths
+
+        return seeded_batches(data, self.tokenizer, batch_size, self.seq_len, self.cfg.seed,
+                              stage, token_lengths(self.tokenizer, data, self.seq_len))
+
+    # -- teacher -----------------------------------------------------------------------
+    def teacher_model(self) -> tuple[Any, Any]:
+        """The fine-tuned teacher in the engine's ``bert`` design (records pre-softmax
+        attention scores), frozen; with the uniform layer map of the space onto it."""
+        from nas.distill.losses import layer_map
+        from nas.distill.warmup import check_teacher_fits
+        from nas.hf import load_teacher_as_design
+
+        if self._teacher_model is None:
+            space, model = load_teacher_as_design(self.teacher.model_dir)
+            check_teacher_fits(self.space, space.config)
+            for p in model.parameters():
+                p.requires_grad_(False)
+            mapping = layer_map(self.space.config["layers"], space.config["num_hidden_layers"])
+            self._teacher_model = (model, mapping)
+        return self._teacher_model
+
+    def logits(self, name: str, data: Any) -> np.ndarray:
+        """The teacher's logits on ``data`` (cached on disk by the data's fingerprint)."""
+        from nas.distill.general import cached_teacher_logits
+
+        if name not in self._logits:
+            self._logits[name] = cached_teacher_logits(
+                self.teacher.model_dir, lambda: self.teacher_model()[0], data, self.tokenizer,
+                self.seq_len, self.options.progress)
+        return self._logits[name]
+
+    def cached_teacher(self) -> Any:
+        """The teacher with its states stored per batch on disk (the proxy's batches)."""
+        from nas.distill.general import CachedTeacher
+        from nas.teacher import cache_root, teacher_identity
+
+        if not hasattr(self, "_cached_teacher"):
+            folder = (cache_root() / "teacher_states"
+                      / f"{teacher_identity(self.teacher.model_dir)}-L{self.seq_len}")
+            self._cached_teacher = CachedTeacher(lambda: self.teacher_model()[0], folder)
+        return self._cached_teacher
+
+    def kd_loss(self, terms: Any, logits: np.ndarray | None = None, gamma: float = 1.0,
+                temperature: float = 1.0, arch: Any = None, cached: bool = False) -> Any:
+        """``loss(model, batch)``: the intermediate terms against the teacher through the
+        model's fit layer, plus γ·soft cross-entropy against the cached ``logits``;
+        ``cached``: the teacher's states come from :meth:`cached_teacher`."""
+        from nas.distill.tinybert import prediction_loss
+        from nas.distill.warmup import SpaceFit, kd_loss
+
+        teacher, mapping = self.teacher_model()
+        if cached:
+            teacher = self.cached_teacher()
+
+        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> Any:
+            a = arch() if callable(arch) else arch
+            value, info, out, _ = kd_loss(model, batch, teacher, mapping, SpaceFit(model),
+                                          arch=a, terms=terms)
+            if logits is not None and gamma > 0:
+                target = torch.from_numpy(np.asarray(logits[batch["index"].numpy()],
+                                                     dtype=np.float32))
+                pred = prediction_loss(out.logits, target, temperature)
+                info = {**info, "pred": float(pred.detach())}
+                value = value + gamma * pred
+            return value, info
+
+        return loss
+
+    def teacher_costs(self) -> dict[str, Any]:
+        from nas.measure import teacher_costs
+
+        known = self.run.load_json("teacher.json")
+        if known is not None:
+            return known
+        costs = teacher_costs(
+            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
+            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
+            max_seq_len=self.seq_len, latency_batches=self.latency_batches,
+            latency_repeats=self.cfg.latency_repeats)
+        self.run.save_json("teacher.json", costs)
+        return costs
+
+    # -- evaluators ----------------------------------------------------------------------
+    def proxy_evaluator(self, warm: Any, inherit: bool | None = None,
+                        record_curve: bool = False) -> Any:
+        """Stages 1–2's evaluator: ``warmup-kd`` (inherit, text KD, task KD, best score on
+        the held-out part of train); ``inherit`` overrides ``proxy.inherit``."""
+        from evaluators.warmup_kd import WarmupKDEvaluator, WarmupKDTask
+        from nas.distill.tinybert import Terms
+        from nas.distill.warmup import WARMUP_TERMS
+
+        p = self.cfg.proxy
+        text = self.text_corpus()
+        task = WarmupKDTask(
+            supernet=(lambda: warm.load(self.space)) if (p.inherit if inherit is None
+                                                         else inherit) else None,
+            task_batches=self.train_batches(self.proxy_train, p.batch_size, "proxy-task"),
+            task_steps_per_epoch=math.ceil(len(self.proxy_train) / p.batch_size),
+            task_loss=self.kd_loss(Terms(False, False, True),
+                                   self.logits("proxy_train", self.proxy_train),
+                                   temperature=p.temperature, cached=p.cache_teacher),
+            val_batches=self.val_batches,
+            text_batches=self.train_batches(text, p.batch_size, "proxy-text"),
+            text_steps_per_epoch=math.ceil(len(text) / p.batch_size),
+            text_loss=self.kd_loss(WARMUP_TERMS, cached=p.cache_teacher),
+            metric=self.dev.metric,
+            latency_batches={1: self.latency_batches[1]}, seq_len=self.seq_len)
+        return WarmupKDEvaluator(
+            self.space, task, p.settings(p.task_steps),
+            p.settings(p.text_steps) if p.text_steps else None, seed=self.cfg.seed,
+            eval_every=p.eval_every, latency_repeats=self.cfg.latency_repeats,
+            record_curve=record_curve)
+
+    def text_corpus(self) -> Any:
+        from nas.distill.warmup import warmup_corpus
+
+        if not hasattr(self, "_text"):
+            self._text = warmup_corpus(self.space, self.cfg.warmup, self.tokenizer,
+                                       self.cfg.task, self.full_train, self.options.data_dir)
+        return self._text
+
+    def retrain_evaluator(self, warm: Any, workdir: Path | None = None) -> Any:
+        """The final recipe: inherit, full KD on the training subset, dev each epoch."""
+        from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
+        from nas.builder import inherit_weights
+        from nas.distill.tinybert import Terms
+
+        r = self.cfg.retrain
+        supernet: dict[str, Any] = {}
+
+        def init(child: Any) -> None:
+            if "net" not in supernet:
+                supernet["net"] = warm.load(self.space)
+            inherit_weights(child, supernet["net"])
+
+        task = RetrainTask(
+            train_batches=self.train_batches(self.train, r.batch_size, "retrain"),
+            steps_per_epoch=math.ceil(len(self.train) / r.batch_size),
+            loss=self.kd_loss(Terms(False, True, True), self.logits("train", self.train),
+                              gamma=r.gamma, temperature=r.temperature),
+            val_batches=self.dev_batches, metric=self.dev.metric,
+            test_batches=self.report_batches if self.report_split != "dev" else None,
+            init=init if r.inherit else None, latency_batches=self.latency_batches,
+            seq_len=self.seq_len)
+        return DistilledRetrainEvaluator(
+            self.space, task, _train_fields(r), seed=self.cfg.seed,
+            workdir=workdir or self.run.path / "retrain", latency_repeats=self.cfg.latency_repeats,
+            progress=self.options.progress)
+
+
+# ------------------------------------------------------------------------- method
+
+
+@register_method("efficientbert")
+class EfficientBert(Method):
+    """``method: efficientbert`` — warm-up, coarse-to-fine search, retrain, export."""
+
+    config_class = EfficientBertConfig
+    searchers = ("lanas", "random", "tpe")  # the sampler of stages 1 and 2
+
+    def run(self, config: EfficientBertConfig, options: RunOptions) -> dict[str, Any]:
+        from nas.data.files import resolve_task
+
+        started = time.time()
+        task = resolve_task(config.task)
+        searcher = self.check_searcher(options.searcher)
+        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
+                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+        config = replace(config, task=task)
+        ctx = EfficientBertContext(config, run, options).prepare()
+        metrics: dict[str, Any] = run.load_json("metrics.json") or {}
+        metrics["teacher"] = ctx.teacher_costs()
+        warm = self.warmup(ctx)
+        arch = ctx.space.default()  # the seed architecture (SPEC §3)
+        stages: dict[str, Any] = {}
+        for name in ("stage1", "stage2"):
+            found = self.search_stage(ctx, warm, name, arch, searcher)  # type: ignore[arg-type]
+            if found is not None:
+                stages[name] = found
+                arch = ctx.space.validate(found["best"])
+        found = self.stage3(ctx, warm, arch)
+        if found is not None:
+            stages["stage3"] = found
+            arch = ctx.space.validate(found["best"])
+        metrics["stages"] = stages
+        metrics["budget"] = {"max_params": ctx.budget, "source": ctx.budget_source}
+        metrics["searched"] = self.retrain_and_export(ctx, warm, arch)
+        metrics.update(self.baselines(ctx, warm))
+        metrics["metric"] = ctx.dev.metric
+        metrics["warmup"] = {k: v for k, v in warm.record.items() if k != "history"}
+        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
+        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
+            ctx.report.sources), "examples": len(ctx.report),
+            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
+        run.save_json("metrics.json", metrics)
+        run.log("done")
+        return metrics
+
+    # -- warm-up -------------------------------------------------------------------
+    def warmup(self, ctx: EfficientBertContext) -> Any:
+        from nas.distill.warmup import warmup_supernet
+
+        t0 = time.time()
+        log.info("warm-up: the largest supernet distilled on unlabeled text (cached)")
+        warm = warmup_supernet(ctx.space, ctx.teacher.model_dir, ctx.cfg.warmup,
+                               task=ctx.cfg.task, task_train=ctx.full_train,
+                               data_dir=ctx.options.data_dir, corpus=ctx.text_corpus(),
+                               progress=ctx.options.progress)
+        ctx.seconds["warmup"] = round(time.time() - t0, 1)
+        ctx.run.log("warmup", **{k: v for k, v in warm.record.items() if k != "history"})
+        return warm
+
+    # -- stages 1 and 2 -------------------------------------------------------------
+    def search_stage(self, ctx: EfficientBertContext, warm: Any, name: str, current: Any,
+                     searcher: str) -> dict[str, Any] | None:
+        """Stage 1 (everything) or stage 2 (N and r fixed from ``current``) as a study of
+        the multi-trial loop, each candidate scored by the ``warmup-kd`` proxy."""
+        from functools import partial
+
+        from nas.space import fix_choices
+        from searchers.loop import StudySpec, run_study, study_evaluator
+        from searchers.results import best_trial, complete_trials
+
+        s: SearchStage = getattr(ctx.cfg, name)
+        if not s.enabled:
+            log.info("%s: skipped (%s.enabled=false)", name, name)
+            return None
+        done = ctx.run.load_json(f"{name}.json")
+        if done is not None:
+            log.info("%s: finished before, best %s", name, done["id"])
+            return done
+        space = ctx.space
+        fixed: dict[str, Any] = {}
+        if name == "stage2":
+            fixed = {c.name: current[c.name] for c in space.choices() if c.kind in SHAPE_KINDS}
+            space = fix_choices(space, fixed)
+        settings = replace(s, max_params=s.max_params or ctx.budget)
+        seeds = list(settings.seeds)
+        if name == "stage2":  # the stage-1 winner is the first candidate of stage 2
+            path = ctx.run.path / "stage2_seed.json"
+            ctx.run.save_json(path.name, {"space": space.name, "choices": dict(current)})
+            seeds = [str(path), *seeds]
+        settings = replace(settings, seeds=seeds)
+        folder = ctx.run.path / name
+        t0 = time.time()
+        spec = StudySpec.for_run(
+            searcher=searcher, name=f"{ctx.cfg.name}-{name}", run_dir=folder,
+            seed=stage_seed(ctx.cfg.seed, name), settings=settings,
+            options=ctx.options.extra.get("study"), default_trials=settings.n_trials or 16,
+            resume=(folder / "study.json").is_file(), seq_len=ctx.seq_len,
+            progress=ctx.options.progress)
+        spec.export = {"labels": list(ctx.train.label_names),
+                       "tokenizer": ctx.teacher.model_dir, "max_length": ctx.seq_len,
+                       "task": ctx.cfg.task}
+        free = [c.name for c in space.choices() if len(c) > 1]
+        log.info("%s: %s search of %d choices (%s fixed), %d trials, budget %.2fM params",
+                 name, searcher, len(free), len(fixed) or "none", spec.n_trials,
+                 ctx.budget / 1e6)
+        evaluator = study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
+                                    seq_len=ctx.seq_len)
+        study = run_study(spec, space, evaluator, parts=partial(
+            _study_parts, ctx.cfg, ctx.options, searcher, settings, fixed))
+        best = best_trial(study)
+        trials = [{"number": t.number, "arch_id": t.user_attrs.get("arch_id"),
+                   "value": t.values[0], "params": (t.user_attrs.get("costs") or {}).get(
+                       "params")} for t in complete_trials(study)]
+        outcome = [t.user_attrs.get("outcome") for t in study.trials]
+        arch = space.validate(best.user_attrs["arch"])
+        found = {"best": dict(arch), "id": arch.id, "value": best.values[0],
+                 "trial": best.number, "fixed": fixed, "searcher": searcher,
+                 "n_trials": spec.n_trials, "trials": trials,
+                 "outcomes": {o: outcome.count(o) for o in sorted(set(map(str, outcome)))},
+                 "seconds": round(time.time() - t0, 1)}
+        ctx.seconds[name] = found["seconds"]
+        ctx.run.save_json(f"{name}.json", found)
+        ctx.run.log(name, **{k: v for k, v in found.items() if k != "trials"})
+        return found
+
+    # -- stage 3 -------------------------------------------------------------------
+    def stage3(self, ctx: EfficientBertContext, warm: Any, current: Any
+               ) -> dict[str, Any] | None:
+        """N and r only, expressions fixed: train one unfrozen supernet sampling (N, r)
+        uniformly under the budget at every step, then score candidates by inherited
+        weights without any per-candidate training (SPEC §3)."""
+        from evaluators.retrain import classify
+        from nas.builder import extract_child
+        from nas.cost import count_costs
+        from nas.distill.general import load_weights, save_weights
+        from nas.distill.tinybert import Terms
+        from nas.distill.warmup import sample_under_budget
+        from nas.teacher import metric_score
+        from nas.train import GeneratorState, Trainer
+
+        s, run, space = ctx.cfg.stage3, ctx.run, ctx.space
+        if not s.enabled:
+            log.info("stage3: skipped (stage3.enabled=false)")
+            return None
+        done = run.load_json("stage3.json")
+        if done is not None:
+            log.info("stage3: finished before, best %s", done["id"])
+            return done
+        t0 = time.time()
+        fixed = {c.name: current[c.name] for c in space.choices() if c.kind not in SHAPE_KINDS}
+        supernet = warm.load(space)
+        weights = run.path / "stage3_supernet.safetensors"
+        if weights.is_file():
+            load_weights(supernet, weights)
+        else:
+            seed = seed_stage(ctx.cfg.seed, "stage3")
+            generator = torch.Generator().manual_seed(seed)
+            sampled: dict[str, Any] = {}
+
+            def sample(step: int, batch: Any) -> None:
+                # a numpy generator seeded from the checkpointed torch one: exact on resume
+                rng = np.random.default_rng(int(torch.randint(2**62, (1,),
+                                                              generator=generator)))
+                sampled["arch"] = sample_under_budget(space, fixed, rng,
+                                                      max_params=ctx.budget,
+                                                      seq_len=ctx.seq_len)
+
+            loss = ctx.kd_loss(Terms(False, True, True), ctx.logits("search_train",
+                                                                    ctx.search_train),
+                               temperature=s.temperature, arch=lambda: sampled["arch"])
+            log.info("stage3: the unfrozen supernet, task KD on %d examples, (N, r) sampled "
+                     "under %.2fM params each step", len(ctx.search_train), ctx.budget / 1e6)
+            result = Trainer(supernet, _train_fields(s),
+                             ctx.train_batches(ctx.search_train, s.batch_size, "stage3"),
+                             math.ceil(len(ctx.search_train) / s.batch_size), loss,
+                             checkpoint=run.checkpoint_path("stage3"), before_step=sample,
+                             stateful={"sampler": GeneratorState(generator)},
+                             progress=ctx.options.progress, desc="stage 3 supernet").fit()
+            save_weights(supernet, weights)
+            run.remove_checkpoint("stage3")
+            run.log("stage3_supernet", steps=result.steps, seconds=round(result.seconds, 1),
+                    history=result.history)
+        supernet.eval()
+        rng = np.random.default_rng(stage_seed(ctx.cfg.seed, "stage3-candidates"))
+        candidates = {current.id: current} if count_costs(
+            space, current, ctx.seq_len).params <= ctx.budget else {}
+        for _ in range(20 * s.candidates):
+            if len(candidates) >= s.candidates:
+                break
+            arch = sample_under_budget(space, fixed, rng, max_params=ctx.budget,
+                                       seq_len=ctx.seq_len)
+            candidates.setdefault(arch.id, arch)
+        rows = []
+        for arch in candidates.values():
+            child = extract_child(supernet, space, arch)
+            val = classify(child, ctx.val_batches, ctx.dev.metric)
+            rows.append({"arch_id": arch.id, "arch": dict(arch),
+                         "value": metric_score(val, ctx.dev.metric),
+                         "params": count_costs(space, arch, ctx.seq_len).params})
+        best = max(rows, key=lambda r: r["value"])  # the first on a tie: the incoming arch
+        found = {"best": best["arch"], "id": best["arch_id"], "value": best["value"],
+                 "candidates": [{k: v for k, v in r.items() if k != "arch"} for r in rows],
+                 "seconds": round(time.time() - t0, 1)}
+        ctx.seconds["stage3"] = found["seconds"]
+        log.info("stage3: best of %d inherited candidates %s (validation %.4f)", len(rows),
+                 best["arch_id"], best["value"])
+        run.save_json("stage3.json", found)
+        run.log("stage3", **{k: v for k, v in found.items() if k != "candidates"})
+        return found
+
+    # -- retrain, evaluation, export ---------------------------------------------------
+    def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str
+                ) -> tuple[dict[str, Any], Any]:
+        from evaluators.base import run_evaluation
+
+        evaluator = ctx.retrain_evaluator(warm)
+        result = run_evaluation(evaluator, arch)
+        if not result.ok:
+            raise NasError(f"the retrain of {tag} {arch.id} {result.status}: {result.reason}")
+        return _row(ctx, tag, arch, result), evaluator
+
+    def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any
+                           ) -> dict[str, Any]:
+        from nas.export import export
+
+        run = ctx.run
+        searched = run.load_json("searched.json")
+        if searched is not None and (run.path / "export" / "config.json").is_file():
+            return searched
+        t0 = time.time()
+        log.info("retrain: %s with the full distillation, then %s", arch.id,
+                 "dev" if ctx.report_split == "dev" else f"dev and {ctx.report_split}")
+        searched, evaluator = self.retrain(ctx, warm, arch, "searched")
+        log.info("export: native and ONNX")
+        export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
+               fmt="onnx", labels=list(ctx.train.label_names), tokenizer=ctx.teacher.model_dir,
+               max_length=ctx.seq_len, task=ctx.cfg.task, overwrite=True)
+        space_config = {k: v for k, v in ctx.space.config.items()
+                        if k not in ("paper_params_groups", "drawing_style")}
+        run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
+                                            "space_config": space_config})
+        run.save_json("searched.json", searched)
+        ctx.seconds["retrain_export"] = round(time.time() - t0, 1)
+        run.log("searched", **{k: searched[k] for k in ("arch_id", "dev", "params")})
+        return searched
+
+    def baselines(self, ctx: EfficientBertContext, warm: Any) -> dict[str, Any]:
+        """The published, hand-designed and random architectures, same recipe."""
+        from nas.distill.warmup import sample_under_budget
+
+        b, run = ctx.cfg.baselines, ctx.run
+        todo: list[tuple[str, Any]] = [(Path(p).stem, load_arch_file(ctx.space, p))
+                                       for p in b.archs]
+        if b.hand_designed:  # N = 1, r = 1 in every layer, the default (GeLU) expression
+            todo.append(("hand-designed", ctx.space.default()))
+        rng = np.random.default_rng(stage_seed(ctx.cfg.seed, "random-baselines"))
+        for i in range(b.random):
+            todo.append((f"random{i}", sample_under_budget(
+                ctx.space, {}, rng, kinds=("op", "depth", "width", "other"),
+                max_params=ctx.budget, seq_len=ctx.seq_len)))
+        if not todo:
+            return {}
+        rows = run.load_json("baselines.json") or {}
+        for tag, arch in todo:
+            if tag not in rows:
+                log.info("baseline %s (%s): the same retrain", tag, arch.id)
+                rows[tag], _ = self.retrain(ctx, warm, arch, tag)
+                run.save_json("baselines.json", rows)  # after each: a resume skips it
+        out: dict[str, Any] = {"baselines": [r for t, r in rows.items()
+                                             if not t.startswith("random")]}
+        randoms = [r for t, r in rows.items() if t.startswith("random")]
+        if randoms:
+            from nas.teacher import metric_score
+
+            split = ctx.report_split
+            scores = [metric_score(r[split], ctx.dev.metric) for r in randoms]
+            out["random"] = {"runs": randoms, "split": split, "metric": ctx.dev.metric,
+                             "mean": statistics.mean(scores),
+                             "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+        return out
+
+    # -- ranking audit -------------------------------------------------------------------
+    def audit_parts(self, config: EfficientBertConfig, options: RunOptions) -> Any:
+        """``nas audit``: the ``warmup-kd`` proxy with and without the warm-up (same
+        steps, same data; the second starts each candidate from scratch) against the
+        stand-alone full-KD retrain, candidates drawn within the budget."""
+        from evaluators.audit import AuditParts
+        from nas.data.files import resolve_task
+
+        task = resolve_task(config.task)
+        run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},
+                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+        config = replace(config, task=task)
+        ctx = EfficientBertContext(config, run, options).prepare()
+        warm = self.warmup(ctx)
+        arms = {"warm-up": ctx.proxy_evaluator(warm, inherit=True, record_curve=True),
+                "no warm-up": ctx.proxy_evaluator(warm, inherit=False, record_curve=True)}
+        p = config.proxy
+        notes = {"proxy": asdict(p), "full": "retrain: " + ", ".join(
+            f"{k}={v}" for k, v in asdict(config.retrain).items()), "budget": ctx.budget,
+            "warmup_steps": warm.record.get("steps")}
+        return AuditParts(space=ctx.space, arms=arms,
+                          full=ctx.retrain_evaluator(warm, run.path / "audit_full"),
+                          folder=run.path, max_params=ctx.budget, seq_len=ctx.seq_len,
+                          curve_arms=("warm-up", "no warm-up") if p.text_steps else None,
+                          notes=notes)
+
+    # -- report ----------------------------------------------------------------------
+    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                             list[Path]]:
+        from nas.report import _row as table_row
+
+        lines = ["", "## EfficientBERT search", ""]
+        budget = metrics.get("budget") or {}
+        if budget:
+            lines.append(f"- parameter budget: {budget['max_params'] / 1e6:.2f}M "
+                         f"({budget['source']})")
+        warm = metrics.get("warmup") or {}
+        if warm:
+            lines.append(f"- warm-up: {warm.get('texts')} texts, {warm.get('steps')} steps, "
+                         f"{warm.get('train_seconds')} s"
+                         + (" (from the cache)" if warm.get("from_cache") else ""))
+        for name, s in (metrics.get("stages") or {}).items():
+            what = (f"{s.get('n_trials')} trials ({s.get('searcher')}), outcomes "
+                    f"{s.get('outcomes')}" if "n_trials" in s
+                    else f"{len(s.get('candidates', []))} inherited candidates")
+            lines.append(f"- {name}: best {s['id']} at validation {100 * s['value']:.2f} "
+                         f"({what}, {s.get('seconds')} s)")
+        searched = metrics.get("searched")
+        if searched:
+            lines.append(f"- searched architecture: {searched['arch_id']}")
+        base = metrics.get("baselines") or []
+        teacher = metrics.get("teacher")
+        split = (metrics.get("evaluation") or {}).get("split", "dev")
+        if base and teacher:
+            lines += ["", "Baselines with the searched architecture's recipe and budget:", "",
+                      f"| model | {split} (%) | params | FLOPs/example | CPU ms (batch 1) | "
+                      "CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
+                      "|---|---|---|---|---|---|---|---|"]
+            lines += [table_row(r["tag"], r, metrics.get("metric", "accuracy"), teacher, split)
+                      for r in base]
+        return lines, []
+
+
+def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str,
+                 settings: SearchStage, fixed: dict[str, Any]) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``): teacher, data and warm-up
+    from the caches, in the run folder the first process holds (read-only here)."""
+    from nas.space import fix_choices
+    from searchers.loop import study_evaluator
+
+    options = replace(options, progress=False)
+    ctx = EfficientBertContext(config, RunDir(options.run_dir), options).prepare()
+    warm = EfficientBert().warmup(ctx)
+    space = fix_choices(ctx.space, fixed) if fixed else ctx.space
+    return space, study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
+                                  seq_len=ctx.seq_len)
+
+
+def _row(ctx: EfficientBertContext, tag: str, arch: Any, result: Any) -> dict[str, Any]:
+    """One model's line of ``metrics.json`` (the report's table)."""
+    split = ctx.report_split
+    strip = (lambda prefix: {k[len(prefix):]: v for k, v in result.metrics.items()
+                             if k.startswith(prefix)})
+    row = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": strip("val_"),
+           "params": result.costs["params"], "flops": result.costs["flops"],
+           "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
+           "train_seconds": result.costs["train_seconds"]}
+    if split != "dev":
+        row[split] = strip(f"{split}_")
+    return row
+
+
+__all__ = ["EfficientBert", "EfficientBertConfig", "load_arch_file"]
