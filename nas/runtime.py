@@ -37,6 +37,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 RUNTIMES = ("torch", "onnx")
+#: A benchmark row whose IQR exceeds this fraction of its median is flagged as noisy.
+NOISY_IQR = 0.10
 
 
 def read_config(directory: str | Path) -> dict[str, Any]:
@@ -275,6 +277,11 @@ class ExportedModel:
         return self.config.get("format") != FORMAT
 
     @property
+    def random_init(self) -> bool:
+        """Whether the export holds untrained weights (``nas export --random-init``)."""
+        return bool(self.config.get("random_init", False))
+
+    @property
     def labels(self) -> list[str]:
         if self.is_hf:  # transformers leaves default names out of config.json
             id2label = self.network.config.id2label
@@ -503,8 +510,10 @@ def _threads(model: ExportedModel) -> int:
 
 def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_len: int = 128,
               repeats: int = 10, warmup: int = 3) -> list[dict[str, Any]]:
-    """CPU latency of one forward pass per batch size: median and p90 over ``repeats``
-    timed runs after ``warmup`` untimed ones, and throughput (sequences/s at the median)."""
+    """CPU latency of one forward pass per batch size: median, p90 and interquartile range
+    over ``repeats`` timed runs after ``warmup`` untimed ones, and throughput (sequences/s at
+    the median). ``noisy`` marks a row whose IQR exceeds ``NOISY_IQR`` of the median: the
+    machine was busy and the number should not be compared."""
     from nas.timing import time_call
 
     model.check_seq_len(seq_len)
@@ -514,7 +523,8 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
         timing = time_call(lambda b=batch: model(b), warmup, repeats)
         median, p90 = timing.median_ms, timing.p90_ms
         results.append({"batch_size": bs, "seq_len": seq_len, "runtime": model.runtime,
-                        "median_ms": median, "p90_ms": p90, "repeats": repeats,
+                        "median_ms": median, "p90_ms": p90, "iqr_ms": timing.iqr_ms,
+                        "noisy": timing.iqr_ms > NOISY_IQR * median, "repeats": repeats,
                         "throughput_per_s": bs / (median / 1000.0),
                         "threads": _threads(model)})
     return results
