@@ -144,7 +144,7 @@ def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
     for module, tops in sorted(external.items()):
         bad = sorted(t for t in tops if t not in stdlib and t not in ALLOWED)
         if bad:
-            raise ExportError(f"the op module {module} imports {', '.join(bad)}; the exported "
+            raise ExportError(f"the module {module} imports {', '.join(bad)}; the exported "
                               "folder may only need torch and transformers, so this model "
                               "cannot be exported with remote code")
     return files

@@ -246,7 +246,8 @@ def test_export_folder_safety(tmp_path):
     assert (out / "model.onnx").is_file()
     with pytest.raises(ExportError, match="pass --overwrite"):
         export(space, None, out, random_init=True)
-    export(space, None, out, overwrite=True, random_init=True)  # native now: the old model.onnx must go
+    # native now: the old model.onnx must go
+    export(space, None, out, overwrite=True, random_init=True)
     assert not (out / "model.onnx").exists()
     load(out)
     with pytest.raises(ExportError, match="model.onnx: missing"):

@@ -198,9 +198,7 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from nas.runtime import benchmark, load
-
-    from nas.runtime import NOISY_IQR
+    from nas.runtime import NOISY_IQR, benchmark, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
     model = load(args.directory, args.runtime, args.threads)
