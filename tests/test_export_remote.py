@@ -6,10 +6,7 @@ of Hugging Face checkpoints; ``--quiet``; ``nas bench``'s spread."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -31,18 +28,10 @@ VARIANTS = [(n, small_config(n)) for n in list_spaces()] + [
     ("adabert", {**small_config("adabert"), "pair": True}),
     ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522})]
 
-#: Loads export folders with transformers alone: every module of this project is blocked.
+#: Loads export folders with transformers alone (run by the ``without_this_project``
+#: fixture, in which every module of this project is blocked).
 STOCK_RUNNER = textwrap.dedent("""
-    import importlib.abc, json, sys
-    BLOCKED = {"nas", "spaces", "searchers", "evaluators", "recipes"}
-
-    class Blocker(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in BLOCKED:
-                raise ImportError(f"{name} is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, Blocker())
+    import json, sys
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, pipeline
     from transformers.utils import logging
@@ -66,17 +55,8 @@ STOCK_RUNNER = textwrap.dedent("""
 """)
 
 
-def _stock(root: Path, texted: Path) -> dict:
-    """Run :data:`STOCK_RUNNER` in a fresh process, outside the repository."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(root / "hf_modules")
-    done = subprocess.run([sys.executable, "-c", STOCK_RUNNER, str(root), str(texted)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path):
+def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
+                                                                     without_this_project):
     """Every registered space's child, exported natively, loads with
     ``AutoModelForSequenceClassification(..., trust_remote_code=True)`` in a process that
     cannot import ``nas`` and gives ``nas predict``'s logits; ``pipeline`` answers with
@@ -105,7 +85,7 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path):
             texted = directory
     assert texted is not None
     torch.save(batches, tmp_path / "batches.pt")
-    got = _stock(tmp_path, texted)
+    got = json.loads(without_this_project(STOCK_RUNNER, str(tmp_path), str(texted)))
     assert got["leaked"] == []
     for directory, logits in expected.items():
         diff = (torch.tensor(got["logits"][directory]) - logits).abs().max().item()
