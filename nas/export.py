@@ -268,6 +268,8 @@ def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None,
         except ValueError:
             raise ExportError(f"{src / 'tokenizer_config.json'}: broken JSON") from None
         settings["model_max_length"] = int(max_length)
+        if "max_length" in settings:  # a saved call default (teacher folders have one)
+            settings["max_length"] = int(max_length)
         if "tokenizer_class" not in settings and "vocab.txt" in files:
             settings["tokenizer_class"] = "BertTokenizer"  # the folder's config names no tokenizer
         path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
@@ -552,6 +554,9 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
             for f in TOKENIZER_FILES:  # the default does not fit (e.g. a 4928-token student)
                 (out / f).unlink(missing_ok=True)
             tok_files = []
+            log.warning("no tokenizer fits the model's vocabulary of %s tokens: the export "
+                        "runs on token ids only (pass --tokenizer DIR, the folder of the "
+                        "tokenizer it was trained with)", vocab)
     inputs = model_inputs(child)
     tok_settings = {"files": tok_files, "max_length": int(max_length),
                     "separate_pair": "input_ids_b" in inputs} if tok_files else None
