@@ -162,6 +162,13 @@ def hf_checkpoint_info(path: str | Path) -> dict[str, Any]:
     if isinstance(record, dict) and Path(str(record.get("model_dir", ""))) == path:
         info["task"] = record.get("task")
         info["max_length"] = (record.get("config") or {}).get("max_seq_len")
+        if "labels" not in info:  # the task's label names, in class order
+            from nas.data.tasks import TASKS
+
+            spec = TASKS.get(info["task"]) if info["task"] in TASKS else None
+            if spec is not None and spec.label_names and \
+                    len(spec.label_names) == kwargs.get("num_labels"):
+                info["labels"] = list(spec.label_names)
     return info
 
 
@@ -576,7 +583,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
                 "nas_tokenizer": tok_settings, "random_init": random_init})
             if task is not None:
                 hf_model.config.update({"task": task})
-            hf_model.save_pretrained(str(out))
+            _quietly(hf_model.save_pretrained, str(out))  # no "Writing model shards" bar
             config_path = out / CONFIG_FILE
             hf_config = json.loads(config_path.read_text())
             hf_config["nas_files"] = file_manifest(out)
@@ -627,6 +634,19 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")
+
+
+def _quietly(fn: Any, *args: Any) -> Any:
+    """Call ``fn`` with transformers' progress bars off (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return fn(*args)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _max_positions(child: GraphNet) -> int | None:

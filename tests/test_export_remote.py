@@ -204,7 +204,6 @@ def test_weights_accept_a_hugging_face_checkpoint(tmp_path, capsys):
     assert not (tmp_path / "wrong").exists()
 
 
-@pytest.mark.slow
 def test_the_cached_fine_tuned_teacher_exports(tmp_path):
     teachers = Path.home() / ".cache" / "nas-engine" / "teachers"
     folders = sorted(teachers.glob("*/model/config.json")) if teachers.is_dir() else []
@@ -215,7 +214,15 @@ def test_the_cached_fine_tuned_teacher_exports(tmp_path):
     model = load(tmp_path / "t")
     record = json.loads((folder.parent / "result.json").read_text())
     assert model.config["task"] == record["task"]
+    if record["task"] == "sst2":
+        assert model.labels == ["negative", "positive"]  # the task's names
     assert model.tokenizer_settings["max_length"] == record["config"]["max_seq_len"]
+    from transformers import AutoModelForSequenceClassification
+
+    teacher = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    batch = model.encode(["a gorgeous, witty, seductive movie", "it is a mess"])
+    with torch.no_grad():
+        assert (model(batch) - teacher(**batch).logits).abs().max() <= TOL
 
 
 def test_quiet_silences_the_libraries_and_is_undone(capsys):
