@@ -482,11 +482,24 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     try:
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
                random_init)
+        _readable(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
     _move_into_place(out, final)
     return final
+
+
+def _readable(out: Path) -> None:
+    """Give every file the permissions of the umask: safetensors writes its files 0600,
+    which makes a folder copied for another user (a container, a server) unreadable."""
+    probe = out / ".mode-probe"
+    probe.touch()  # a new file gets what the umask allows (os.umask would race threads)
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(mode)
 
 
 def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False

@@ -121,6 +121,7 @@ def test_onnx_export_stores_the_weights_once(tmp_path):
     torch.manual_seed(0)
     child = build_child(space).eval()
     out = export(space, None, tmp_path / "onnx", fmt="onnx", model=child)
+    assert all(p.stat().st_mode & 0o044 for p in out.iterdir())  # readable by others too
     weights = (out / "model.safetensors").stat().st_size
     graph = (out / "model.onnx").stat().st_size
     assert graph < weights / 20, (graph, weights)  # the graph alone, not a second copy
