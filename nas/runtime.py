@@ -344,7 +344,10 @@ class ExportedModel:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            if not self.is_hf and not self.config.get("tokenizer"):
+            files = ("tokenizer.json", "vocab.txt")
+            if (not self.is_hf and not self.config.get("tokenizer")) or not any(
+                    (self.directory / f).is_file() for f in files):
+                # transformers would build an empty vocabulary and answer from [UNK]s
                 raise ExportError(f"{self.directory}: the export has no tokenizer; re-export "
                                   "with --tokenizer DIR to run it on text")
             from nas.tokenization import load_tokenizer

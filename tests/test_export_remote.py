@@ -275,3 +275,15 @@ def test_a_user_op_that_needs_another_package_cannot_be_bundled(tmp_path, monkey
     with pytest.raises(ExportError, match="imports torch"):
         export(space, None, tmp_path / "x", fmt="hf", random_init=True)
     assert not (tmp_path / "x").exists()
+
+
+def test_an_export_without_a_tokenizer_refuses_text(tmp_path, capsys):
+    """A student with its own small vocabulary, exported without its tokenizer, must not
+    answer from a tokenizer transformers makes up (every word [UNK])."""
+    out = tmp_path / "mv"
+    assert main(["export", "--space", "mixedvocab", "-o", str(out), "--format", "hf",
+                 "--random-init", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(out), "a fine film"]) == 2
+    assert "has no tokenizer" in capsys.readouterr().err
+
