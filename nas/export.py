@@ -636,6 +636,9 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         log.warning("%s; the export runs with nas predict but not in transformers", err)
     else:
         config.update(remote_code.hf_keys(labels))
+        pad = _pad_id(out, tok_files)
+        if pad is not None:
+            config["pad_token_id"] = pad
         positions = _max_positions(child)
         if positions:
             config["max_position_embeddings"] = positions
@@ -647,6 +650,25 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")
+
+
+def _pad_id(out: Path, files: Sequence[str]) -> int | None:
+    """The id of the copied tokenizer's padding token (what pads a rebuilt second
+    sentence in the remote code), or ``None`` without a tokenizer."""
+    pad = "[PAD]"
+    try:
+        if "tokenizer_config.json" in files:
+            pad = json.loads((out / "tokenizer_config.json").read_text()).get("pad_token", pad)
+        if "vocab.txt" in files:
+            words = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+            return words.index(pad) if pad in words else None
+        if "tokenizer.json" in files:
+            vocab = json.loads((out / "tokenizer.json").read_text()).get("model", {}).get(
+                "vocab", {})
+            return int(vocab[pad]) if isinstance(vocab, dict) and pad in vocab else None
+    except (OSError, ValueError, TypeError):
+        return None
+    return None
 
 
 def _quietly(fn: Any, *args: Any) -> Any:

@@ -26,7 +26,8 @@ TOL = 1e-5
 #: vocabulary, so that its export carries the tokenizer (the pipeline runs on text)
 VARIANTS = [(n, small_config(n)) for n in list_spaces()] + [
     ("adabert", {**small_config("adabert"), "pair": True}),
-    ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522})]
+    ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522}),
+    ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522, "pair": True})]
 
 #: Loads export folders with transformers alone (run by the ``without_this_project``
 #: fixture, in which every module of this project is blocked).
@@ -50,6 +51,9 @@ STOCK_RUNNER = textwrap.dedent("""
     pipe = pipeline("text-classification", model=texted, trust_remote_code=True)
     out["pipeline"] = pipe(["a gripping, beautifully acted film", "dull and far too long"],
                            top_k=None)
+    pair = pipeline("text-classification", model=sys.argv[3], trust_remote_code=True)
+    out["pair"] = pair({"text": "the cat sat down", "text_pair": "a cat was sitting"},
+                       top_k=None)
     out["leaked"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
     print(json.dumps(out))
 """)
@@ -62,7 +66,7 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
     cannot import ``nas`` and gives ``nas predict``'s logits; ``pipeline`` answers with
     the export's label names and ``nas predict``'s probabilities."""
     batches, expected = {}, {}
-    texted = None
+    texted = paired = None
     for i, (name, config) in enumerate(VARIANTS):
         torch.manual_seed(0)
         space = get_space(name, **config)
@@ -81,11 +85,14 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
         batch = {k: v for k, v in batch.items() if k in config["inputs"]}
         batches[str(directory)] = batch
         expected[str(directory)] = load(directory)(batch)
-        if config["tokenizer"]:
+        if config["tokenizer"] and config["tokenizer"]["separate_pair"]:
+            paired = directory
+        elif config["tokenizer"]:
             texted = directory
-    assert texted is not None
+    assert texted is not None and paired is not None
     torch.save(batches, tmp_path / "batches.pt")
-    got = json.loads(without_this_project(STOCK_RUNNER, str(tmp_path), str(texted)))
+    got = json.loads(without_this_project(STOCK_RUNNER, str(tmp_path), str(texted),
+                                          str(paired)))
     assert got["leaked"] == []
     for directory, logits in expected.items():
         diff = (torch.tensor(got["logits"][directory]) - logits).abs().max().item()
@@ -99,6 +106,11 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
         assert {d["label"]: d["score"] for d in theirs} == pytest.approx(
             mine["probabilities"], abs=TOL)
         assert max(theirs, key=lambda d: d["score"])["label"] == mine["label"]
+    # a pair model that embeds the second sentence on its own (AdaBERT, SPEC §2): the
+    # pipeline passes the joined pair, the remote code cuts B out of it as nas does
+    mine = load(paired).predict(["the cat sat down"], ["a cat was sitting"])[0]
+    assert {d["label"]: d["score"] for d in got["pair"]} == pytest.approx(
+        mine["probabilities"], abs=TOL)
 
 
 def test_hf_format_of_a_searched_family_is_remote_code(tmp_path):

@@ -45,6 +45,22 @@ def _order(graph: Mapping[str, Any]) -> list[dict[str, Any]]:
     return order
 
 
+def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                    attention_mask: torch.Tensor, pad_id: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to the same
+    width: what ``nas.tokenization.encode`` gives a graph that embeds B on its own (SPEC §2,
+    AdaBERT's second input node), rebuilt from what a ``pipeline`` passes."""
+    ids = torch.full_like(input_ids, pad_id)
+    mask = torch.zeros_like(input_ids)
+    for r in range(input_ids.shape[0]):
+        b = input_ids[r][(token_type_ids[r] == 1) & (attention_mask[r] == 1)]
+        row = torch.cat([input_ids[r, :1], b])[: input_ids.shape[1]]
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = 1
+    return ids, mask
+
+
 class NasGraphForSequenceClassification(PreTrainedModel):
     """Logits ``(B, num_labels)`` of the child network in ``config.graph``."""
 
@@ -89,14 +105,20 @@ class NasGraphForSequenceClassification(PreTrainedModel):
                 token_type_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, return_dict: bool | None = None,
                 **inputs: Any) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
-        """``input_ids`` ... as a BERT classifier takes them; a graph with separate pair
-        inputs also reads ``input_ids_b``/``attention_mask_b`` from ``inputs``."""
+        """``input_ids`` ... as a BERT classifier takes them. A graph with separate pair
+        inputs also reads ``input_ids_b``/``attention_mask_b`` from ``inputs``; when they
+        are not given they are cut out of the joined pair (:func:`second_sentence`)."""
         batch = {"input_ids": input_ids, "attention_mask": attention_mask,
                  "token_type_ids": token_type_ids, **inputs}
         if attention_mask is None and input_ids is not None:
             batch["attention_mask"] = torch.ones_like(input_ids)
         if token_type_ids is None and input_ids is not None:
             batch["token_type_ids"] = torch.zeros_like(input_ids)
+        if "input_ids_b" in self.config.inputs and batch.get("input_ids_b") is None and \
+                input_ids is not None and token_type_ids is not None:
+            batch["input_ids_b"], batch["attention_mask_b"] = second_sentence(
+                input_ids, token_type_ids, batch["attention_mask"],
+                self.config.pad_token_id or 0)
         missing = [k for k in self.config.inputs if batch.get(k) is None]
         if missing:
             raise ValueError(f"this model reads {missing}, which were not given")
