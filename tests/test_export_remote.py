@@ -239,6 +239,8 @@ def test_the_cached_fine_tuned_teacher_exports(tmp_path):
 
 
 def test_quiet_silences_the_libraries_and_is_undone(capsys):
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     from nas.cli import _silence, build_parser
@@ -249,9 +251,16 @@ def test_quiet_silences_the_libraries_and_is_undone(capsys):
     try:
         assert hf_logging.get_verbosity() == hf_logging.ERROR
         assert not hf_logging.is_progress_bar_enabled()
-        import logging
-
-        assert not logging.getLogger("nas.anything").isEnabledFor(logging.INFO)
+        assert logging.root.manager.disable >= logging.INFO  # our log lines are off
+    finally:
+        undo()
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before
+    # --no-progress reaches transformers' bars and load reports too (not our log lines)
+    undo = _silence(build_parser().parse_args(["run", "x.yaml", "--no-progress"]))
+    try:
+        assert not hf_logging.is_progress_bar_enabled()
+        assert hf_logging.get_verbosity() == hf_logging.ERROR
+        assert logging.root.manager.disable < logging.INFO
     finally:
         undo()
     assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before
