@@ -103,7 +103,7 @@ def _rewrite(module: str, roots: frozenset[str]) -> tuple[str, list[str], set[st
                 external.add(top)
                 continue
             for alias in node.names:
-                if _is_module(f"{target}.{alias.name}") and target != OPS_PACKAGE:
+                if _is_module(f"{target}.{alias.name}"):
                     raise ExportError(f"{module}: 'from {target} import {alias.name}' imports "
                                       f"a module, which cannot be bundled; import names "
                                       f"from {target}.{alias.name}")
