@@ -6,6 +6,7 @@ of Hugging Face checkpoints; ``--quiet``; ``nas bench``'s spread."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -307,4 +308,29 @@ def test_an_export_without_a_tokenizer_refuses_text(tmp_path, capsys):
     capsys.readouterr()
     assert main(["predict", str(out), "a fine film"]) == 2
     assert "has no tokenizer" in capsys.readouterr().err
+
+
+def test_quiet_reaches_libraries_the_command_imports_later(tmp_path):
+    """A quiet command that imports transformers only later (most do) finds it quiet,
+    without the flag importing it up front; afterwards it is as loud as by default."""
+    import subprocess
+    import sys
+
+    script = textwrap.dedent("""
+        import sys
+        from nas.cli import _silence, build_parser
+        undo = _silence(build_parser().parse_args(["spaces", "list", "--quiet"]))
+        assert "transformers" not in sys.modules
+        from transformers.utils import logging
+        print(logging.is_progress_bar_enabled(), logging.get_verbosity())
+        undo()
+        print(logging.is_progress_bar_enabled(), logging.get_verbosity())
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "40", "True", "30"]
 

@@ -85,34 +85,73 @@ def _silence(args: argparse.Namespace) -> Callable[[], None]:
         previous = logging.root.manager.disable
         logging.disable(logging.INFO)
         undo.append(lambda: logging.disable(previous))
-    from huggingface_hub.utils import (
-        are_progress_bars_disabled,
-        disable_progress_bars,
-        enable_progress_bars,
-    )
-    from transformers.utils import logging as hf_logging
+    undo.append(_silence_libraries())
+    return lambda: [f() for f in reversed(undo)] and None
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hub_bars = not are_progress_bars_disabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    disable_progress_bars()
 
-    def restore_hf() -> None:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-        if hub_bars:
-            enable_progress_bars()
+#: What libraries imported during the command read at import time to stay quiet.
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+              "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
-    undo.append(restore_hf)
-    if "datasets" in sys.modules:  # imported by the data readers; never imported here
+
+def _silence_libraries() -> Callable[[], None]:
+    """transformers', huggingface_hub's and datasets' bars and reports off: directly for
+    those already imported, through their environment variables for those the command
+    imports later (so a quiet command that never needs them does not pay for importing
+    them). The undo restores the environment and, for a library imported meanwhile, the
+    settings it would have had."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in _QUIET_ENV}
+    before = {m: m in sys.modules for m in ("transformers", "huggingface_hub", "datasets")}
+    os.environ.update(_QUIET_ENV)
+    states: dict[str, object] = {}
+    if before["huggingface_hub"]:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+
+        states["hub"] = are_progress_bars_disabled()
+        disable_progress_bars()
+    if before["transformers"]:
+        from transformers.utils import logging as hf_logging
+
+        states["transformers"] = (hf_logging.get_verbosity(),
+                                  hf_logging.is_progress_bar_enabled())
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    if before["datasets"]:
         import datasets
 
-        if datasets.is_progress_bar_enabled():
-            datasets.disable_progress_bars()
-            undo.append(datasets.enable_progress_bars)
-    return lambda: [f() for f in reversed(undo)] and None
+        states["datasets"] = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+
+    def undo() -> None:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        hub_off = bool(saved["HF_HUB_DISABLE_PROGRESS_BARS"])
+        if "huggingface_hub" in sys.modules:
+            from huggingface_hub.utils import enable_progress_bars
+
+            if not states.get("hub", hub_off):
+                enable_progress_bars()
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
+
+            level = hf_logging.log_levels.get(saved["TRANSFORMERS_VERBOSITY"] or "warning",
+                                              hf_logging.WARNING)
+            verbosity, bars = states.get("transformers", (level, not hub_off))
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+        if "datasets" in sys.modules:
+            import datasets
+
+            if states.get("datasets", not saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]):
+                datasets.enable_progress_bars()
+
+    return undo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
