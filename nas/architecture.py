@@ -91,11 +91,11 @@ class Architecture(Mapping[str, Any]):
                 f"{source}: expected a JSON object of choices, got {type(data).__name__}"
             )
         if "choices" in data:
-            extra = set(data) - {"space", "choices", "id", "meta"}
+            extra = set(data) - {"space", "choices", "id", "meta", "space_config"}
             if extra:
                 raise ArchitectureError(
                     f"{source}: unexpected keys {sorted(extra)}; an architecture file has "
-                    "'space' and 'choices' (and optional 'meta')"
+                    "'space' and 'choices' (and optional 'meta', 'id', 'space_config')"
                 )
             choices = data["choices"]
             if not isinstance(choices, Mapping):

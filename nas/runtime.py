@@ -37,6 +37,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 RUNTIMES = ("torch", "onnx")
+#: A benchmark row whose IQR exceeds this fraction of its median is flagged as noisy.
+NOISY_IQR = 0.10
 
 
 def read_config(directory: str | Path) -> dict[str, Any]:
@@ -275,6 +277,11 @@ class ExportedModel:
         return self.config.get("format") != FORMAT
 
     @property
+    def random_init(self) -> bool:
+        """Whether the export holds untrained weights (``nas export --random-init``)."""
+        return bool(self.config.get("random_init", False))
+
+    @property
     def labels(self) -> list[str]:
         if self.is_hf:  # transformers leaves default names out of config.json
             id2label = self.network.config.id2label
@@ -337,7 +344,10 @@ class ExportedModel:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            if not self.is_hf and not self.config.get("tokenizer"):
+            files = ("tokenizer.json", "vocab.txt")
+            if (not self.is_hf and not self.config.get("tokenizer")) or not any(
+                    (self.directory / f).is_file() for f in files):
+                # transformers would build an empty vocabulary and answer from [UNK]s
                 raise ExportError(f"{self.directory}: the export has no tokenizer; re-export "
                                   "with --tokenizer DIR to run it on text")
             from nas.tokenization import load_tokenizer
@@ -503,8 +513,10 @@ def _threads(model: ExportedModel) -> int:
 
 def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_len: int = 128,
               repeats: int = 10, warmup: int = 3) -> list[dict[str, Any]]:
-    """CPU latency of one forward pass per batch size: median and p90 over ``repeats``
-    timed runs after ``warmup`` untimed ones, and throughput (sequences/s at the median)."""
+    """CPU latency of one forward pass per batch size: median, p90 and interquartile range
+    over ``repeats`` timed runs after ``warmup`` untimed ones, and throughput (sequences/s at
+    the median). ``noisy`` marks a row whose IQR exceeds ``NOISY_IQR`` of the median: the
+    machine was busy and the number should not be compared."""
     from nas.timing import time_call
 
     model.check_seq_len(seq_len)
@@ -514,7 +526,8 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
         timing = time_call(lambda b=batch: model(b), warmup, repeats)
         median, p90 = timing.median_ms, timing.p90_ms
         results.append({"batch_size": bs, "seq_len": seq_len, "runtime": model.runtime,
-                        "median_ms": median, "p90_ms": p90, "repeats": repeats,
+                        "median_ms": median, "p90_ms": p90, "iqr_ms": timing.iqr_ms,
+                        "noisy": timing.iqr_ms > NOISY_IQR * median, "repeats": repeats,
                         "throughput_per_s": bs / (median / 1000.0),
                         "threads": _threads(model)})
     return results

@@ -31,15 +31,26 @@ if TYPE_CHECKING:  # torch is imported lazily: a teacher cache hit must not pay 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     """The fast WordPiece tokenizer saved in ``path`` (a teacher or student folder).
 
-    Loaded with ``local_files_only``: nothing is downloaded at run time.
+    Loaded with ``local_files_only``: nothing is downloaded at run time. An export folder
+    whose model is remote code (``auto_map`` in ``config.json``) is read without its model
+    config: ``AutoTokenizer`` would otherwise ask whether to run that code (and wait for
+    an answer) although the tokenizer is a stock one.
     """
-    from transformers import AutoTokenizer
+    import json
+
+    from transformers import AutoTokenizer, PretrainedConfig
 
     p = Path(path)
     if not p.is_dir():
         raise DataError(f"tokenizer folder {p} does not exist")
+    extra: dict[str, Any] = {}
     try:
-        return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+        if "auto_map" in json.loads((p / "config.json").read_text(encoding="utf-8")):
+            extra["config"] = PretrainedConfig()
+    except (OSError, ValueError, TypeError):
+        pass  # no (readable) model config: AutoTokenizer reads the tokenizer files alone
+    try:
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True, **extra)
     except (OSError, ValueError) as e:
         raise DataError(f"{p}: cannot load a tokenizer ({e})") from e
 

@@ -52,3 +52,39 @@ def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_mlm_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random teacher with a masked-LM head (for augmentation candidates)."""
     return _make_tiny_teacher(tmp_path_factory.mktemp("tiny_mlm"), num_labels=None, mlm=True)
+
+
+#: Prepended to a script run by :func:`without_this_project`: every package of this
+#: repository is unimportable, as on a machine where only torch/transformers are installed.
+_BLOCK_PROJECT = '''
+import importlib.abc, sys
+BLOCKED = {"nas", "spaces", "searchers", "evaluators", "recipes"}
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked in this test")
+        return None
+
+sys.meta_path.insert(0, _Blocker())
+'''
+
+
+@pytest.fixture
+def without_this_project(tmp_path: Path):
+    """``run(script, *args) -> stdout``: a fresh Python process outside the repository in
+    which no package of this project can be imported (the export tests load folders with
+    stock ``transformers`` there)."""
+    import subprocess
+    import sys
+
+    def run(script: str, *args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["HF_MODULES_CACHE"] = str(tmp_path / "hf_modules")  # where remote code is copied
+        done = subprocess.run([sys.executable, "-c", _BLOCK_PROJECT + script, *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    return run

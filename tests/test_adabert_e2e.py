@@ -96,6 +96,34 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
                for name in ("arch_distribution.png", "derived_cell.png"))
 
 
+SERVE = """
+import json, sys
+from transformers import pipeline
+pipe = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
+print(json.dumps([pipe(text, top_k=None) for text in sys.argv[2:]]))
+"""
+
+
+def test_the_searched_model_serves_in_stock_transformers(cold_run, tmp_path, capsys,
+                                                         without_this_project):
+    """Issue 20's done-when: the smoke search, exported with ``nas export --run ... --format
+    hf``, is served by ``pipeline(..., trust_remote_code=True)`` where this project cannot
+    be imported, with SST-2's label names and ``nas predict``'s probabilities."""
+    from nas.runtime import load
+
+    out = tmp_path / "hf"
+    assert main(["export", "--run", str(cold_run), "--format", "hf", "-o", str(out),
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("exported the run's searched model (hf)")
+    texts = ["a gripping, beautifully acted film", "dull and far too long"]
+    served = json.loads(without_this_project(SERVE, str(out), *texts))
+    model = load(out)
+    for text, scores in zip(texts, served, strict=True):
+        assert {d["label"] for d in scores} == {"negative", "positive"}
+        ours = model.predict([text])[0]["probabilities"]
+        assert {d["label"]: d["score"] for d in scores} == pytest.approx(ours, abs=1e-5)
+
+
 def test_searchers_come_from_the_registry_and_the_method(cache, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["run", SMOKE, "--searcher", "grid"])

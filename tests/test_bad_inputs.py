@@ -29,7 +29,7 @@ from nas.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "adabert_smoke.yaml"
-TINY = ["--space", "tinybert", "-c", "num_hidden_layers=1"]
+TINY = ["--space", "tinybert", "-c", "num_hidden_layers=1", "--random-init"]
 
 
 # ------------------------------------------------------------------------------ fixtures

@@ -93,7 +93,7 @@ def test_every_space_round_trips_native_and_onnx_without_search_code(tmp_path):
 
 def test_export_directory_contents(tmp_path):
     space = get_space("tinybert", num_labels=2)
-    out = export(space, None, tmp_path / "tb", labels=["negative", "positive"])
+    out = export(space, None, tmp_path / "tb", labels=["negative", "positive"], random_init=True)
     config = json.loads((out / "config.json").read_text())
     assert config["space"] == {"name": "tinybert", "fixed": True, "config": space.config}
     assert config["architecture"]["choices"] == {}
@@ -136,10 +136,13 @@ def test_hf_format_loads_in_stock_transformers(tmp_path):
         assert model.predict(["a fine film"])[0]["label"] in ("a", "b", "c")
 
 
-def test_hf_format_refuses_other_families(tmp_path):
+def test_exporting_without_weights_needs_random_init(tmp_path):
     space = get_space("adabert", **small_config("adabert"))
-    with pytest.raises(ExportError, match="family"):
+    with pytest.raises(ExportError, match="--random-init"):
         export(space, None, tmp_path / "x", fmt="hf")
+    assert not (tmp_path / "x").exists() and list(tmp_path.iterdir()) == []
+    out = export(space, None, tmp_path / "y", random_init=True)
+    assert json.loads((out / "config.json").read_text())["random_init"] is True
 
 
 def test_export_with_supernet_weights_slices_them(tmp_path):
@@ -185,13 +188,13 @@ def test_export_takes_the_model_of_a_training_checkpoint(tmp_path):
 def test_label_count_must_match(tmp_path):
     space = get_space("bert", **small_config("bert"))
     with pytest.raises(ExportError, match="3 label names"):
-        export(space, None, tmp_path / "x", labels=["a", "b", "c"])
+        export(space, None, tmp_path / "x", labels=["a", "b", "c"], random_init=True)
 
 
 @pytest.fixture
 def exported(tmp_path):
     space = get_space("mobilebert", **small_config("mobilebert"))
-    return export(space, None, tmp_path / "m")
+    return export(space, None, tmp_path / "m", random_init=True)
 
 
 def test_missing_weights_are_named(exported):
@@ -220,7 +223,8 @@ def test_truncated_weights_are_named(exported):
 
 
 def test_missing_tokenizer_file_is_refused(tmp_path):
-    out = export(get_space("tinybert", num_hidden_layers=1), None, tmp_path / "tb")
+    out = export(get_space("tinybert", num_hidden_layers=1), None, tmp_path / "tb",
+                 random_init=True)
     (out / "vocab.txt").unlink()
     with pytest.raises(ExportError, match=r"vocab\.txt: missing \(the export lists it\)"):
         load(out)
@@ -232,23 +236,24 @@ def test_export_folder_safety(tmp_path):
     foreign.mkdir()
     (foreign / "config.json").write_text('{"someone": "else"}')
     with pytest.raises(ExportError, match="not empty and not an export of this tool"):
-        export(space, None, foreign)
+        export(space, None, foreign, random_init=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]  # nothing left behind
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     with pytest.raises(ExportError, match="is an existing file"):
-        export(space, None, a_file)
-    out = export(space, None, tmp_path / "m", fmt="onnx")
+        export(space, None, a_file, random_init=True)
+    out = export(space, None, tmp_path / "m", fmt="onnx", random_init=True)
     assert (out / "model.onnx").is_file()
     with pytest.raises(ExportError, match="pass --overwrite"):
-        export(space, None, out)
-    export(space, None, out, overwrite=True)  # native now: the old model.onnx must go
+        export(space, None, out, random_init=True)
+    # native now: the old model.onnx must go
+    export(space, None, out, overwrite=True, random_init=True)
     assert not (out / "model.onnx").exists()
     load(out)
     with pytest.raises(ExportError, match="model.onnx: missing"):
         load(out, "onnx")
     with pytest.raises(ExportError, match="format must be one of"):
-        export(space, None, tmp_path / "bad", fmt="tflite")
+        export(space, None, tmp_path / "bad", fmt="tflite", random_init=True)
     assert not (tmp_path / "bad").exists()
 
 
@@ -316,7 +321,8 @@ def _cli(*argv: str) -> str:
 def test_cli_export_predict_bench(tmp_path):
     out = tmp_path / "cli"
     doc = json.loads(_cli("export", "--space", "tinybert", "-c", "num_hidden_layers=1",
-                          "-o", str(out), "--format", "onnx", "--labels", "neg,pos", "--json"))
+                          "-o", str(out), "--format", "onnx", "--labels", "neg,pos", "--json",
+                          "--random-init"))
     assert "model.onnx" in doc["files"]
     text = _cli("predict", str(out), "a fine film", "a second sentence")
     assert text.split("\t")[0] in ("neg", "pos") and "neg=" in text

@@ -201,7 +201,7 @@ def test_export_config(tmp_path):
     space = get_space("bert", vocab_size=300, hidden_size=16, num_hidden_layers=1,
                       num_attention_heads=2, intermediate_size=24,
                       max_position_embeddings=64)
-    folder = export(space, None, tmp_path / "export", labels=["neg", "pos"])
+    folder = export(space, None, tmp_path / "export", labels=["neg", "pos"], random_init=True)
     config_path = folder / "config.json"
     valid = json.loads(config_path.read_text())
     rng = random.Random(SEED + 3)

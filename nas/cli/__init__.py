@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from nas.errors import NasError
@@ -38,14 +39,120 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from nas import __version__
+
     parser = OneLineParser(
         prog="nas", description="Neural architecture search for compact Transformers."
     )
+    parser.add_argument("--version", action="version", version=f"nas {__version__}",
+                        help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(subparsers)
+    for sub in _subparsers(parser):  # every command takes --quiet, anywhere on the line
+        if "--quiet" not in sub._option_string_actions:
+            flags = [f for f in ("--quiet", "-q") if f not in sub._option_string_actions]
+            sub.add_argument(*flags, action="store_true",
+                             help="print only the results: no progress bars, no log lines, "
+                                  "no library reports (warnings still show)")
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every (nested) subcommand parser of ``parser``, depth first."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                found += [sub, *_subparsers(sub)]
+    return found
+
+
+def _silence(args: argparse.Namespace) -> Callable[[], None]:
+    """Apply ``--quiet`` / ``--no-progress``; returns what undoes it (``main`` runs in
+    tests, many times per process).
+
+    ``--no-progress`` also turns off the bars and load reports of transformers,
+    huggingface_hub and datasets (they print their own, which our flags never reached);
+    ``--quiet`` implies it and lowers every logger to warnings."""
+    quiet = bool(getattr(args, "quiet", False))
+    if quiet and hasattr(args, "no_progress"):
+        args.no_progress = True
+    if not (quiet or getattr(args, "no_progress", False)):
+        return lambda: None
+    undo: list[Callable[[], None]] = []
+    if quiet:
+        previous = logging.root.manager.disable
+        logging.disable(logging.INFO)
+        undo.append(lambda: logging.disable(previous))
+    undo.append(_silence_libraries())
+    return lambda: [f() for f in reversed(undo)] and None
+
+
+#: What libraries imported during the command read at import time to stay quiet.
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+              "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _silence_libraries() -> Callable[[], None]:
+    """transformers', huggingface_hub's and datasets' bars and reports off: directly for
+    those already imported, through their environment variables for those the command
+    imports later (so a quiet command that never needs them does not pay for importing
+    them). The undo restores the environment and, for a library imported meanwhile, the
+    settings it would have had."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in _QUIET_ENV}
+    before = {m: m in sys.modules for m in ("transformers", "huggingface_hub", "datasets")}
+    os.environ.update(_QUIET_ENV)
+    states: dict[str, object] = {}
+    if before["huggingface_hub"]:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+
+        states["hub"] = are_progress_bars_disabled()
+        disable_progress_bars()
+    if before["transformers"]:
+        from transformers.utils import logging as hf_logging
+
+        states["transformers"] = (hf_logging.get_verbosity(),
+                                  hf_logging.is_progress_bar_enabled())
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    if before["datasets"]:
+        import datasets
+
+        states["datasets"] = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+
+    def undo() -> None:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        hub_off = bool(saved["HF_HUB_DISABLE_PROGRESS_BARS"])
+        if "huggingface_hub" in sys.modules:
+            from huggingface_hub.utils import enable_progress_bars
+
+            if not states.get("hub", hub_off):
+                enable_progress_bars()
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
+
+            level = hf_logging.log_levels.get(saved["TRANSFORMERS_VERBOSITY"] or "warning",
+                                              hf_logging.WARNING)
+            verbosity, bars = states.get("transformers", (level, not hub_off))
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+        if "datasets" in sys.modules:
+            import datasets
+
+            if states.get("datasets", not saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]):
+                datasets.enable_progress_bars()
+
+    return undo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error instead of one line")
     args = parser.parse_args(argv)
+    restore = _silence(args)
     with warnings.catch_warnings():
         warnings.showwarning = one_line_warning
         try:
@@ -87,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {type(err).__name__}: {message} (run with --debug for the traceback)",
                   file=sys.stderr)
             return 1
+        finally:
+            restore()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -44,14 +44,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Cached by (teacher, data, parameters).",
     )
     p.add_argument("--task", required=True, help="sst2, mrpc, a data file, or a hub name")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", default="train", help="which split to augment (default train)")
     p.add_argument("--n", type=positive_int, default=20, help="new examples per example (N)")
     p.add_argument("--m", type=positive_int, default=15, help="candidates per word (M)")
     p.add_argument("--p", type=float, default=0.4, help="replacement probability (p_t)")
-    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the replacement draws")
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="only the first K examples")
-    p.add_argument("--max-seq-len", type=positive_int, default=128)
+    p.add_argument("--max-seq-len", type=positive_int, default=128,
+                   help="tokenizer truncation length (default 128)")
     p.add_argument("--multi-piece", choices=("skip", "mean"), default="skip",
                    help="words of several WordPiece pieces: keep them (skip) or use the "
                    "neighbours of their mean piece embedding (mean)")
@@ -60,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
     p.add_argument("--cache-dir", default=None,
                    help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-o", "--output", default=None, help="TSV file to write")
     p.set_defaults(func=_augment)

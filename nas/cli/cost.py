@@ -17,7 +17,7 @@ from nas.cli.common import (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "cost", help="parameters, FLOPs (2 x multiply-adds) and optionally CPU latency")
-    p.add_argument("space")
+    p.add_argument("space", help="registered space name (nas spaces list)")
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="tokens per example (at most the model's positions)")
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="which calibrated clock --latency-model predicts")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed repeats for --latency")
     add_space_config_option(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_cost)
 
 

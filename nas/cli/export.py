@@ -1,6 +1,8 @@
 """``nas export``, ``nas predict`` and ``nas bench``: a thin layer over nas.export and nas.runtime.
 
-    nas export --space NAME [--arch A] [--weights CKPT] -o DIR [--format native|hf|onnx]
+    nas export --space NAME [--arch A] [--weights CKPT|HF_DIR | --random-init] -o DIR
+               [--format native|hf|onnx]
+    nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx]
     nas predict DIR "text" ["second text"] [--runtime torch|onnx] [--json]
     nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx] [--json]
 """
@@ -8,14 +10,18 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
 from nas.cli.common import (
     add_space_config_option,
     arch_from_args,
     emit,
     non_negative_int,
+    parse_space_config,
     positive_int,
-    space_from_args,
 )
 from nas.errors import NasError
 
@@ -23,85 +29,141 @@ from nas.errors import NasError
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export", help="write a standalone model directory (native, hf or onnx)")
-    p.add_argument("--space", help="registered space name (nas spaces list); not with --run")
+    p.add_argument("--space", help="registered space name (nas spaces list); default: the one "
+                                   "--arch or a Hugging Face --weights folder names; not with "
+                                   "--run")
     p.add_argument("--run", metavar="RUN_DIR",
-                   help="export a trial of the run folder's multi-trial search instead "
-                        "(default output RUN_DIR/exports/trial<N>)")
-    p.add_argument("--trial", default="best", metavar="N|best",
-                   help="with --run: the trial number, or best (single-objective studies)")
-    p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
-    p.add_argument("--weights", help="checkpoint of the child or of the supernet "
-                                     "(.safetensors or torch file); default: fresh weights")
+                   help="export a run's result: its searched model (RUN_DIR/export), or with "
+                        "--trial a trial of its multi-trial search (default output "
+                        "RUN_DIR/exports/<format> or RUN_DIR/exports/trial<N>)")
+    p.add_argument("--trial", metavar="N|best",
+                   help="with --run: the trial number, or best (single-objective studies); "
+                        "default: the run's searched model, else the best trial")
+    p.add_argument("--arch", help="architecture JSON file or inline JSON (a run's "
+                                  "derived_arch.json brings its space and space_config); "
+                                  "default: the space's default")
+    p.add_argument("--weights", help="checkpoint of the child or of the supernet (.safetensors "
+                                     "or torch file), or a Hugging Face checkpoint folder of "
+                                     "the same design (e.g. a cached fine-tuned teacher)")
+    p.add_argument("--random-init", action="store_true",
+                   help="export freshly initialised weights (only for testing the pipeline; "
+                        "recorded in config.json, and nas predict warns)")
     p.add_argument("-o", "--output", help="directory to write (required without --run)")
     p.add_argument("--format", default="native", choices=("native", "hf", "onnx"),
-                   help="native (config.json + model.safetensors), hf (transformers; bert and "
-                        "mobilebert families) or onnx (native + model.onnx)")
-    p.add_argument("--labels", help="comma-separated label names (default LABEL_0,...)")
+                   help="native (config.json + model.safetensors + the runtime as transformers "
+                        "remote code), hf (stock transformers classes for the bert and "
+                        "mobilebert families, remote code for the others) or onnx (native + "
+                        "model.onnx sharing the weights file)")
+    p.add_argument("--labels", help="comma-separated label names (default: the checkpoint's, "
+                                    "else LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
-                                       "MiniLM teacher's, when the vocabulary fits)")
-    p.add_argument("--max-length", type=positive_int, default=128,
-                   help="tokenizer truncation length")
+                                       "checkpoint folder's, else the MiniLM teacher's when the "
+                                       "vocabulary fits)")
+    p.add_argument("--max-length", type=positive_int,
+                   help="tokenizer truncation length, as the model was trained (default: the "
+                        "fine-tuned teacher's, else 128)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a previous export in the output directory completely")
     add_space_config_option(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier")
-    p.add_argument("directory")
-    p.add_argument("text")
+    p.add_argument("directory", help="an export directory (nas export)")
+    p.add_argument("text", help="the text to classify")
     p.add_argument("text_b", nargs="?", help="second sentence of a pair")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"))
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
+                   help="run with torch (default) or onnxruntime (an onnx export)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_predict)
 
-    p = subparsers.add_parser("bench", help="CPU latency (median, p90) and throughput")
-    p.add_argument("directory")
+    p = subparsers.add_parser("bench", help="CPU latency (median, IQR, p90) and throughput")
+    p.add_argument("directory", help="an export directory (nas export)")
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="tokens per example (at most the model's positions)")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"))
+    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
+                   help="run with torch (default) or onnxruntime (an onnx export)")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per batch size")
     p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed runs per batch size")
     p.add_argument("--threads", type=positive_int,
                    help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
                         "often fastest)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON document")
     p.set_defaults(func=cmd_bench)
 
 
+def _arch_document(text: str | None) -> dict[str, Any]:
+    """The ``--arch`` JSON when it is a file or inline object naming its space (a run's
+    ``derived_arch.json``: ``space``, ``choices``, ``space_config``); else ``{}``."""
+    if text is None:
+        return {}
+    stripped = text.lstrip()
+    try:
+        data = json.loads(text if stripped.startswith("{") else Path(text).read_text(
+            encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # arch_from_args names the problem
+    return data if isinstance(data, dict) and "choices" in data else {}
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    from nas.export import export
+    from nas.export import export, hf_checkpoint_info, is_hf_checkpoint
+    from nas.space import get_space
 
     if args.run is not None:
-        return _export_trial(args)
-    if args.space is None or args.output is None:
-        raise NasError("nas export needs --space and -o DIR (or --run RUN_DIR to export a "
-                       "trial of a multi-trial search)")
-    space = space_from_args(args)
+        return _export_run(args)
+    doc = _arch_document(args.arch)
+    info = hf_checkpoint_info(args.weights) if args.weights and is_hf_checkpoint(args.weights) \
+        else {}
+    name = args.space or doc.get("space") or info.get("space")
+    if name is None or args.output is None:
+        raise NasError("nas export needs --space (or an --arch file / Hugging Face --weights "
+                       "folder that names it) and -o DIR; or --run RUN_DIR to export a run's "
+                       "result")
+    base = doc.get("space_config") if doc.get("space") in (None, name) else None
+    if base is None and info.get("space") == name:
+        base = info["space_config"]
+    if base is not None and not isinstance(base, dict):
+        raise NasError(f"{args.arch}: space_config must be a JSON object")
+    space = get_space(name, **{**(base or {}), **parse_space_config(args.config)})
     arch = arch_from_args(space, args.arch)
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else info.get("labels")
     out = export(space, arch, args.output, weights=args.weights, fmt=args.format,
-                 labels=labels, tokenizer=args.tokenizer, max_length=args.max_length,
-                 overwrite=args.overwrite)
+                 labels=labels, tokenizer=args.tokenizer,
+                 max_length=args.max_length or info.get("max_length") or 128,
+                 task=info.get("task"), overwrite=args.overwrite, random_init=args.random_init)
     files = sorted(p.name for p in out.iterdir())
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
-                "format": args.format, "files": files},
+                "format": args.format, "files": files, "random_init": args.random_init},
          f"exported {space.name} arch {arch.id} ({args.format}) to {out}: {', '.join(files)}")
     return 0
 
 
-def _export_trial(args: argparse.Namespace) -> int:
-    """``nas export --run RUN_DIR [--trial N|best]``: the run's study knows the space, the
+def _export_run(args: argparse.Namespace) -> int:
+    """``nas export --run RUN_DIR [--trial N|best]``: the run knows the space, the
     architecture, the trained weights and the tokenizer."""
-    from searchers.results import export_trial
-
     clashing = [flag for flag, value in (("--space", args.space), ("--arch", args.arch),
                                          ("--weights", args.weights), ("--labels", args.labels),
-                                         ("--tokenizer", args.tokenizer)) if value]
+                                         ("--tokenizer", args.tokenizer),
+                                         ("--random-init", args.random_init),
+                                         ("--max-length", args.max_length)) if value]
     if clashing:
-        raise NasError(f"{clashing[0]} does not go with --run: the study records it")
-    out, trial = export_trial(args.run, args.trial, args.output, fmt=args.format,
+        raise NasError(f"{clashing[0]} does not go with --run: the run records it")
+    searched = Path(args.run) / "export"
+    if args.trial is None and (searched / "config.json").is_file():
+        from nas.export import convert
+
+        out = Path(args.output) if args.output else Path(args.run) / "exports" / args.format
+        convert(searched, out, args.format, overwrite=args.overwrite)
+        files = sorted(p.name for p in out.iterdir())
+        emit(args, {"directory": str(out), "source": str(searched), "format": args.format,
+                    "files": files},
+             f"exported the run's searched model ({args.format}) to {out}: {', '.join(files)}")
+        return 0
+    from searchers.results import export_trial
+
+    out, trial = export_trial(args.run, args.trial or "best", args.output, fmt=args.format,
                               overwrite=args.overwrite)
     files = sorted(p.name for p in out.iterdir())
     arch_id = trial.user_attrs["arch_id"]
@@ -116,6 +178,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from nas.runtime import load
 
     model = load(args.directory, args.runtime)
+    if model.random_init:
+        print(f"warning: {args.directory} holds untrained, randomly initialised weights "
+              "(exported with --random-init): its answers mean nothing", file=sys.stderr)
     result = model.predict([args.text], [args.text_b] if args.text_b is not None else None)[0]
     probs = "  ".join(f"{k}={v:.4f}" for k, v in result["probabilities"].items())
     emit(args, result, f"{result['label']}\t{probs}")
@@ -133,14 +198,21 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from nas.runtime import benchmark, load
+    from nas.runtime import NOISY_IQR, benchmark, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
     model = load(args.directory, args.runtime, args.threads)
     rows = benchmark(model, sizes, args.seq_len, args.repeats, args.warmup)
     lines = [f"{args.directory} ({args.runtime}, sequence length {args.seq_len}, "
              f"{rows[0]['threads']} threads):"]
-    lines += [f"  batch {r['batch_size']:>4}: median {r['median_ms']:8.2f} ms  p90 "
-              f"{r['p90_ms']:8.2f} ms  {r['throughput_per_s']:9.1f} sequences/s" for r in rows]
+    lines += [f"  batch {r['batch_size']:>4}: median {r['median_ms']:8.2f} ms  IQR "
+              f"{r['iqr_ms']:7.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
+              f"{r['throughput_per_s']:9.1f} sequences/s" for r in rows]
     emit(args, {"directory": str(args.directory), "results": rows}, "\n".join(lines))
+    for r in rows:
+        if r["noisy"]:
+            print(f"warning: batch {r['batch_size']}: the IQR ({r['iqr_ms']:.2f} ms) is over "
+                  f"{NOISY_IQR:.0%} of the median ({r['median_ms']:.2f} ms); the machine is busy "
+                  "or the run too short (use more --repeats, --threads 1, an idle machine)",
+                  file=sys.stderr)
     return 0

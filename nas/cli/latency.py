@@ -20,28 +20,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Times every op call of a pool of random architectures per space and "
                     "setting, fits the per-space overhead on children timed end to end, and "
                     "stores the table in the cache folder (one file per machine).")
-    c.add_argument("--spaces", nargs="+", default=list(DEFAULT_SPACES), metavar="SPACE")
-    c.add_argument("--batch-sizes", nargs="+", type=int, default=[1], metavar="B")
-    c.add_argument("--seq-lens", nargs="+", type=int, default=[128], metavar="L")
+    c.add_argument("--spaces", nargs="+", default=list(DEFAULT_SPACES), metavar="SPACE",
+                   help="spaces to calibrate (default: %(default)s)")
+    c.add_argument("--batch-sizes", nargs="+", type=int, default=[1], metavar="B",
+                   help="batch sizes to calibrate for (default 1)")
+    c.add_argument("--seq-lens", nargs="+", type=int, default=[128], metavar="L",
+                   help="sequence lengths to calibrate for (default 128)")
     c.add_argument("--threads", nargs="+", type=int, default=[1], metavar="T",
                    help="CPU threads (torch.set_num_threads) to calibrate for")
     c.add_argument("--archs", type=int, default=10, help="children timed end to end per space")
     c.add_argument("--pool", type=int, default=200, help="random draws whose op calls are timed")
     c.add_argument("--repeats", type=int, default=10, help="most timed runs per op call")
     c.add_argument("--end-to-end", type=int, default=10, help="most timed runs per child")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="seed of the random architectures")
     c.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall clock, or the thread's CPU time (one thread; for machines "
                         "shared with other jobs)")
     c.add_argument("--table", help="table file (default: this machine's, in the cache folder)")
     add_space_config_option(c)
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the result as one JSON document")
     c.set_defaults(func=cmd_calibrate)
 
     s = sub.add_parser("show", help="what a latency table holds and which machine it is for")
     s.add_argument("--table", help="table file (default: this machine's)")
-    s.add_argument("--clock", choices=["wall", "cpu"], default="wall")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="which clock's table to show (default wall)")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON document")
     s.set_defaults(func=cmd_show)
 
 

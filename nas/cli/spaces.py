@@ -20,29 +20,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", help="registered spaces (optionally matching a wildcard)")
     p.add_argument("pattern", nargs="?", default="*", help="shell wildcard, e.g. '*bert*'")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", help="choices, space size and graph summary of a space")
-    p.add_argument("space")
+    p.add_argument("space", help="registered space name (nas spaces list)")
     add_space_config_option(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("sample", help="a random valid architecture, as JSON")
-    p.add_argument("space")
-    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("space", help="registered space name (nas spaces list)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="random seed of the draw (default 0)")
     add_space_config_option(p)
     p.add_argument("-o", "--output", help="also write the architecture file here")
     p.add_argument("--json", action="store_true", help="(the output is always JSON)")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("draw", help="draw the cells / FFN expressions of an architecture")
-    p.add_argument("space")
+    p.add_argument("space", help="registered space name (nas spaces list)")
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
     add_space_config_option(p)
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_draw)
 
 

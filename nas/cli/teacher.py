@@ -112,13 +112,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
     p.add_argument("--cache-dir", default=None,
                    help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--max-seq-len", type=positive_int, default=128)
+    p.add_argument("--epochs", type=float, default=1.0,
+                   help="training epochs (fractions allowed; default 1)")
+    p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="examples per step (default 32)")
+    p.add_argument("--max-seq-len", type=positive_int, default=128,
+                   help="tokenizer truncation length (default 128)")
     p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="use only the first N training examples")
-    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the classifier's initialisation and the data order")
     p.add_argument("--force", action="store_true", help="ignore a cached result and retrain")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
@@ -137,11 +141,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--data-dir", default=None, help="data folder (default: $NAS_DATA_DIR)")
     q.add_argument("--cache-dir", default=None,
                    help="cache folder (default: $NAS_CACHE_DIR or ~/.cache/nas-engine)")
-    q.add_argument("--max-seq-len", type=positive_int, default=128)
-    q.add_argument("--pooling", choices=("mean", "cls"), default="mean")
-    q.add_argument("--max-train-examples", type=positive_int, default=None)
-    q.add_argument("--max-dev-examples", type=positive_int, default=None)
-    q.add_argument("--no-progress", action="store_true")
+    q.add_argument("--max-seq-len", type=positive_int, default=128,
+                   help="tokenizer truncation length (default 128)")
+    q.add_argument("--pooling", choices=("mean", "cls"), default="mean",
+                   help="how a layer's token states become the probe's features")
+    q.add_argument("--max-train-examples", type=positive_int, default=None,
+                   help="use only the first N training examples")
+    q.add_argument("--max-dev-examples", type=positive_int, default=None,
+                   help="use only the first N dev examples")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the result as one JSON document")
     q.set_defaults(func=_probes)
 

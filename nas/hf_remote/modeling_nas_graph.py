@@ -1,0 +1,154 @@
+"""An exported child network as a ``transformers`` sequence classifier (remote code).
+
+The search-free executor of a **resolved** graph (SPEC §3: the child keeps exactly the
+chosen ops at their widths, under the supernet's parameter names): it builds each op
+of ``config.graph`` once, in topological order, and runs them in that order. Its
+modules are named as :class:`nas.network.GraphNet`'s (``nodes.<node>[.<op>]``,
+``edges.<src>-><dst>[.<op>]``), so the export's ``model.safetensors`` loads as is.
+It imports only ``torch``, ``transformers`` and the op modules; in an export folder
+those are bundled files (:mod:`nas.remote_code`). ``tests/test_export_remote.py`` checks
+that it computes what ``nas predict`` computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from nas.hf_remote.configuration_nas_graph import NasGraphConfig
+from nas.ops import OPS, Context, SelectOp
+
+
+def _order(graph: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The graph's nodes in topological order (file order among ready nodes), each with
+    its incoming edges sorted by argument position."""
+    nodes = {n["id"]: dict(n) for n in graph["nodes"]}
+    inputs: dict[str, list[dict[str, Any]]] = {n: [] for n in nodes}
+    for e in graph["edges"]:
+        inputs[e["target"]].append(e)
+    done: set[str] = set()
+    order: list[dict[str, Any]] = []
+    pending = list(nodes)
+    while pending:
+        ready = [n for n in pending if all(e["source"] in done for e in inputs[n])]
+        if not ready:
+            raise ValueError(f"the graph has a cycle through {pending[:3]}")
+        for n in ready:
+            order.append({**nodes[n], "inputs": sorted(inputs[n], key=lambda e: e["arg"])})
+            done.add(n)
+        pending = [n for n in pending if n not in done]
+    return order
+
+
+def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                    attention_mask: torch.Tensor, pad_id: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to the same
+    width: what ``nas.tokenization.encode`` gives a graph that embeds B on its own (SPEC §2,
+    AdaBERT's second input node), rebuilt from what a ``pipeline`` passes."""
+    ids = torch.full_like(input_ids, pad_id)
+    mask = torch.zeros_like(input_ids)
+    for r in range(input_ids.shape[0]):
+        b = input_ids[r][(token_type_ids[r] == 1) & (attention_mask[r] == 1)]
+        row = torch.cat([input_ids[r, :1], b])[: input_ids.shape[1]]
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = 1
+    return ids, mask
+
+
+class NasGraphForSequenceClassification(PreTrainedModel):
+    """Logits ``(B, num_labels)`` of the child network in ``config.graph``."""
+
+    config_class = NasGraphConfig
+    base_model_prefix = ""
+    main_input_name = "input_ids"
+
+    def __init__(self, config: NasGraphConfig) -> None:
+        super().__init__(config)
+        self.steps = _order(config.graph)
+        widths: dict[str, int] = {}
+        self.nodes = nn.ModuleDict()
+        self.edges = nn.ModuleDict()
+        for st in self.steps:
+            for e in st["inputs"]:
+                e["in_width"] = widths[e["source"]]
+                e["out_width"] = OPS.get(e["op"]).out_width([e["in_width"]], e["params"])
+                self.edges[f"{e['source']}->{e['target']}"] = self._make(
+                    e["op"], e.get("choice"), [e["in_width"]], e["out_width"], e["params"])
+            widths[st["id"]] = int(st["width"])
+            if st.get("share") is None:
+                self.nodes[st["id"]] = self._make(st["op"], st.get("choice"),
+                                                  [e["out_width"] for e in st["inputs"]],
+                                                  int(st["width"]), st["params"])
+        outputs = [st["id"] for st in self.steps if st.get("role") == "output"]
+        if len(outputs) != 1:
+            raise ValueError(f"a graph needs exactly one output node, has {outputs}")
+        self.output_node = outputs[0]
+        self.post_init()
+
+    @staticmethod
+    def _make(op: str, choice: str | None, in_widths: Sequence[int], width: int,
+              params: Mapping[str, Any]) -> nn.Module:
+        module = OPS.get(op)(in_widths, width, params)
+        return nn.ModuleDict({op: module}) if choice is not None else module
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Every tensor comes from the export's weights; the ops initialise themselves."""
+
+    def forward(self, input_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, return_dict: bool | None = None,
+                **inputs: Any) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
+        """``input_ids`` ... as a BERT classifier takes them. A graph with separate pair
+        inputs also reads ``input_ids_b``/``attention_mask_b`` from ``inputs``; when they
+        are not given they are cut out of the joined pair (:func:`second_sentence`)."""
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "token_type_ids": token_type_ids, **inputs}
+        if attention_mask is None and input_ids is not None:
+            batch["attention_mask"] = torch.ones_like(input_ids)
+        if token_type_ids is None and input_ids is not None:
+            batch["token_type_ids"] = torch.zeros_like(input_ids)
+        if "input_ids_b" in self.config.inputs and batch.get("input_ids_b") is None and \
+                input_ids is not None and token_type_ids is not None:
+            batch["input_ids_b"], batch["attention_mask_b"] = second_sentence(
+                input_ids, token_type_ids, batch["attention_mask"],
+                self.config.pad_token_id or 0)
+        missing = [k for k in self.config.inputs if batch.get(k) is None]
+        if missing:
+            raise ValueError(f"this model reads {missing}, which were not given")
+        ctx = Context({k: v for k, v in batch.items() if v is not None})
+        states: dict[str, torch.Tensor] = {}
+        for st in self.steps:
+            if st.get("role") == "aux":  # distillation-only heads: never part of the answer
+                continue
+            xs, args = [], []
+            for e in st["inputs"]:
+                module = self.edges[f"{e['source']}->{e['target']}"]
+                if e.get("choice") is not None:
+                    module = module[e["op"]]
+                xs.append(module([states[e["source"]]], e["out_width"], e["params"], ctx))
+                args.append(e["arg"])
+            module = self.nodes[st["share"] if st.get("share") is not None else st["id"]]
+            if st.get("choice") is not None:
+                module = module[st["op"]]
+            if isinstance(module, SelectOp):
+                states[st["id"]] = module.forward_value(xs, args, int(st["select_value"]),
+                                                        int(st["width"]), st["params"], ctx)
+            else:
+                states[st["id"]] = module(xs, int(st["width"]), st["params"], ctx)
+        logits = states[self.output_node]
+        loss = None
+        if labels is not None:
+            if self.config.num_labels == 1:
+                loss = nn.functional.mse_loss(logits.squeeze(-1), labels.float())
+            else:
+                loss = nn.functional.cross_entropy(logits, labels.view(-1))
+        if return_dict is False:
+            return (logits,) if loss is None else (loss, logits)
+        return SequenceClassifierOutput(loss=loss, logits=logits)

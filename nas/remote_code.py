@@ -1,0 +1,179 @@
+"""Bundle the search-free runtime into an export folder as ``transformers`` remote code.
+
+Hugging Face's convention for architectures ``transformers`` does not ship: the folder
+holds ``configuration_*.py`` and ``modeling_*.py``, ``config.json`` names their classes in
+``auto_map``, and ``AutoModelForSequenceClassification.from_pretrained(DIR,
+trust_remote_code=True)`` imports them. Remote code may import installed packages and
+files of the same folder (relative imports, one flat folder), so :func:`bundle` copies
+:mod:`nas.hf_remote`'s two files and the modules of every op the graph uses (and what
+those import from the same project) into the folder, each ``nas.x.y`` import rewritten
+to ``.nas_x_y``. The folder then works where ``torch`` and ``transformers`` are installed
+and this package is not (``tests/test_export_remote.py`` loads it in such a process).
+A user space's ops are bundled the same way from their own module.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ExportError
+
+MODEL_TYPE = "nas_graph"
+CONFIG_MODULE = "nas.hf_remote.configuration_nas_graph"
+MODEL_MODULE = "nas.hf_remote.modeling_nas_graph"
+AUTO_MAP = {
+    "AutoConfig": "configuration_nas_graph.NasGraphConfig",
+    "AutoModelForSequenceClassification": "modeling_nas_graph.NasGraphForSequenceClassification",
+}
+ARCHITECTURES = ["NasGraphForSequenceClassification"]
+#: The op registry's package: its stand-in in the folder imports only the ops used.
+OPS_PACKAGE = "nas.ops"
+#: Packages the bundled files may import from the environment (what a user has when
+#: they run a transformers model); anything else is named by the export's error.
+ALLOWED = frozenset({"torch", "transformers", "numpy", "safetensors", "__future__"})
+
+
+def flat_name(module: str) -> str:
+    """The file name a module gets in the flat folder."""
+    if module in (CONFIG_MODULE, MODEL_MODULE):
+        return module.rsplit(".", 1)[1]
+    return module.replace(".", "_")
+
+
+def _used_ops(graph: Mapping[str, Any]) -> set[str]:
+    return {str(x["op"]) for x in (*graph["nodes"], *graph["edges"])}
+
+
+def _source(module: str) -> tuple[str, bool]:
+    """(source text, is a package) of an importable module."""
+    try:
+        mod = importlib.import_module(module)
+        path = inspect.getsourcefile(mod)
+    except (ImportError, TypeError) as err:
+        raise ExportError(f"cannot bundle module {module} into the export ({err})") from None
+    if path is None:
+        raise ExportError(f"cannot bundle module {module}: it has no Python source")
+    return Path(path).read_text(encoding="utf-8"), Path(path).name == "__init__.py"
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _rewrite(module: str, roots: frozenset[str]) -> tuple[str, list[str], set[str]]:
+    """The module's source with its project imports made relative; the project modules
+    it imports; the other top-level packages it imports."""
+    source, is_package = _source(module)
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, int, str]] = []  # (first line, last line, column, text)
+    local: list[str] = []
+    external: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in roots:
+                    raise ExportError(f"{module}: 'import {alias.name}' cannot be bundled; "
+                                      f"write 'from {alias.name} import ...'")
+                external.add(top)
+        elif isinstance(node, ast.ImportFrom):
+            target = _absolute(node, module, is_package)
+            top = target.split(".")[0]
+            if top not in roots:
+                external.add(top)
+                continue
+            for alias in node.names:
+                if _is_module(f"{target}.{alias.name}"):
+                    raise ExportError(f"{module}: 'from {target} import {alias.name}' imports "
+                                      f"a module, which cannot be bundled; import names "
+                                      f"from {target}.{alias.name}")
+            if target != OPS_PACKAGE:
+                local.append(target)
+            names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "")
+                              for a in node.names)
+            text = f"from .{flat_name(target)} import {names}"
+            edits.append((node.lineno, node.end_lineno or node.lineno, node.col_offset, text))
+    for first, last, col, text in sorted(edits, reverse=True):
+        indent = lines[first - 1][:col]
+        lines[first - 1:last] = [indent + text + "\n"]
+    return "".join(lines), local, external
+
+
+def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
+    """The remote-code files (name → text) that run ``graph``: the configuration, the
+    model, the ops it uses and what they import from their project."""
+    from nas.ops import OPS
+
+    op_modules = sorted({OPS.get(op).__module__ for op in _used_ops(graph)})
+    roots = frozenset({"nas", *(m.split(".")[0] for m in op_modules)})
+    files: dict[str, str] = {}
+    external: dict[str, set[str]] = {}
+    queue = [CONFIG_MODULE, MODEL_MODULE, "nas.ops.base", *op_modules]
+    seen: set[str] = set()
+    while queue:
+        module = queue.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        text, local, ext = _rewrite(module, roots)
+        files[flat_name(module) + ".py"] = text
+        external[module] = ext
+        queue.extend(local)
+    files[flat_name(OPS_PACKAGE) + ".py"] = _ops_stand_in(op_modules)
+    stdlib = set(sys.stdlib_module_names)
+    for module, tops in sorted(external.items()):
+        bad = sorted(t for t in tops if t not in stdlib and t not in ALLOWED)
+        if bad:
+            raise ExportError(f"the module {module} imports {', '.join(bad)}; the exported "
+                              "folder may only need torch and transformers, so this model "
+                              "cannot be exported with remote code")
+    return files
+
+
+def _ops_stand_in(op_modules: Iterable[str]) -> str:
+    imports = "".join(f"from .{flat_name(m)} import __name__ as _registers_{i}  # noqa: F401\n"
+                      for i, m in enumerate(op_modules))
+    return (
+        '"""The op registry of this model: the ops it uses register on import (generated by '
+        'nas.remote_code)."""\n\n'
+        f"from .{flat_name('nas.ops.base')} import OPS, Context, Op, SelectOp, register_op  "
+        "# noqa: F401\n" + imports
+    )
+
+
+def write(out: Path, graph: Mapping[str, Any]) -> list[str]:
+    """Write the remote-code files into ``out``; returns their names."""
+    files = bundle(graph)
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return sorted(files)
+
+
+def hf_keys(labels: list[str]) -> dict[str, Any]:
+    """The ``config.json`` keys that make an export a ``transformers`` model."""
+    return {"model_type": MODEL_TYPE, "architectures": ARCHITECTURES, "auto_map": AUTO_MAP,
+            "id2label": {str(i): name for i, name in enumerate(labels)},
+            "label2id": {name: i for i, name in enumerate(labels)}}
+
+
+__all__ = ["AUTO_MAP", "MODEL_TYPE", "bundle", "hf_keys", "write"]
