@@ -153,9 +153,9 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
     from types import SimpleNamespace
 
     from nas.data import iter_batches, load_task
+    from nas.distill.task import DistillContext
     from nas.hf import load_teacher_as_design
     from nas.tokenization import load_tokenizer
-    from nas.distill.task import DistillContext
 
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
     _, teacher = load_teacher_as_design(tiny_teacher)
