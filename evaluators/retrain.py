@@ -142,19 +142,27 @@ class DistilledRetrainEvaluator(Evaluator):
                           costs=costs)
 
     def _costs(self, child: Any, arch: Architecture) -> dict[str, Any]:
-        from nas.cost import count_costs, measure_latency
+        return candidate_costs(self.space, arch, child, self.task.seq_len,
+                               self.task.latency_batches, self.latency_repeats)
 
-        counted = count_costs(self.space, arch, self.task.seq_len)
-        costs: dict[str, Any] = {"params": counted.params, "flops": counted.flops,
-                                 "seq_len": counted.seq_len}
-        latency = {}
-        started = time.perf_counter()
-        for bs, batch in sorted(self.task.latency_batches.items()):
-            latency[f"batch{bs}"] = measure_latency(child, batch,
-                                                    repeats=self.latency_repeats).to_dict()
-        if latency:
-            costs["latency"] = latency
-            first = latency[min(latency, key=lambda k: int(k[5:]))]
-            costs["latency_ms"] = first["median_ms"]
-            costs["latency_seconds"] = round(time.perf_counter() - started, 2)
-        return costs
+
+def candidate_costs(space: SearchSpace, arch: Architecture, child: Any, seq_len: int,
+                    latency_batches: Mapping[int, Batch], repeats: int) -> dict[str, Any]:
+    """A trained candidate's costs: parameters and FLOPs from the graph at ``seq_len``,
+    latency measured on ``child`` for each batch of ``latency_batches`` (``latency_ms``:
+    the smallest batch's median)."""
+    from nas.cost import count_costs, measure_latency
+
+    counted = count_costs(space, arch, seq_len)
+    costs: dict[str, Any] = {"params": counted.params, "flops": counted.flops,
+                             "seq_len": counted.seq_len}
+    latency = {}
+    started = time.perf_counter()
+    for bs, batch in sorted(latency_batches.items()):
+        latency[f"batch{bs}"] = measure_latency(child, batch, repeats=repeats).to_dict()
+    if latency:
+        costs["latency"] = latency
+        first = latency[min(latency, key=lambda k: int(k[5:]))]
+        costs["latency_ms"] = first["median_ms"]
+        costs["latency_seconds"] = round(time.perf_counter() - started, 2)
+    return costs
