@@ -100,7 +100,12 @@ class TransferEvaluator(Evaluator):
 
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
         from nas.builder import build_child
-        from nas.distill.mobilebert import run_prediction, run_transfer, transfer_stages
+        from nas.distill.mobilebert import (
+            remove_stage_weights,
+            run_prediction,
+            run_transfer,
+            transfer_stages,
+        )
         from nas.distill.task import save_weights
         from nas.evaluate import classify
         from nas.seeding import seed_stage, stage_seed
@@ -152,6 +157,7 @@ class TransferEvaluator(Evaluator):
         if folder is not None:
             save_weights(child, folder / "model.safetensors")
             (folder / "prediction.checkpoint.safetensors").unlink(missing_ok=True)
+            remove_stage_weights(folder, stages)
         costs = candidate_costs(self.space, arch, child, task.seq_len, task.latency_batches,
                                 self.latency_repeats)
         costs["train_seconds"] = round(seconds[0] + result.seconds, 1)

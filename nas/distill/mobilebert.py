@@ -279,6 +279,13 @@ def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage]
         p.requires_grad_(True)
 
 
+def remove_stage_weights(workdir: Path, stages: Sequence[Stage]) -> None:
+    """Delete the finished stages' weights (kept only so that an interrupted transfer
+    resumes); call once the student's final weights are written."""
+    for stage in stages:
+        (workdir / f"transfer-{stage.name}.safetensors").unlink(missing_ok=True)
+
+
 def run_prediction(student: nn.Module, logits: np.ndarray, settings: TrainSettings,
                    batches: Any, steps_per_epoch: int, *, temperature: float = 1.0,
                    seed: int = 0, checkpoint: Path | None = None, progress: bool = False,
@@ -300,5 +307,5 @@ def run_prediction(student: nn.Module, logits: np.ndarray, settings: TrainSettin
 
 
 __all__ = ["RECORDS", "TRANSFERS", "PktWeights", "Stage", "check_pair", "copy_from_teacher",
-           "group_of", "parameter_groups", "run_prediction", "run_transfer",
+           "group_of", "parameter_groups", "remove_stage_weights", "run_prediction", "run_transfer",
            "transfer_loss", "transfer_stages"]
