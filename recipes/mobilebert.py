@@ -127,7 +127,7 @@ class StudentSettings:
                         if c.name not in wanted}
                 space = get_space(self.space, num_labels=num_labels,
                                   **{**self.config, **fixed, **rest, **wanted})
-        except TypeError as err:
+        except (TypeError, NasError) as err:
             raise ConfigError(f"student: {err}") from None
         if space.config.get("family") != "mobilebert":
             raise ConfigError(f"student.space {self.space!r} is not of the mobilebert family; "
@@ -379,7 +379,8 @@ class MobileBert(Method):
         space, arch = ctx.space, config.student.default_arch(ctx.space)
         if searcher is not None:
             summary, space, arch = self.grid_search(ctx, searcher)
-            metrics[searcher] = summary
+            metrics["search"] = summary  # not under the searcher's name: the report's
+            # "random" rows are retrained models, these are reduced-budget trials
         metrics["searched"] = self.train_student(ctx, space, arch, "student", export=True)
         metrics["arms"] = [self.train_student(ctx, config.arm_space(a["arch"],
                                                                     ctx.train.num_labels),
@@ -429,7 +430,8 @@ class MobileBert(Method):
                  "dev": t.user_attrs.get("metrics") or {}, "costs": t.user_attrs["costs"]}
                 for t in done]
         scores = [t.values[0] for t in done]
-        summary = {"study": spec.study_name, "n_trials": spec.n_trials, "runs": runs,
+        summary = {"searcher": name, "study": spec.study_name, "n_trials": spec.n_trials,
+                   "runs": runs,
                    "best_trial": best.number, "best_arch": dict(arch),
                    "mean": statistics.mean(scores),
                    "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}

@@ -181,9 +181,12 @@ def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> Searc
         for v in shape.options(key):
             if v not in ("feature_map", *ATTENTION_INPUTS, *NORM_OPS):
                 raise SpaceDefinitionError(f"{name}: {key}={v!r} is not allowed")
-    if not shape.choices and shape.values["intra_bottleneck_size"] % shape.values[
-            "num_attention_heads"]:
-        raise SpaceDefinitionError(f"{name}: intra_bottleneck_size must be divisible by heads")
+    if not {"intra_bottleneck_size", "num_attention_heads"} & set(shape.choices) and \
+            shape.values["intra_bottleneck_size"] % shape.values["num_attention_heads"]:
+        # both fixed (other dimensions may still be choices): no architecture is valid
+        raise SpaceDefinitionError(
+            f"{name}: intra_bottleneck_size={shape.values['intra_bottleneck_size']} is not "
+            f"divisible by num_attention_heads={shape.values['num_attention_heads']}")
     sv = shape.values
     eps = 1e-12
     inter, intra, norm = shape.dim("hidden_size"), shape.dim("intra_bottleneck_size"), \

@@ -222,6 +222,14 @@ def _param_groups(model: nn.Module, train: Iterable[str], lower: Iterable[str],
     return groups
 
 
+def lower_groups(stage: Stage) -> list[str]:
+    """The groups below a one-block stage (the embeddings and the blocks under it): frozen,
+    or trained at the lower rate; none for the embedding and all-at-once stages."""
+    if stage.embeddings or not stage.layers:
+        return []
+    return ["embeddings", *(f"L{j}" for j in range(min(stage.layers)))]
+
+
 def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage],
                  settings: TrainSettings, batches: Callable[[str], Any], steps_per_epoch: int,
                  *, weights: PktWeights | None = None, lower_lr_scale: float = 0.0,
@@ -239,15 +247,13 @@ def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage]
 
     weights = weights or PktWeights()
     teacher.eval()
-    done: list[str] = []
     for stage in stages:
         final = None if workdir is None else workdir / f"transfer-{stage.name}.safetensors"
         if final is not None and final.is_file():
             load_weights(student, final)
-            done += stage.train
             continue
         seed_stage(seed, f"transfer:{stage.name}")
-        lower = [g for g in done if g not in stage.train]
+        lower = lower_groups(stage)
         groups = _param_groups(student, stage.train, lower, lower_lr_scale, settings)
         stage_settings = replace(settings, epochs=settings.epochs * stage.epochs_scale,
                                  max_steps=None if settings.max_steps is None
@@ -272,7 +278,6 @@ def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage]
         if final is not None:
             save_weights(student, final)
             checkpoint.unlink(missing_ok=True)
-        done += stage.train
         if on_stage is not None:
             on_stage(stage, result)
     for p in student.parameters():
@@ -307,5 +312,5 @@ def run_prediction(student: nn.Module, logits: np.ndarray, settings: TrainSettin
 
 
 __all__ = ["RECORDS", "TRANSFERS", "PktWeights", "Stage", "check_pair", "copy_from_teacher",
-           "group_of", "parameter_groups", "remove_stage_weights", "run_prediction", "run_transfer",
-           "transfer_loss", "transfer_stages"]
+           "group_of", "lower_groups", "parameter_groups", "remove_stage_weights",
+           "run_prediction", "run_transfer", "transfer_loss", "transfer_stages"]
