@@ -349,6 +349,14 @@ def test_smoke_grid_search_then_prediction_only_arm(smoke_run, tmp_path):
     assert metrics["searched"]["arch"] == search["best_arch"]
     text, _ = write_report(run_dir)
     assert "Pareto front" in text
+    # a trial's model exports from the study as a stock transformers MobileBERT
+    out = tmp_path / "trial_hf"
+    assert main(["export", "--run", str(run_dir), "--trial", str(search["best_trial"]),
+                 "-o", str(out), "--format", "hf"]) == 0
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(out))
+    assert model.config.intra_bottleneck_size == search["best_arch"]["intra_bottleneck_size"]
 
     arm = tmp_path / "prediction_only"
     assert main(["run", str(SMOKE), "--run-dir", str(arm), "--no-progress",
