@@ -238,6 +238,10 @@ class MobileBertConfig:
             raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
                              f"{', '.join(sorted(known))}")
         FinetuneConfig(**self.teacher_finetune)
+        if self.pkt.batch_size != self.prediction.batch_size:
+            raise ValueError(f"pkt.batch_size ({self.pkt.batch_size}) and prediction.batch_size "
+                             f"({self.prediction.batch_size}) must agree: every stage reads "
+                             "one batch source")
         arms = []
         for i, arm in enumerate(self.compare):
             if not isinstance(arm, dict):
@@ -343,10 +347,6 @@ class MobileBertContext(DistillContext):
             pkt = replace(pkt, epochs=transfer_epochs)
         if prediction_epochs is not None:
             pred = replace(pred, epochs=prediction_epochs)
-        if pkt.batch_size != pred.batch_size:
-            raise ConfigError(f"pkt.batch_size ({pkt.batch_size}) and prediction.batch_size "
-                              f"({pred.batch_size}) must agree: the stages share one batch "
-                              "source")
         return TransferEvaluator(
             space, self.transfer_task(data, pkt.batch_size, with_test=with_test), pkt, pred,
             transfer=cfg.transfer, weights=cfg.pkt.weights,

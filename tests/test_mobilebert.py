@@ -268,6 +268,8 @@ def test_the_search_is_opt_in_and_multi_trial(capsys):
 def test_bad_student_shapes_fail_before_any_stage():
     with pytest.raises(ConfigError, match="not divisible by num_attention_heads"):
         load_config(SMOKE, ["student.arch.num_attention_heads=5"])
+    with pytest.raises(ConfigError, match="pkt.batch_size .16. and prediction.batch_size .8."):
+        load_config(SMOKE, ["prediction.batch_size=8"])
 
 
 def test_the_sst2_budget_is_the_tiny_shaped_students_size():
