@@ -162,6 +162,22 @@ def test_progressive_transfer_freezes_every_lower_block_and_the_losses_decrease(
     assert all(p.requires_grad for p in student.parameters())  # unfrozen for what follows
 
 
+def test_finished_stages_are_not_run_again(tmp_path):
+    """With a workdir each finished stage leaves its weights; a second call (a resumed run)
+    loads them instead of training, and ends with the same student."""
+    _, teacher, space, arch, student = _pair()
+    stages = transfer_stages("progressive", 2)
+    run_transfer(student, teacher, stages, TrainSettings(lr=1e-3), _source(_batches()), 3,
+                 workdir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "transfer-embeddings.safetensors", "transfer-layer1.safetensors",
+        "transfer-layer2.safetensors"]
+    again, ran = build_child(space, arch), []
+    run_transfer(again, teacher, stages, TrainSettings(lr=1e-3), _source(_batches()), 3,
+                 workdir=tmp_path, on_stage=lambda stage, result: ran.append(stage.name))
+    assert ran == [] and _changed(_snapshot(student), _snapshot(again)) == set()
+
+
 def test_the_published_codes_lower_learning_rate_trains_the_lower_blocks_too():
     _, teacher, _, _, student = _pair()
     snaps = [_snapshot(student)]
