@@ -31,6 +31,7 @@ from evaluators.base import (
     TrialPruned,
 )
 from nas.architecture import Architecture
+from nas.evaluate import classify  # noqa: F401  (re-exported: recipes import it from here)
 
 if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
     from nas.space import SearchSpace
@@ -63,21 +64,6 @@ class RetrainTask:
     init: Callable[[Any], None] | None = None
     latency_batches: dict[int, Batch] = field(default_factory=dict)
     seq_len: int = 128
-
-
-def classify(model: Any, batches: list[Batch], metric: str) -> dict[str, float]:
-    """Metrics of a classifier (a :class:`~nas.network.GraphNet`) on ``batches``."""
-    import torch
-
-    from nas.teacher import classification_metrics
-
-    model.eval()
-    preds, labels = [], []
-    with torch.no_grad():
-        for b in batches:
-            preds.append(model(b).logits.argmax(-1))
-            labels.append(b["labels"])
-    return classification_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy(), metric)
 
 
 @EVALUATORS.register("distilled-retrain")

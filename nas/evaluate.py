@@ -15,6 +15,22 @@ from typing import Any
 from nas.errors import NasError
 
 
+def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
+    """Metrics of a classifier (a :class:`~nas.network.GraphNet`) on ``batches`` (each with
+    ``labels``), in eval mode without gradients."""
+    import torch
+
+    from nas.teacher import classification_metrics
+
+    model.eval()
+    preds, labels = [], []
+    with torch.no_grad():
+        for b in batches:
+            preds.append(model(b).logits.argmax(-1))
+            labels.append(b["labels"])
+    return classification_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy(), metric)
+
+
 def export_dir_of(path: str | Path) -> tuple[Path, str | dict | None]:
     """``(export directory, task)`` for a run directory or an export directory; a run's
     task may be a file or a ``task:`` mapping (:func:`nas.data.files.resolve_task`)."""

@@ -41,7 +41,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,6 @@ from torch.nn import functional as F
 
 from nas.config import ConfigError
 from nas.distill.general import (
-    chunk_texts,
     exclusive,
     load_weights,
     save_weights,
@@ -61,9 +59,15 @@ from nas.distill.general import (
     text_corpus,
     token_lengths,
 )
+from nas.distill.task import (
+    DataSettings,
+    DistillContext,
+    evaluate_student,
+    export_student,
+)
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
-from nas.seeding import seed_stage, stage_seed
+from nas.seeding import seed_stage
 from nas.train import TrainSettings
 
 log = logging.getLogger("nas.tinybert")
@@ -87,18 +91,6 @@ def _train_fields(settings: TrainSettings) -> TrainSettings:
     """The shared loop's settings of a stage's settings (which add their own keys)."""
     names = TrainSettings.__dataclass_fields__
     return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
-
-
-@dataclass
-class DataSettings:
-    max_train_examples: int | None = None  # a seeded random subset of train
-    max_dev_examples: int | None = None
-    max_seq_len: int = 64
-
-    def __post_init__(self) -> None:
-        _check([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -272,10 +264,6 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
 # ------------------------------------------------------------------------- helpers
 
 
-def _batches_fn(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, seed: int,
-                stage: str, lengths: np.ndarray) -> Callable[[int, int], Iterator[Any]]:
-    """The Trainer's batch source: length-grouped batches in a seeded order per epoch."""
-    return seeded_batches(data, tokenizer, batch_size, max_seq_len, seed, stage, lengths)
 
 
 # ------------------------------------------------------------- general distillation
@@ -354,7 +342,7 @@ def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
     log.info("stage 3/8: general distillation on %d texts (%s), %d steps per epoch",
              len(corpus), corpus.sources[0], steps_per_epoch)
     result = Trainer(model, _train_fields(g),
-                     _batches_fn(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
+                     seeded_batches(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
                                  "general", lengths),
                      steps_per_epoch, loss, checkpoint=folder / "checkpoint.safetensors",
                      progress=progress, desc="general distillation").fit()
@@ -386,52 +374,21 @@ def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
 # --------------------------------------------------------------------- the context
 
 
-class TinyBertContext:
-    """Stages 1–2 (teacher, data) and what the later stages share."""
+class TinyBertContext(DistillContext):
+    """Stages 1–2 (teacher, data; :class:`nas.distill.task.DistillContext`) and the
+    student's space."""
 
     def __init__(self, config: TinyBertConfig, run: RunDir, options: RunOptions) -> None:
-        self.cfg, self.run, self.options = config, run, options
-        self.seconds: dict[str, float] = {}
+        super().__init__(task=config.task, teacher=config.teacher, seed=config.seed,
+                         data=config.data, finetune=config.finetune_config(), run=run,
+                         options=options, eval_batch_size=config.prediction.batch_size,
+                         latency_repeats=config.latency_repeats, stages=8)
+        self.cfg = config
 
     def prepare(self) -> TinyBertContext:
-        from nas.data import load_task, report_split
-        from nas.measure import median_length_batches, overlap_counts
-        from nas.teacher import finetune_teacher
-        from nas.tokenization import load_tokenizer
-
-        cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
         self._check_teacher_shape()
-        t0 = time.time()
-        log.info("stage 1/8: teacher (fine-tuned on %s, cached)", cfg.task)
-        seed_stage(cfg.seed, "teacher")
-        self.teacher = finetune_teacher(cfg.task, cfg.teacher, data_dir,
-                                        config=cfg.finetune_config(), progress=progress)
-        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
-                     from_cache=self.teacher.from_cache)
-        self.seconds["teacher"] = round(time.time() - t0, 1)
-
-        log.info("stage 2/8: data")
-        self.full_train = load_task(cfg.task, "train", data_dir)
-        train = self.full_train
-        if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
-            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
-            train = train.subset(np.sort(rng.permutation(len(train))
-                                         [: cfg.data.max_train_examples]).tolist())
-        self.train = train
-        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
-        self.report_split = report_split(cfg.task)
-        self.report = (self.dev if self.report_split == "dev"
-                       else load_task(cfg.task, self.report_split, data_dir))
-        self.overlap = overlap_counts(cfg.task, self.full_train,
-                                      {"dev": self.dev, self.report_split: self.report})
-        self.run.log("overlap", **self.overlap)
-        self.tokenizer = load_tokenizer(self.teacher.model_dir)
-        self.space = cfg.student.build_space(train.num_labels)
-        bs = cfg.prediction.batch_size
-        self.dev_batches = list(self.batches(self.dev, bs))
-        self.report_batches = list(self.batches(self.report, bs))
-        self.median_tokens, self.latency_batches = median_length_batches(
-            self.report, self.tokenizer, cfg.data.max_seq_len, self.batches)
+        super().prepare()
+        self.space = self.cfg.student.build_space(self.train.num_labels)
         return self
 
     def _check_teacher_shape(self) -> None:
@@ -457,38 +414,6 @@ class TinyBertContext:
                 f"student.config.num_hidden_layers is {student['num_hidden_layers']}, the "
                 f"teacher has {teacher.num_hidden_layers}: each student layer learns from "
                 "its own teacher layer; use at most as many layers as the teacher")
-
-    def batches(self, data: Any, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        """Evaluation batches in data order; pairs joined as for the teacher."""
-        from nas.data import iter_batches
-
-        return iter_batches(data, self.tokenizer, batch_size, self.cfg.data.max_seq_len)
-
-    def teacher_costs(self) -> dict[str, Any]:
-        from nas.measure import teacher_costs
-
-        known = self.run.load_json("teacher.json")
-        if known is not None:
-            return known
-        costs = teacher_costs(
-            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
-            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
-            max_seq_len=self.cfg.data.max_seq_len, latency_batches=self.latency_batches,
-            latency_repeats=self.cfg.latency_repeats)
-        self.run.save_json("teacher.json", costs)
-        return costs
-
-    def task_teacher(self) -> tuple[Any, Any]:
-        """The fine-tuned teacher in the engine's ``bert`` design (records pre-softmax
-        attention scores), frozen."""
-        from nas.hf import load_teacher_as_design
-
-        if not hasattr(self, "_task_teacher"):
-            space, model = load_teacher_as_design(self.teacher.model_dir)
-            for p in model.parameters():
-                p.requires_grad_(False)
-            self._task_teacher = (space, model)
-        return self._task_teacher
 
 
 # ------------------------------------------------------------------------- method
@@ -604,7 +529,7 @@ class TinyBert(Method):
                  steps_per_epoch)
         t0 = time.time()
         result = Trainer(model, _train_fields(s),
-                         _batches_fn(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
+                         seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
                                      cfg.seed, "intermediate", lengths),
                          steps_per_epoch, loss, checkpoint=run.checkpoint_path("intermediate"),
                          progress=ctx.options.progress, desc="intermediate").fit()
@@ -631,7 +556,7 @@ class TinyBert(Method):
                                  pca_init=False)
         load_weights(model, run.path / "after_intermediate.safetensors")
         student = model.student
-        logits = teacher_logits(ctx, data) if s.distill else None
+        logits = ctx.teacher_logits(data) if s.distill else None
         seed_stage(cfg.seed, "prediction")
         steps_per_epoch = math.ceil(len(data) / s.batch_size)
         lengths = token_lengths(ctx.tokenizer, data, cfg.data.max_seq_len)
@@ -654,7 +579,7 @@ class TinyBert(Method):
                  len(data), steps_per_epoch)
         t0 = time.time()
         result = Trainer(student, _train_fields(s),
-                         _batches_fn(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
+                         seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
                                      cfg.seed, "prediction", lengths),
                          steps_per_epoch, loss, checkpoint=run.checkpoint_path("prediction"),
                          on_epoch_end=dev_score, progress=ctx.options.progress,
@@ -668,32 +593,18 @@ class TinyBert(Method):
     # -- stages 7 and 8 ---------------------------------------------------------------
     def evaluate_and_export(self, ctx: TinyBertContext, general: dict[str, Any],
                             data: Any) -> dict[str, Any]:
-        from evaluators.retrain import classify
-        from nas.architecture import Architecture
         from nas.builder import build_child
-        from nas.cost import count_costs, measure_latency
-        from nas.export import export
 
         cfg, run = ctx.cfg, ctx.run
         log.info("stage 7/8: evaluation on dev and %s", ctx.report_split)
         student = build_child(ctx.space)
         load_weights(student, run.path / "student.safetensors")
-        student.eval()
-        arch = Architecture({}, ctx.space.name)
-        counted = count_costs(ctx.space, None, cfg.data.max_seq_len)
         row: dict[str, Any] = {
-            "tag": "student", "arch": {}, "arch_id": arch.id, "space": cfg.student.space,
+            "tag": "student", **evaluate_student(ctx, ctx.space, None, student),
             "shape": {k: ctx.space.config[k] for k in (
                 "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                "vocab_size")},
-            "dev": classify(student, ctx.dev_batches, ctx.dev.metric),
-            "params": counted.params, "flops": counted.flops, "seq_len": counted.seq_len,
-            "latency": {f"batch{bs}": measure_latency(student, batch,
-                                                      repeats=cfg.latency_repeats).to_dict()
-                        for bs, batch in ctx.latency_batches.items()},
-        }
-        if ctx.report_split != "dev":
-            row[ctx.report_split] = classify(student, ctx.report_batches, ctx.dev.metric)
+                "vocab_size")}}
+        row["space"] = cfg.student.space
         # training time of the task stages, from their log rows (a resumed run logs each
         # stage once, when it finishes)
         stages = {e["stage"]: e["seconds"] for e in run.read_log()
@@ -708,11 +619,7 @@ class TinyBert(Method):
             "prediction_distill": cfg.prediction.distill, "stage_seconds": stages,
         }
         log.info("stage 8/8: export (native and hf)")
-        labels = list(ctx.train.label_names)
-        for folder, fmt in (("export", "native"), ("export_hf", "hf")):
-            export(ctx.space, None, run.path / folder, model=student, fmt=fmt, labels=labels,
-                   tokenizer=ctx.teacher.model_dir, max_length=cfg.data.max_seq_len,
-                   task=cfg.task, overwrite=True)
+        export_student(ctx, ctx.space, None, student, {"export": "native", "export_hf": "hf"})
         run.save_json("student.json", row)
         run.log("student", **{k: row[k] for k in ("dev", "params", "flops")},
                 **({ctx.report_split: row[ctx.report_split]} if ctx.report_split != "dev"
@@ -745,14 +652,5 @@ class TinyBert(Method):
         return lines, []
 
 
-def teacher_logits(ctx: TinyBertContext, data: Any) -> np.ndarray:
-    """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
-    (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data)."""
-    from nas.distill.general import cached_teacher_logits
-
-    return cached_teacher_logits(ctx.teacher.model_dir, lambda: ctx.task_teacher()[1], data,
-                                 ctx.tokenizer, ctx.cfg.data.max_seq_len, ctx.options.progress)
-
-
-__all__ = ["TinyBert", "TinyBertConfig", "chunk_texts", "general_distillation", "load_config",
+__all__ = ["TinyBert", "TinyBertConfig", "general_distillation", "load_config",
            "token_lengths"]

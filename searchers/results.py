@@ -110,7 +110,10 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
                        f"({weights or 'none recorded'}); export it on the machine of the "
                        "worker that trained it")
     attrs: Mapping[str, Any] = study.user_attrs
-    space = get_space(attrs["space"], **attrs.get("space_config", {}))
+    # a transformer space's config names its family (bert, mobilebert) besides its
+    # hyperparameters; the family is the space's, not an argument
+    config = {k: v for k, v in attrs.get("space_config", {}).items() if k != "family"}
+    space = get_space(attrs["space"], **config)
     arch = space.validate(trial.user_attrs["arch"])
     out = Path(output) if output is not None else Path(run_dir) / "exports" / f"trial{trial.number}"
     extra = attrs.get("export") or {}

@@ -59,11 +59,14 @@ MOBILEBERT: dict[str, Any] = dict(
 )
 
 #: The grid (SPEC §4): (h_intra, A, F) ∈ {(192,6,1), (160,5,2), (128,4,4), (96,3,8)} and
-#: neighbours, h_inter, FFN width, depth and the operational options.
+#: neighbours, h_inter, FFN width, depth and the operational options. Depth 6 and 12 heads
+#: (head sizes 8 at h_intra 96, 16 at 192) make the student of progressive knowledge
+#: transfer from MiniLM-L6-H384 (6 layers, width 384, 12 heads) a point of the grid:
+#: transfer needs the teacher's depth, feature-map width and head count (issue 17).
 GRID: dict[str, Any] = dict(
     hidden_size=(384, 512), intra_bottleneck_size=(96, 128, 160, 192),
-    num_attention_heads=(3, 4, 5, 6), num_feedforward_networks=(1, 2, 4, 8),
-    intermediate_size=(256, 384, 512), num_hidden_layers=(12, 18, 24),
+    num_attention_heads=(3, 4, 5, 6, 12), num_feedforward_networks=(1, 2, 4, 8),
+    intermediate_size=(256, 384, 512), num_hidden_layers=(6, 12, 18, 24),
     normalization_type=NORM_OPS, hidden_act=("gelu", "relu"),
     attention_input=ATTENTION_INPUTS, trigram_input=(False, True),
 )
@@ -178,9 +181,12 @@ def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> Searc
         for v in shape.options(key):
             if v not in ("feature_map", *ATTENTION_INPUTS, *NORM_OPS):
                 raise SpaceDefinitionError(f"{name}: {key}={v!r} is not allowed")
-    if not shape.choices and shape.values["intra_bottleneck_size"] % shape.values[
-            "num_attention_heads"]:
-        raise SpaceDefinitionError(f"{name}: intra_bottleneck_size must be divisible by heads")
+    if not {"intra_bottleneck_size", "num_attention_heads"} & set(shape.choices) and \
+            shape.values["intra_bottleneck_size"] % shape.values["num_attention_heads"]:
+        # both fixed (other dimensions may still be choices): no architecture is valid
+        raise SpaceDefinitionError(
+            f"{name}: intra_bottleneck_size={shape.values['intra_bottleneck_size']} is not "
+            f"divisible by num_attention_heads={shape.values['num_attention_heads']}")
     sv = shape.values
     eps = 1e-12
     inter, intra, norm = shape.dim("hidden_size"), shape.dim("intra_bottleneck_size"), \

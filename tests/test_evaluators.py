@@ -128,8 +128,41 @@ def _warmup_kd(space, inner, inherit=True, text=True):
                              eval_every=1, latency_repeats=1)
 
 
+def _transfer_space():
+    return get_space("mobilebert-grid", vocab_size=60, embedding_size=8, hidden_size=16,
+                     num_hidden_layers=2, intra_bottleneck_size=(8, 16),
+                     num_attention_heads=(2, 4), num_feedforward_networks=(1, 2),
+                     intermediate_size=16)
+
+
+def _transfer(space):
+    """The progressive-transfer evaluator: a 2-layer student of width 16 learning a random
+    bert teacher of its depth and width (4 heads) on random batches."""
+    import torch
+
+    from evaluators.transfer import TransferEvaluator, TransferTask
+    from nas.builder import build_child
+    from nas.train import TrainSettings
+
+    torch.manual_seed(0)
+    teacher = build_child(get_space("bert", vocab_size=60, hidden_size=16, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=24)).eval()
+
+    def batch(seed, n=4):
+        return {**_batch(space, seed, n), "index": torch.arange(n)}
+
+    task = TransferTask(
+        teacher=teacher, batches=lambda stage: (lambda epoch, start: [batch(epoch)][start:]),
+        steps_per_epoch=1, logits=np.zeros((4, 2), dtype=np.float32),
+        val_batches=[batch(7)], test_batches=[batch(8)], latency_batches={1: batch(9, 1)},
+        seq_len=SEQ)
+    return TransferEvaluator(space, task, TrainSettings(lr=1e-3),
+                             TrainSettings(epochs=2, lr=1e-3), latency_repeats=1)
+
+
 # Every registered evaluator needs an entry here: a small instance on the test space,
-# and whether it wraps an inner evaluator (then ``inner`` is passed in).
+# and whether it wraps an inner evaluator (then ``inner`` is passed in); a third item
+# names the case's own space ("mobilebert": :func:`_transfer_space`).
 CASES = {
     "costs": (lambda space, inner: CostEvaluator(space, ("params", "flops"), seq_len=SEQ),
               False),
@@ -139,6 +172,8 @@ CASES = {
         extra_objectives=("flops",)), True),
     "distilled-retrain": (lambda space, inner: _retrain(space, inner), False),
     "warmup-kd": (lambda space, inner: _warmup_kd(space, inner), False),
+    # needs a MobileBERT-family student and a teacher of its depth and width: own space
+    "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
 }
 
 
@@ -147,13 +182,19 @@ def test_every_registered_evaluator_has_a_contract_case():
 
 
 @pytest.fixture(params=sorted(CASES))
-def case(request, space):
-    factory, wraps = CASES[request.param]
+def case(request, space, arch):
+    """``(factory, wraps, space, arch)``: the case's own space and an architecture of it,
+    or the module's."""
+    factory, wraps, *own = CASES[request.param]
     assert issubclass(EVALUATORS.get(request.param), Evaluator)
-    return factory, wraps
+    if own:
+        space = _transfer_space()
+        arch = space.sample(0)
+    return factory, wraps, space, arch
 
 
-def test_values_match_the_objectives(case, space, arch):
+def test_values_match_the_objectives(case):
+    _, _, space, arch = case
     evaluator = case[0](space, None)
     assert evaluator.objectives and all(isinstance(o, Objective) for o in evaluator.objectives)
     result = evaluator(arch)
@@ -164,7 +205,8 @@ def test_values_match_the_objectives(case, space, arch):
     assert EvalResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
-def test_reports_reach_the_trial_and_the_result(case, space, arch):
+def test_reports_reach_the_trial_and_the_result(case):
+    _, _, space, arch = case
     evaluator = case[0](space, None)
     trial = NullTrial(number=4)
     result = evaluator(arch, trial)
@@ -172,7 +214,8 @@ def test_reports_reach_the_trial_and_the_result(case, space, arch):
     assert isinstance(trial, Trial)
 
 
-def test_a_pruning_trial_gives_a_pruned_result(case, space, arch):
+def test_a_pruning_trial_gives_a_pruned_result(case):
+    _, _, space, arch = case
     evaluator = case[0](space, None)
     trial = PruneAfter(1)
     result = evaluator(arch, trial)
@@ -180,8 +223,9 @@ def test_a_pruning_trial_gives_a_pruned_result(case, space, arch):
     assert result.intermediate == trial.reports and len(trial.reports) == 1
 
 
-def test_a_crash_inside_gives_a_failed_result(case, space, arch):
-    factory, wraps = case
+def test_a_crash_inside_gives_a_failed_result(case):
+    _, _, space, arch = case
+    factory, wraps = case[:2]
     if not wraps:
         pytest.skip("wraps no inner evaluator (run_evaluation's own tests cover crashes)")
     inner = FakeTraining(crash=RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB"))

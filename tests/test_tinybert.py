@@ -14,11 +14,12 @@ import torch
 
 from nas.cli import main
 from nas.config import ConfigError, apply_overrides
+from nas.distill.general import chunk_texts
 from nas.distill.losses import layer_map, soft_cross_entropy
 from nas.distill.tinybert import FitMaps, Terms, intermediate_loss, prediction_loss
 from nas.errors import NasError
 from nas.network import ModelOutput
-from recipes.tinybert import TinyBert, TinyBertConfig, chunk_texts, load_config
+from recipes.tinybert import TinyBert, TinyBertConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "tinybert_smoke.yaml"
@@ -153,9 +154,9 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
     from types import SimpleNamespace
 
     from nas.data import iter_batches, load_task
+    from nas.distill.task import DistillContext
     from nas.hf import load_teacher_as_design
     from nas.tokenization import load_tokenizer
-    from recipes.tinybert import teacher_logits
 
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
     _, teacher = load_teacher_as_design(tiny_teacher)
@@ -163,15 +164,16 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
     ctx = SimpleNamespace(
         teacher=SimpleNamespace(model_dir=str(tiny_teacher)),
         tokenizer=load_tokenizer(tiny_teacher), options=SimpleNamespace(progress=False),
-        cfg=SimpleNamespace(data=SimpleNamespace(max_seq_len=32)),
+        max_seq_len=32,
         task_teacher=lambda: (calls.__setitem__("n", calls["n"] + 1), teacher))
     data = load_task("sst2", "dev").head(150)
-    logits = np.asarray(teacher_logits(ctx, data))
+    logits = np.asarray(DistillContext.teacher_logits(ctx, data))
     with torch.no_grad():  # one example at a time, in data order: no padding at all
         expected = np.concatenate([teacher(b).logits.numpy() for b in
                                    iter_batches(data.head(12), ctx.tokenizer, 1, 32)])
     np.testing.assert_allclose(logits[:12], expected, atol=1e-5)
-    assert np.array_equal(np.asarray(teacher_logits(ctx, data)), logits) and calls["n"] == 1
+    again = np.asarray(DistillContext.teacher_logits(ctx, data))
+    assert np.array_equal(again, logits) and calls["n"] == 1
 
 
 # --------------------------------------------------------------------- config

@@ -194,6 +194,39 @@ def attention_kl(
     return (kl * m).sum() / m.sum().clamp_min(1.0)
 
 
+def grouped_attention_kl(
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    query_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """L_AT for a student with fewer heads: KL(mean of a group of teacher heads' attention
+    ‖ student head), averaged (SPEC §4, adapted).
+
+    ``student`` (B, A_S, L, L) and ``teacher`` (B, A_T, L, L) pre-softmax scores, A_S
+    dividing A_T: student head h learns the average of the attention distributions of
+    teacher heads h·g … h·g + g − 1 (g = A_T / A_S; a mixture of distributions is a
+    distribution). With A_S = A_T it is :func:`attention_kl`.
+    """
+    hs, ht = student.shape[1], teacher.shape[1]
+    if hs == ht:
+        return attention_kl(student, teacher, from_logits=True, query_mask=query_mask)
+    if ht % hs or student.shape[0] != teacher.shape[0] or student.shape[2:] != teacher.shape[2:]:
+        raise NasError(
+            f"attention shapes {tuple(student.shape)} (student) and {tuple(teacher.shape)} "
+            f"(teacher) do not group: the student's heads must divide the teacher's"
+        )
+    g = ht // hs
+    b, _, length, keys = teacher.shape
+    log_t = F.log_softmax(teacher.to(student.dtype), dim=-1).view(b, hs, g, length, keys)
+    log_t = torch.logsumexp(log_t, dim=2) - math.log(g)  # log of the group's mean
+    log_s = F.log_softmax(student, dim=-1)
+    kl = (log_t.exp() * (log_t - log_s)).sum(-1)  # (B, H_S, L)
+    if query_mask is None:
+        return kl.mean()
+    m = query_mask.to(kl.dtype)[:, None, :].expand_as(kl)
+    return (kl * m).sum() / m.sum().clamp_min(1.0)
+
+
 def pkt_loss(
     student_hidden: torch.Tensor,
     teacher_hidden: torch.Tensor,
