@@ -216,8 +216,10 @@ def plain_copy(model: GraphNet) -> GraphNet:
     return plain.eval()
 
 
-def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int) -> None:
-    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17)."""
+def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int,
+                per_token: bool = False) -> None:
+    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17);
+    ``per_token``: the output has a sequence axis too (a tagging head, (B, L, C))."""
     model = plain_copy(model)
     batch, length = 2, 7  # odd sizes so no axis is mistaken for a constant
     g = torch.Generator().manual_seed(0)
@@ -227,7 +229,7 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
                "input_ids_b": torch.randint(0, vocab_size, (batch, length), generator=g),
                "attention_mask_b": torch.ones(batch, length, dtype=torch.long)}
     axes = {n: {0: "batch", 1: "sequence"} for n in inputs}
-    axes["logits"] = {0: "batch"}
+    axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     with warnings.catch_warnings():
         # The TorchScript-based exporter is deprecated but needs no onnxscript and handles
         # data-dependent shapes (position slices) by tracing; its warnings are noise here.
@@ -252,6 +254,7 @@ def export(
     model: GraphNet | None = None,
     task: str | None = None,
     overwrite: bool = False,
+    head: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
@@ -260,6 +263,9 @@ def export(
     ``tokenizer``: a directory with tokenizer files; default the MiniLM teacher's when
     the vocabulary fits, else none (the model then runs on ids only). ``task``: the task
     the model was trained for, recorded so that ``nas evaluate DIR`` finds its data.
+    ``head``: how to read the output, recorded for the runtime; ``{"kind": "joint",
+    "num_intents": I, "intents": [...], "tags": [...]}`` for a joint intent + slot head
+    (``labels`` then lists the intents, then the tags).
 
     The directory is written beside ``out_dir`` and moved into place when complete, so a
     refused or failed export leaves nothing behind. A non-empty ``out_dir`` is refused
@@ -289,12 +295,26 @@ def export(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
-        _write(child, space, arch, out, fmt, labels, n_labels, tokenizer, max_length, task)
+        _write(child, space, arch, out, fmt, labels, n_labels, tokenizer, max_length, task,
+               _check_head(head, labels))
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
     _move_into_place(out, final)
     return final
+
+
+def _check_head(head: Mapping[str, Any] | None, labels: list[str]) -> dict[str, Any] | None:
+    if head is None:
+        return None
+    head = dict(head)
+    if head.get("kind") != "joint":
+        raise ExportError(f"head kind must be 'joint' (or no head entry), got {head.get('kind')!r}")
+    intents, tags = list(head.get("intents", [])), list(head.get("tags", []))
+    if head.get("num_intents") != len(intents) or intents + tags != labels:
+        raise ExportError(f"a joint head's labels must be its {len(intents)} intents followed "
+                          f"by its {len(tags)} tags ({len(labels)} labels given)")
+    return head
 
 
 def _is_export(directory: Path) -> bool:
@@ -330,7 +350,7 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 def _write(child: GraphNet, space: SearchSpace, arch: Any, out: Path, fmt: str,
            labels: list[str], n_labels: int, tokenizer: str | Path | None, max_length: int,
-           task: str | None) -> None:
+           task: str | None, head: dict[str, Any] | None = None) -> None:
     vocab = _vocab_size(child)
     tok_src = Path(tokenizer) if tokenizer else default_tokenizer_dir()
     tok_files: list[str] = []
@@ -375,6 +395,8 @@ def _write(child: GraphNet, space: SearchSpace, arch: Any, out: Path, fmt: str,
     }
     if task is not None:
         config["task"] = task
+    if head is not None:
+        config["head"] = head
     if space.config.get("family") in ("bert", "mobilebert"):
         from nas.hf import hf_hparams
 
@@ -384,7 +406,8 @@ def _write(child: GraphNet, space: SearchSpace, arch: Any, out: Path, fmt: str,
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
     if fmt == "onnx":
-        export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000))
+        export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000),
+                    per_token=head is not None)
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")

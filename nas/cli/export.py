@@ -47,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_export)
 
-    p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier")
+    p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier "
+                                       "(a tagging model: intent and slot spans)")
     p.add_argument("directory")
     p.add_argument("text")
     p.add_argument("text_b", nargs="?", help="second sentence of a pair")
@@ -117,6 +118,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     model = load(args.directory, args.runtime)
     result = model.predict([args.text], [args.text_b] if args.text_b is not None else None)[0]
+    if "slots" in result:  # a joint intent + slot model: the intent, then one line per slot
+        slots = [f"  {s['slot']}: {s['text']}" for s in result["slots"]] or ["  (no slots)"]
+        emit(args, result, "\n".join(
+            [f"intent\t{result['intent']}\t{result['intent_probability']:.4f}", *slots]))
+        return 0
     probs = "  ".join(f"{k}={v:.4f}" for k, v in result["probabilities"].items())
     emit(args, result, f"{result['label']}\t{probs}")
     return 0
