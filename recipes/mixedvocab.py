@@ -675,11 +675,13 @@ class MixedVocab(Method):
             seed = seed_stage(s.seed, "mixedvocab-stage2")
             student = build_child(space)
             stage1_state = load_file(stage1["weights"]) if stage1.get("enabled") else None
-            if s.init == "stage1":
-                assert stage1_state is not None  # noqa: S101 - stage_one ran for this init
-                with torch.no_grad():
-                    student.nodes["emb"].word_embeddings.weight.copy_(
-                        stage1_state["student_embeddings.weight"])
+            table = student.nodes["emb"].word_embeddings.weight
+            with torch.no_grad():
+                if s.init == "stage1":
+                    assert stage1_state is not None  # noqa: S101 - stage I ran for this init
+                    table.copy_(stage1_state["student_embeddings.weight"])
+                else:  # the ablation: stage I's own initialiser (BERT's), without stage I
+                    torch.nn.init.normal_(table, std=0.02)
             teacher, fits, mapping = None, None, []
             if s.distill_layers:
                 from nas.hf import load_teacher_as_design
