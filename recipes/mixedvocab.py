@@ -989,7 +989,8 @@ class MixedVocab(Method):
         load_weights(student, run.path / "student.safetensors")
         student.eval()
         counted = count_costs(space, None, cfg.data.max_seq_len)
-        examples = {bs: self._median_examples(ctx, bs) for bs in (1, 32)}
+        split, data = self._report_data(ctx)
+        examples = {bs: self._median_examples(data, bs) for bs in (1, 32)}
         if ctx.tagging:
             seg = self._student_segmenter(ctx)
             dev = evaluate_joint(student, list(tagged_batches(seg, ctx.dev, 64)),
@@ -1052,8 +1053,15 @@ class MixedVocab(Method):
                          "embedding_params": embedding / t_emb,
                          "latency_batch1": latency["batch1"]["median_ms"]
                          / t_latency["batch1"]["median_ms"]}
-        row["evaluation"] = {"split": "dev", "file": ", ".join(ctx.dev.sources),
-                             "examples": len(ctx.dev),
+        if split != "dev":  # SST-2: dev shares phrases with train, test does not
+            from evaluators.retrain import classify
+
+            log.info("evaluation on %s (%d examples)", split, len(data))
+            row[split] = classify(student, list(self._eval_batches(ctx, data)), data.metric)
+            row["teacher"][split] = classify(t_model, list(self._eval_batches(
+                ctx, data, ctx.teacher_tokenizer)), data.metric)
+        row["evaluation"] = {"split": split, "file": ", ".join(data.sources),
+                             "examples": len(data),
                              "latency_tokens": int(batches[1]["input_ids"].shape[1])}
         log.info("stage 8/8: export (native + onnx, with the student vocabulary)")
         if ctx.tagging:
@@ -1069,11 +1077,22 @@ class MixedVocab(Method):
         run.log("student", dev=dev, params=row["params"], teacher_dev=t_dev)
         return row
 
-    def _median_examples(self, ctx: Context, n: int) -> Any:
-        """The ``n`` dev examples closest to its median number of words (latency inputs)."""
-        lengths = np.asarray([len(t.split()) for t in ctx.dev.texts_a])
+    def _report_data(self, ctx: Context) -> tuple[str, Any]:
+        """The split results are reported on: ``test`` when a classification task has one
+        (SST-2), else dev (SNIPS here has train and valid only)."""
+        from nas.data import load_task, report_split
+
+        split = report_split(ctx.cfg.task)
+        if split == "dev" or ctx.tagging:
+            return "dev", ctx.dev
+        return split, load_task(ctx.cfg.task, split, ctx.options.data_dir)
+
+    def _median_examples(self, data: Any, n: int) -> Any:
+        """The ``n`` examples of ``data`` closest to its median number of words (the
+        latency inputs)."""
+        lengths = np.asarray([len(t.split()) for t in data.texts_a])
         closest = np.argsort(np.abs(lengths - np.median(lengths)), kind="stable")[:n]
-        return ctx.dev.subset(sorted(closest.tolist()))
+        return data.subset(sorted(closest.tolist()))
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:

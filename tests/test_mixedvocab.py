@@ -383,6 +383,14 @@ def test_smoke_run_report_export_and_predict(smoke_run, capsys):
         torch_result["intent_probability"], abs=1e-4)
     assert main(["predict", str(export), text_in]) == 0
     assert capsys.readouterr().out.startswith(f"intent\t{torch_result['intent']}\t")
+    # nas evaluate scores a joint model on the whole dev split, the same on both runtimes
+    assert main(["evaluate", str(smoke_run), "--split", "dev", "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["examples"] == 700 and set(scored["metrics"]) >= {"intent_accuracy",
+                                                                    "slot_f1"}
+    assert main(["evaluate", str(smoke_run), "--split", "dev", "--runtime", "onnx",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == pytest.approx(scored["metrics"])
     # ONNX on a longer input than it was traced with: the sequence axis is dynamic
     model = load(export, "onnx")
     long = model.predict_slots(["add the song to my playlist of the best songs of the year"])
