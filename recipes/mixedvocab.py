@@ -382,7 +382,7 @@ def _step_logger(stage: str, every: int = 50) -> Callable[[int, dict[str, float]
     def after(step: int, info: dict[str, float]) -> None:
         if step % every == 0:
             log.info("%s step %d: %s", stage, step, ", ".join(
-                f"{k} {v:.4f}" for k, v in info.items() if not math.isnan(v)))
+                f"{k} {v:.4g}" for k, v in info.items() if not math.isnan(v)))
     return after
 
 
