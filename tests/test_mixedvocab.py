@@ -409,3 +409,68 @@ def test_the_stages_are_cached_and_an_ablation_arm_reuses_the_vocabulary(smoke_r
     log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
     (teacher,) = [row for row in log if row["stage"] == "teacher"]
     assert teacher["from_cache"]  # the task teacher is shared by every arm
+
+
+@pytest.mark.slow
+def test_the_classification_path_on_mrpc(smoke_run, tmp_path, capsys):
+    """MRPC through the same recipe: the shared fine-tuned teacher, the classifier head,
+    pairs in the student vocabulary, accuracy and F1, an export that predicts a pair."""
+    run_dir = tmp_path / "mrpc"
+    assert main(["run", str(SMOKE), "--run-dir", str(run_dir), "--no-progress",
+                 "--set", "task=mrpc", "--set",
+                 "teacher_finetune={epochs: 1, max_train_examples: 64, max_dev_examples: 32, "
+                 "max_seq_len: 24, batch_size: 16}"]) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    student = metrics["searched"]
+    assert metrics["metric"] == "accuracy+f1" and set(student["dev"]) == {"accuracy", "f1"}
+    assert set(metrics["teacher"]["dev"]) == {"accuracy", "f1"}
+    config = json.loads((run_dir / "export" / "config.json").read_text())
+    assert "head" not in config and config["labels"] == ["not_paraphrase", "paraphrase"]
+    capsys.readouterr()
+    assert main(["predict", str(run_dir / "export"), "the cat sat", "a cat was sitting",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in config["labels"]
+
+
+def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_path,
+                                                              monkeypatch):
+    """Stage I killed after step 3 (its checkpoint is from step 2) and started again
+    ends with the very weights of the uninterrupted smoke run's stage I."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    import recipes.mixedvocab as recipe
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    # the same vocabulary as the unbroken run: the WordPiece trainer breaks count ties in
+    # hash-map order (huggingface/tokenizers#1794), so a fresh one may differ in a token
+    log = [json.loads(line) for line in (smoke_run / "log.jsonl").read_text().splitlines()]
+    (vocab,) = [row for row in log if row["stage"] == "vocabulary"]
+    shutil.copytree(vocab["dir"], tmp_path / "cache" / "mixedvocab" / Path(vocab["dir"]).name)
+    real = recipe._step_logger
+
+    def interrupting(stage, every=50):
+        log_step = real(stage, every)
+
+        def after(step, info):
+            if stage == "stage I" and step == 3:
+                raise KeyboardInterrupt("killed")
+            log_step(step, info)
+        return after
+
+    monkeypatch.setattr(recipe, "_step_logger", interrupting)
+    # the CLI turns Ctrl-C into a message and a non-zero exit
+    assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "a"), "--no-progress"]) != 0
+    (folder,) = (tmp_path / "cache" / "mixedvocab").glob("stage1-*")
+    assert (folder / "checkpoint.safetensors").is_file()
+    assert not (folder / "result.json").exists()
+    monkeypatch.setattr(recipe, "_step_logger", real)
+    assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert not (folder / "checkpoint.safetensors").exists()
+    (first,) = [row for row in log if row["stage"] == "stage1"]
+    assert Path(first["weights"]).parent.name == folder.name  # the same settings, same key
+    resumed, unbroken = load_file(str(folder / "weights.safetensors")), load_file(
+        first["weights"])
+    assert resumed.keys() == unbroken.keys()
+    assert all(torch.equal(resumed[k], unbroken[k]) for k in resumed)
