@@ -1101,16 +1101,37 @@ class MixedVocab(Method):
         if not recipe:
             return [], []
         teacher = student.get("teacher", {})
+        shape = student.get("shape", {})
+
+        def pct(scores: dict[str, float] | None) -> str:
+            return ", ".join(f"{k} {100 * v:.2f}" for k, v in (scores or {}).items())
+
+        def mlm(row: dict[str, Any]) -> str:
+            return ", ".join(f"{k} {v:.3f}" for k, v in row.items() if k.startswith("mlm_"))
+
+        s1, s2 = recipe["stage1"], recipe["stage2"]
         lines = ["", "## Mixed-vocabulary recipe", "",
-                 f"- student: {student.get('space')} {student.get('shape')}, vocabulary "
-                 f"{student.get('vocabulary')} ({student.get('vocab_size')} tokens)",
-                 f"- parameters: {student.get('params')} (embedding table "
-                 f"{student.get('embedding_params')}); teacher {teacher.get('params')}",
-                 f"- dev: {student.get('dev')}; teacher {teacher.get('dev')}",
-                 f"- stage I: {recipe['stage1']}",
+                 f"- student: {student.get('space')} L{shape.get('num_hidden_layers')} "
+                 f"H{shape.get('hidden_size')} A{shape.get('num_attention_heads')} "
+                 f"FFN{shape.get('intermediate_size')}, {student.get('vocabulary')} "
+                 f"vocabulary of {student.get('vocab_size')} tokens",
+                 f"- parameters: {student.get('params'):,} (embedding table "
+                 f"{student.get('embedding_params'):,}); teacher {teacher.get('params'):,} "
+                 f"(embedding table {teacher.get('embedding_params'):,})",
+                 f"- dev: {pct(student.get('dev'))}; teacher {pct(teacher.get('dev'))}",
+                 "- stage I: " + (
+                     f"{s1.get('steps')} steps, {s1.get('train_seconds')} s, p_SV "
+                     f"{s1['segmentation']['p_student']}; last epoch "
+                     f"{mlm(recipe['stage1_last_epoch'])}"
+                     if s1.get("enabled") else "not run"),
                  f"- stage II: init {recipe['stage2_init']}, layer distillation "
-                 f"{recipe['distill_layers']}, {recipe['stage2']}",
-                 f"- ratios to the teacher: {student.get('ratios')}"]
+                 f"{'on' if recipe['distill_layers'] else 'off'}, {s2.get('steps')} steps, "
+                 f"{s2.get('train_seconds')} s; last epoch {mlm(recipe['stage2_last_epoch'])}",
+                 "- task stage: " + ("gold labels and the teacher's soft predictions"
+                                     if recipe["task_distill"] else "gold labels only")
+                 + f", {recipe['train_examples']} training examples",
+                 "- ratios to the teacher: " + ", ".join(
+                     f"{k} {v:.3f}" for k, v in (student.get("ratios") or {}).items())]
         return lines, []
 
 
