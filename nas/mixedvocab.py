@@ -322,6 +322,24 @@ def as_teacher_specials(batch: Mapping[str, torch.Tensor], segmenter: MixedSegme
 
 
 @torch.no_grad()
+def bert_init(model: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation (HF ``BertPreTrainedModel._init_weights``): every matrix and
+    embedding table from N(0, std²), biases 0, normalisation weights 1.
+
+    Why: a built child's tables start at N(0, 1) (``nn.Embedding``'s default); a word table
+    of BERT's scale (stage I's) summed with position embeddings a fifty times larger is
+    erased by the LayerNorm that follows, and the student learns nothing from its words.
+    """
+    for name, p in model.named_parameters():
+        if p.ndim >= 2:
+            nn.init.normal_(p, std=std)
+        elif name.endswith("weight"):  # LayerNorm's γ (a 1-D weight is always a norm's)
+            nn.init.ones_(p)
+        else:
+            nn.init.zeros_(p)
+
+
+@torch.no_grad()
 def copy_encoder(src: nn.Module, dst: nn.Module, skip: Sequence[str] = ("nodes.head.",)
                  ) -> list[str]:
     """Copy every tensor of ``src`` that ``dst`` has under the same name and shape, except
@@ -338,5 +356,6 @@ def copy_encoder(src: nn.Module, dst: nn.Module, skip: Sequence[str] = ("nodes.h
 
 
 __all__ = ["IGNORE", "STUDENT", "TEACHER", "MLMHead", "MixedSegmenter", "MixedVocabMLM",
-           "Segment", "StudentMLM", "as_teacher_specials", "batch_rng", "copy_encoder",
+           "Segment", "StudentMLM", "as_teacher_specials", "batch_rng", "bert_init",
+           "copy_encoder",
            "mask_tokens"]

@@ -74,6 +74,7 @@ VOCABULARIES = ("student", "teacher")
 INITS = ("stage1", "random")
 #: Bump when a cached stage changes, so that old cache entries are not reused.
 CACHE_VERSION = 1
+STAGE2_VERSION = 2  # 2: the student starts from BERT's initialisation (bert_init)
 
 
 def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
@@ -655,7 +656,7 @@ class MixedVocab(Method):
         key = _key({"stage1": stage1.get("key") if s.init == "stage1" or s.distill_layers
                     else None, "vocab": vocab["key"], "student": space.config,
                     "text": _texts_fingerprint(windows), "settings": settings,
-                    "version": CACHE_VERSION})
+                    "version": STAGE2_VERSION})
         folder = cache_root() / "mixedvocab" / f"stage2-{key}"
         t0 = time.time()
 
@@ -669,19 +670,19 @@ class MixedVocab(Method):
                 MixedVocabMLM,
                 StudentMLM,
                 as_teacher_specials,
+                bert_init,
             )
             from nas.train import Trainer
 
             seed = seed_stage(s.seed, "mixedvocab-stage2")
             student = build_child(space)
+            bert_init(student)  # both arms: the ablation's word table is BERT's N(0, 0.02²)
             stage1_state = load_file(stage1["weights"]) if stage1.get("enabled") else None
-            table = student.nodes["emb"].word_embeddings.weight
-            with torch.no_grad():
-                if s.init == "stage1":
-                    assert stage1_state is not None  # noqa: S101 - stage I ran for this init
-                    table.copy_(stage1_state["student_embeddings.weight"])
-                else:  # the ablation: stage I's own initialiser (BERT's), without stage I
-                    torch.nn.init.normal_(table, std=0.02)
+            if s.init == "stage1":
+                assert stage1_state is not None  # noqa: S101 - stage I ran for this init
+                with torch.no_grad():
+                    student.nodes["emb"].word_embeddings.weight.copy_(
+                        stage1_state["student_embeddings.weight"])
             teacher, fits, mapping = None, None, []
             if s.distill_layers:
                 from nas.hf import load_teacher_as_design
@@ -838,7 +839,7 @@ class MixedVocab(Method):
              teacher: dict[str, Any]) -> None:
         """The student's task stage; writes ``student.safetensors`` in the run folder."""
         from nas.builder import build_child
-        from nas.mixedvocab import copy_encoder
+        from nas.mixedvocab import bert_init, copy_encoder
         from nas.train import Trainer
 
         cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.task_stage
@@ -849,6 +850,7 @@ class MixedVocab(Method):
         seed = seed_stage(cfg.seed, "task")
         space = self._task_space(ctx, vocab)
         model = build_child(space)
+        bert_init(model)  # the head; the encoder comes from stage II below
         mlm_student = build_child(cfg.student.build_space(vocab_size=vocab["size"]))
         load_weights(mlm_student, Path(stage2["weights"]))
         copied = copy_encoder(mlm_student, model)

@@ -201,6 +201,26 @@ def test_student_pieces_enter_up_projected_and_are_predicted_over_their_vocabula
     assert model.teacher.nodes["L0_attn"].self.query.weight.grad.any()
 
 
+def test_bert_init_puts_every_table_at_berts_scale():
+    """A built child's tables start at N(0, 1); a stage-I word table (std ~0.02) added to
+    such position embeddings was erased by the LayerNorm after them (the student then
+    learned nothing from its words). After bert_init every table is at BERT's scale."""
+    from nas.mixedvocab import bert_init
+
+    torch.manual_seed(0)
+    model = _tiny_teacher(vocab=400)
+    emb = model.nodes["emb"]
+    assert float(emb.position_embeddings.weight.detach().std()) > 0.5  # default: N(0, 1)
+    bert_init(model)
+    for name, p in model.named_parameters():
+        if p.ndim >= 2:
+            assert 0.015 < float(p.detach().std()) < 0.025, name
+        elif name.endswith("weight"):
+            assert torch.equal(p, torch.ones_like(p)), name
+        else:
+            assert not p.any(), name
+
+
 def test_mlm_batches_are_a_function_of_epoch_and_batch_index(tokenizers):
     """What makes a resumed stage exact: batch k of an epoch is the same whether the
     epoch starts at 0 or resumes at k (the Trainer restores the rest)."""
