@@ -75,6 +75,10 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     split = split or report_split(task)
     data = load_task(task, split, data_dir)
     model = load(export, runtime=runtime)
+    if model.head is not None:  # a joint intent + slot model (SPEC §7)
+        metrics = _joint_metrics(model, data, batch_size, export, task)
+        return {"task": task, "split": split, "file": ", ".join(data.sources),
+                "examples": len(data), "metrics": metrics, "export": str(export)}
     if len(model.labels) != data.num_labels:
         raise NasError(f"{export}: the model has {len(model.labels)} labels, task {task!r} "
                        f"has {data.num_labels}; evaluate it on the task it was trained for")
@@ -87,3 +91,23 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
                                      data.metric)
     return {"task": task, "split": split, "file": ", ".join(data.sources),
             "examples": len(data), "metrics": metrics, "export": str(export)}
+
+
+def _joint_metrics(model: Any, data: Any, batch_size: int, export: Path, task: str
+                   ) -> dict[str, float]:
+    """Intent accuracy and ``conlleval`` slot F1 of a joint model on a tagging split."""
+    from nas.tagging import span_f1
+
+    if data.tokens is None or data.tags is None or data.tag_names is None:
+        raise NasError(f"{export}: a joint intent + slot model; task {task!r} has no slot "
+                       "tags to score it on")
+    results: list[dict[str, Any]] = []
+    for start in range(0, len(data), batch_size):
+        results += model.predict_slots([" ".join(w) for w in data.tokens[start:start
+                                                                          + batch_size]])
+    correct = sum(r["intent"] == data.label_names[y]
+                  for r, y in zip(results, data.labels, strict=True))
+    slots = span_f1([[data.tag_names[t] for t in seq] for seq in data.tags],
+                    [r["tags"] for r in results])
+    return {"intent_accuracy": correct / len(data), "slot_f1": slots["f1"],
+            "slot_precision": slots["precision"], "slot_recall": slots["recall"]}

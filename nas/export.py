@@ -325,8 +325,9 @@ def plain_copy(model: GraphNet) -> GraphNet:
 
 
 def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int,
-                weights: Path | None = None) -> None:
-    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17).
+                weights: Path | None = None, per_token: bool = False) -> None:
+    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17);
+    ``per_token``: the output has a sequence axis too (a tagging head, (B, L, C)).
 
     With ``weights`` (the export's ``model.safetensors``) the parameters are not stored a
     second time: each ONNX initializer equal to a tensor of that file becomes external
@@ -342,7 +343,7 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
                "input_ids_b": torch.randint(0, vocab_size, (batch, length), generator=g),
                "attention_mask_b": torch.ones(batch, length, dtype=torch.long)}
     axes = {n: {0: "batch", 1: "sequence"} for n in inputs}
-    axes["logits"] = {0: "batch"}
+    axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     with warnings.catch_warnings():
         # The TorchScript-based exporter is deprecated but needs no onnxscript and handles
         # data-dependent shapes (position slices) by tracing; its warnings are noise here.
@@ -409,6 +410,7 @@ def export(
     task: str | None = None,
     overwrite: bool = False,
     random_init: bool = False,
+    head: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
@@ -420,6 +422,9 @@ def export(
     ``tokenizer``: a directory with tokenizer files; default the MiniLM teacher's when
     the vocabulary fits, else none (the model then runs on ids only). ``task``: the task
     the model was trained for, recorded so that ``nas evaluate DIR`` finds its data.
+    ``head``: how to read the output, recorded for the runtime; ``{"kind": "joint",
+    "num_intents": I, "intents": [...], "tags": [...]}`` for a joint intent + slot head
+    (``labels`` then lists the intents, then the tags).
 
     The directory is written beside ``out_dir`` and moved into place when complete, so a
     refused or failed export leaves nothing behind. A non-empty ``out_dir`` is refused
@@ -452,7 +457,7 @@ def export(
             load_weights(child, read_checkpoint(weights), str(weights))
     meta = _Meta(space.name, dict(space.config), space.is_fixed, dict(arch))
     return _export_child(child, meta, out_dir, fmt, labels, tokenizer, max_length, task,
-                         overwrite, random_init)
+                         overwrite, random_init, head)
 
 
 class _Meta(NamedTuple):
@@ -466,8 +471,8 @@ class _Meta(NamedTuple):
 
 def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
                   labels: Sequence[str] | None, tokenizer: str | Path | None | bool,
-                  max_length: int, task: str | None, overwrite: bool, random_init: bool
-                  ) -> Path:
+                  max_length: int, task: str | None, overwrite: bool, random_init: bool,
+                  head: Mapping[str, Any] | None = None) -> Path:
     child.eval()
     n_labels = num_labels_of(child)
     labels = list(labels) if labels else [f"LABEL_{i}" for i in range(n_labels)]
@@ -481,7 +486,7 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     out.mkdir(parents=True)
     try:
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
-               random_init)
+               random_init, _check_head(head, labels))
         _readable(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
@@ -523,7 +528,20 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     return _export_child(model.network, meta, out_dir, fmt, config["labels"],
                          Path(src) if settings else False,
                          int(settings.get("max_length", 128)), config.get("task"), overwrite,
-                         bool(config.get("random_init", False)))
+                         bool(config.get("random_init", False)), config.get("head"))
+
+
+def _check_head(head: Mapping[str, Any] | None, labels: list[str]) -> dict[str, Any] | None:
+    if head is None:
+        return None
+    head = dict(head)
+    if head.get("kind") != "joint":
+        raise ExportError(f"head kind must be 'joint' (or no head entry), got {head.get('kind')!r}")
+    intents, tags = list(head.get("intents", [])), list(head.get("tags", []))
+    if head.get("num_intents") != len(intents) or intents + tags != labels:
+        raise ExportError(f"a joint head's labels must be its {len(intents)} intents followed "
+                          f"by its {len(tags)} tags ({len(labels)} labels given)")
+    return head
 
 
 def _is_export(directory: Path) -> bool:
@@ -559,7 +577,7 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
            n_labels: int, tokenizer: str | Path | None | bool, max_length: int,
-           task: str | None, random_init: bool) -> None:
+           task: str | None, random_init: bool, head: dict[str, Any] | None = None) -> None:
     """``tokenizer``: a folder; ``None``: the default one when it fits; ``False``: none."""
     vocab = _vocab_size(child)
     tok_src = None if tokenizer is False else \
@@ -583,6 +601,11 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     arch = meta.arch
     arch_obj = Architecture(dict(arch), meta.space)
 
+    if fmt == "hf" and head is not None:
+        # transformers has no joint intent + slot class, and the remote code serves
+        # sequence classifiers only: refuse rather than export a head it would misread
+        raise ExportError("a joint intent + slot head has no transformers format yet; export "
+                          "it with --format native or onnx (nas predict reads both)")
     if fmt == "hf" and meta.space_config.get("family") in FAMILIES:
         from nas.hf import to_hf
 
@@ -620,6 +643,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     }
     if task is not None:
         config["task"] = task
+    if head is not None:
+        config["head"] = head
     if meta.space_config.get("family") in FAMILIES:
         from nas.hf import hf_hparams
 
@@ -629,6 +654,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     from nas import remote_code
 
     try:
+        if head is not None:  # the remote code is a sequence classifier
+            raise ExportError("a joint intent + slot head has no transformers class here")
         remote_code.write(out, graph)
     except ExportError as err:
         if fmt == "hf":
@@ -646,7 +673,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
     if fmt == "onnx":
         export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000),
-                    weights=out / WEIGHTS_FILE)
+                    weights=out / WEIGHTS_FILE, per_token=head is not None)
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")

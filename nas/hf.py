@@ -69,6 +69,11 @@ def hf_config(space_config: Mapping[str, Any], arch: Mapping[str, Any] | None = 
     from transformers import BertConfig, MobileBertConfig
 
     family = family_of(space_config)
+    if space_config.get("head", "classifier") != "classifier":
+        # the joint intent + slot head has no stock transformers class: exporting it as
+        # *ForSequenceClassification would silently drop the tagger
+        raise ExportError(f"the {space_config.get('head')!r} head has no stock transformers "
+                          "class; export it with --format native or onnx")
     v = hf_hparams(space_config, arch or {})
     num_labels = int(v.get("num_labels", 2))
     labels = labels or [f"LABEL_{i}" for i in range(num_labels)]

@@ -104,6 +104,13 @@ def _check_native(config: Mapping[str, Any], path: Path) -> None:
     if vocab is not None and (not _is_int(vocab) or vocab < 1):
         raise ExportError(f"{path}: vocab_size must be a positive integer, got {vocab!r}")
     _check_tokenizer_settings(config.get("tokenizer"), path, "tokenizer")
+    head = config.get("head")
+    if head is not None:
+        n = head.get("num_intents") if isinstance(head, dict) else None
+        if (not isinstance(head, dict) or head.get("kind") != "joint" or not _is_int(n)
+                or not 0 < n < len(labels)):
+            raise ExportError(f"{path}: head must be {{\"kind\": \"joint\", \"num_intents\": "
+                              f"I, ...}} with 0 < I < {len(labels)} labels, got {head!r}")
 
 
 def _check_hf(config: Mapping[str, Any], path: Path) -> None:
@@ -368,9 +375,52 @@ class ExportedModel:
         return encode(self.tokenizer, texts_a, texts_b, int(settings.get("max_length", 128)),
                       separate_b=bool(settings.get("separate_pair", False)))
 
+    @property
+    def head(self) -> dict[str, Any] | None:
+        """How to read the output: ``None`` (a classifier) or a joint intent + slot head."""
+        return None if self.is_hf else self.config.get("head")
+
+    def predict_slots(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        """A joint intent + slot model on whitespace-split words (SPEC §7): per text
+        ``{"intent", "intent_probability", "probabilities", "words", "tags", "slots"}``,
+        each word tagged at its first piece, ``slots`` the IOB chunks
+        (:func:`nas.tagging.slot_spans`)."""
+        from nas.tagging import first_piece_positions, slot_spans
+
+        head = self.head
+        if head is None:
+            raise ExportError(f"{self.directory}: not a tagging model (no joint head)")
+        words = [t.split() for t in texts]
+        if not all(words):
+            raise ExportError("every text needs at least one word to tag")
+        length = int(self.tokenizer_settings.get("max_length", 128))
+        enc = self.tokenizer(words, is_split_into_words=True, max_length=length,
+                             truncation=True, padding="longest", return_tensors="pt",
+                             return_token_type_ids=True)
+        logits = self({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
+        n = int(head["num_intents"])
+        labels = self.labels
+        intents, tag_names = labels[:n], labels[n:]
+        probs = torch.softmax(logits[:, 0, :n].float(), dim=-1)
+        tags = logits[:, :, n:].argmax(-1)
+        out = []
+        for b, ws in enumerate(words):
+            first = first_piece_positions(enc.word_ids(b), len(ws))
+            seq = [tag_names[int(tags[b, p])] if p >= 0 else "O" for p in first]
+            best = int(torch.argmax(probs[b]))
+            out.append({"intent": intents[best], "intent_probability": float(probs[b, best]),
+                        "probabilities": {intents[i]: float(p) for i, p in enumerate(probs[b])},
+                        "words": ws, "tags": seq, "slots": slot_spans(ws, seq)})
+        return out
+
     def predict(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None
                 ) -> list[dict[str, Any]]:
-        """``[{"label": name, "probabilities": {name: p}}]``, one per example."""
+        """``[{"label": name, "probabilities": {name: p}}]``, one per example (a joint
+        intent + slot model: :meth:`predict_slots`, with ``label`` the intent)."""
+        if self.head is not None:
+            if texts_b is not None:
+                raise ExportError(f"{self.directory}: a tagging model reads one text, not a pair")
+            return [{"label": r["intent"], **r} for r in self.predict_slots(texts_a)]
         logits = self(self.encode(texts_a, texts_b))
         probs = torch.softmax(logits.float(), dim=-1)
         labels = self.labels

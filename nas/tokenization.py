@@ -169,12 +169,18 @@ def train_student_vocab(
     vocab = tok.get_vocab()
     missing = [c for c in ASCII_ALPHABET if c not in vocab]
     missing += [f"##{c}" for c in ASCII_ALPHABET if f"##{c}" not in vocab]
-    if missing:
-        # Put them into the WordPiece model itself (not as "added tokens", which would be
-        # matched as literal strings before pre-tokenisation), at the end of the id range.
-        for t in missing:
-            vocab[t] = len(vocab)
-        tok.model = models.WordPiece(vocab=vocab, unk_token="[UNK]")
+    # Put them into the WordPiece model itself (not as "added tokens", which would be
+    # matched as literal strings before pre-tokenisation). Then number the tokens in a
+    # canonical order (the special tokens, then the rest sorted): the trainer's own order
+    # follows Rust hash maps, which are seeded per process, so the same text gave the same
+    # tokens under different ids from one run to the next. WordPiece's segmentation does
+    # not depend on the ids, only on the set of tokens. (The *set* may still differ between
+    # processes where merge counts tie at the cut-off: the trainer breaks ties by ids it
+    # assigns in hash-map order, huggingface/tokenizers#1794; callers cache the result.)
+    tokens = set(vocab) | set(missing)
+    ordered = list(SPECIAL_TOKENS) + sorted(tokens - set(SPECIAL_TOKENS))
+    tok.model = models.WordPiece(vocab={t: i for i, t in enumerate(ordered)},
+                                 unk_token="[UNK]")
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -16,7 +16,15 @@ name                    shape                                  params (HF)
 ======================  =====================================  ==================
 
 Every preset accepts the ``bert`` keyword arguments as overrides (``num_labels``,
-``vocab_size``...). The graph, with the node names that :mod:`nas.hf` maps to HF's::
+``vocab_size``...). The mixed-vocabulary students' 4,928 is the paper's vocabulary size,
+for the §1 parameter count only: ``mixedvocab`` takes the size of the student vocabulary
+actually built (``vocab_size=len(vocab.txt)``, what ``recipes/mixedvocab.py`` passes).
+
+``head="joint"`` (with ``num_tags``) replaces the classifier by a joint intent + slot head
+(``joint_intent_slot``: intent logits from the pooled ``[CLS]``, IOB tag logits per token,
+one output of width ``num_labels + num_tags``; SPEC §7's SNIPS task).
+
+The graph, with the node names that :mod:`nas.hf` maps to HF's::
 
     emb                       embedding (word+position+type, LN)   embeddings.*
     L{i}_attn                 bert_attention: LN(x + W_o·MHA(x))   layer.{i}.attention.*
@@ -38,6 +46,8 @@ from typing import Any
 from nas.errors import SpaceDefinitionError
 from nas.graph import GraphBuilder
 from nas.space import SearchSpace, check_hyperparameters, register_space
+
+HEADS = ("classifier", "joint")
 
 #: The shape of ``transformers.BertConfig()`` (BERT-base), with HF's hyperparameter names.
 BERT_BASE: dict[str, Any] = dict(
@@ -66,7 +76,8 @@ DESCRIPTIONS = {
     "bert-large": "BERT-large, L24 H1024 A16 FFN4096 (SPEC §1)",
     "minilm-l6-h384": "MiniLM-L6-H384, the default teacher's shape (SPEC §1)",
     "tinybert": "TinyBERT-4, L4 H312 A12 FFN1200 (SPEC §5)",
-    "mixedvocab": "mixed-vocabulary student, H256 A4 FFN1024, vocab 4928 (SPEC §7)",
+    "mixedvocab": "mixed-vocabulary student, H256 A4 FFN1024, vocab of the built student "
+                  "vocabulary (default 4928, SPEC §7)",
     "mixedvocab-l6": "mixed-vocabulary student L6 H256 A4, vocab 4928 (SPEC §7)",
     "mixedvocab-l12": "mixed-vocabulary student L12 H256 A4, vocab 4928 (SPEC §7)",
 }
@@ -87,16 +98,26 @@ def bert_space(
     layer_norm_eps: float = 1e-12,
     classifier_activation: bool = True,
     fit_size: int | None = None,
+    head: str = "classifier",
+    num_tags: int = 0,
 ) -> SearchSpace:
     """A BERT encoder + sequence-classification head as a fixed design (zero choices).
 
     ``fit_size`` adds TinyBERT's hidden-state fit layer (student H → teacher H) as an
     auxiliary node of group ``distill``: built and costed, run only when asked for.
+    ``head``: ``classifier`` (BERT's pooler + classifier) or ``joint`` (intent + slot
+    tags, ``num_tags`` of them; see the module docstring).
     """
     check_hyperparameters(name, locals(), flags=("classifier_activation",), positive=(
         "num_labels", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "intermediate_size", "max_position_embeddings"), non_negative=("type_vocab_size",
-                                                                       "fit_size"))
+                                                                       "fit_size", "num_tags"))
+    if head not in HEADS:
+        raise SpaceDefinitionError(f"space {name!r}: head must be one of {', '.join(HEADS)}, "
+                                   f"got {head!r}")
+    if (head == "joint") != bool(num_tags):
+        raise SpaceDefinitionError(f"space {name!r}: num_tags ({num_tags!r}) must be > 0 "
+                                   f"exactly when head is 'joint' (head is {head!r})")
     if not isinstance(layer_norm_eps, int | float) or not 0 < layer_norm_eps < 1:
         raise SpaceDefinitionError(f"space {name!r}: layer_norm_eps must be a small positive "
                                    f"number, got {layer_norm_eps!r}")
@@ -126,8 +147,12 @@ def bert_space(
         g.edge(attn, out, arg=0)  # the residual
         g.edge(f"L{i}_ffn_a", out, "linear", arg=1, out=hidden_size)
         prev = out
-    g.node("head", "pooler_classifier", role="output", group="head",
-           params=dict(num_labels=num_labels, pooler=classifier_activation))
+    if head == "joint":
+        g.node("head", "joint_intent_slot", role="output", group="head", params=dict(
+            num_labels=num_labels, num_tags=num_tags, pooler=classifier_activation))
+    else:
+        g.node("head", "pooler_classifier", role="output", group="head",
+               params=dict(num_labels=num_labels, pooler=classifier_activation))
     g.edge(prev, "head")
     if fit_size:
         g.node("fit", "sum", role="aux", group="distill")
@@ -140,6 +165,8 @@ def bert_space(
         max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
         layer_norm_eps=eps, classifier_activation=classifier_activation, fit_size=fit_size,
     )
+    if head != "classifier":  # recorded only when set: older exports' configs stay equal
+        config.update(head=head, num_tags=num_tags)
     desc = DESCRIPTIONS.get(name, DESCRIPTIONS["bert"])
     return SearchSpace(
         name, [], g.graph, config=config,
@@ -164,7 +191,13 @@ for _name in PRESETS:
 
 
 @register_space("mixedvocab", test_config=SMALL)
-def mixedvocab_space(num_hidden_layers: int = 6, **overrides: Any) -> SearchSpace:
-    """The mixed-vocabulary student (SPEC §7): L6 (default) or L12, H256 A4, vocab 4928."""
-    shape = {**BERT_BASE, **PRESETS["mixedvocab-l6"], "num_hidden_layers": num_hidden_layers}
+def mixedvocab_space(num_hidden_layers: int = 6, vocab_size: int = 4928,
+                     **overrides: Any) -> SearchSpace:
+    """The mixed-vocabulary student (SPEC §7): L6 (default) or L12, H256 A4.
+
+    ``vocab_size``: the size of the student vocabulary it reads (the built ``vocab.txt``;
+    4928 is the paper's, the default only for the §1 parameter count).
+    """
+    shape = {**BERT_BASE, **PRESETS["mixedvocab-l6"], "num_hidden_layers": num_hidden_layers,
+             "vocab_size": vocab_size}
     return bert_space("mixedvocab", **{**shape, **overrides})

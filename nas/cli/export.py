@@ -68,9 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_export)
 
-    p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier")
+    p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier "
+                                       "(a tagging model: intent and slot spans)")
     p.add_argument("directory", help="an export directory (nas export)")
-    p.add_argument("text", help="the text to classify")
+    p.add_argument("text", help="the text to classify or tag")
     p.add_argument("text_b", nargs="?", help="second sentence of a pair")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="run with torch (default) or onnxruntime (an onnx export)")
@@ -182,6 +183,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"warning: {args.directory} holds untrained, randomly initialised weights "
               "(exported with --random-init): its answers mean nothing", file=sys.stderr)
     result = model.predict([args.text], [args.text_b] if args.text_b is not None else None)[0]
+    if "slots" in result:  # a joint intent + slot model: the intent, then one line per slot
+        slots = [f"  {s['slot']}: {s['text']}" for s in result["slots"]] or ["  (no slots)"]
+        emit(args, result, "\n".join(
+            [f"intent\t{result['intent']}\t{result['intent_probability']:.4f}", *slots]))
+        return 0
     probs = "  ".join(f"{k}={v:.4f}" for k, v in result["probabilities"].items())
     emit(args, result, f"{result['label']}\t{probs}")
     return 0

@@ -84,7 +84,10 @@ class Embedding(Op):
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
         key = p.get("key", "input_ids")
         ids = ctx.batch[key]  # (B, L)
-        x = self.word_embeddings(ids)  # (B, L, E)
+        given = ctx.batch.get("inputs_embeds") if key == "input_ids" else None
+        # ``inputs_embeds`` (B, L, E) replaces the word lookup (HF's argument of that name):
+        # mixed-vocabulary training feeds some words through another vocabulary (SPEC §7)
+        x = self.word_embeddings(ids) if given is None else given  # (B, L, E)
         if p.get("trigram"):
             # [e(t+1), e(t), e(t-1)], zero-padded at the ends (MobileBERT)
             nxt = F.pad(x[:, 1:], (0, 0, 0, 1))
@@ -235,6 +238,60 @@ class PoolerClassifier(Op):
         if hasattr(self, "pooler"):
             cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, cls_state.shape[-1]))
         return self.classifier(self.dropout(cls_state))
+
+
+@register_op("joint_intent_slot")
+class JointIntentSlot(Op):
+    """A joint intent + slot head (SNIPS, SPEC §7): one output of width ``I + T``.
+
+    The intent logits come from BERT's pooled ``[CLS]`` state (as :class:`PoolerClassifier`),
+    the slot (IOB tag) logits from every token's state. Both are returned in one tensor
+    ``(B, L, I + T)`` so that the graph keeps its single output (and ONNX its single
+    ``logits``): ``[..., :I]`` holds the intent logits, the same at every position, and
+    ``[..., I:]`` the tag logits of each token. :func:`split_joint` takes them apart.
+
+    ``p``: ``num_labels`` (intents I), ``num_tags`` (T), ``pooler`` (False: classify the
+    ``[CLS]`` state directly), ``dropout``.
+    """
+
+    def __init__(self, in_widths, out_width, p):
+        super().__init__(in_widths, out_width, p)
+        h = in_widths[0]
+        if p.get("pooler", True):
+            self.pooler = nn.Module()
+            self.pooler.dense = nn.Linear(h, h)
+        self.dropout = nn.Dropout(float(p.get("dropout", 0.1)))
+        self.classifier = nn.Linear(h, int(p["num_labels"]))
+        self.tagger = nn.Linear(h, int(p["num_tags"]))
+
+    @classmethod
+    def out_width(cls, in_widths, p):  # type: ignore[override]
+        return int(p["num_labels"]) + int(p["num_tags"])
+
+    @classmethod
+    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+        h = in_widths[0]
+        return (h * h + h if p.get("pooler", True) else 0) + h * out_width + out_width
+
+    @classmethod
+    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+        h = in_widths[0]
+        return ((h * h if p.get("pooler", True) else 0) + h * int(p["num_labels"])
+                + seq_len * h * int(p["num_tags"]))
+
+    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        x = xs[0]  # (B, L, H)
+        cls_state = x[:, 0]
+        if hasattr(self, "pooler"):
+            cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, cls_state.shape[-1]))
+        intent = self.classifier(self.dropout(cls_state))  # (B, I)
+        tags = self.tagger(self.dropout(x))  # (B, L, T)
+        return torch.cat([intent.unsqueeze(1).expand(-1, x.shape[1], -1), tags], dim=-1)
+
+
+def split_joint(logits: torch.Tensor, num_intents: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The intent ``(B, I)`` and tag ``(B, L, T)`` logits of a :class:`JointIntentSlot` output."""
+    return logits[:, 0, :num_intents], logits[:, :, num_intents:]
 
 
 @register_op("attentive_readout")
