@@ -601,11 +601,13 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     arch = meta.arch
     arch_obj = Architecture(dict(arch), meta.space)
 
-    if fmt == "hf" and head is not None:
+    joint = head is not None or meta.space_config.get("head") == "joint"
+    if fmt == "hf" and joint:
         # transformers has no joint intent + slot class, and the remote code serves
         # sequence classifiers only: refuse rather than export a head it would misread
-        raise ExportError("a joint intent + slot head has no transformers format yet; export "
-                          "it with --format native or onnx (nas predict reads both)")
+        raise ExportError("a joint intent + slot head has no stock transformers class (and "
+                          "the remote code serves sequence classifiers only); export it with "
+                          "--format native or onnx (nas predict reads both)")
     if fmt == "hf" and meta.space_config.get("family") in FAMILIES:
         from nas.hf import to_hf
 
@@ -654,7 +656,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     from nas import remote_code
 
     try:
-        if head is not None:  # the remote code is a sequence classifier
+        if joint:  # the remote code is a sequence classifier
             raise ExportError("a joint intent + slot head has no transformers class here")
         remote_code.write(out, graph)
     except ExportError as err:

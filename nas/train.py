@@ -95,6 +95,15 @@ class TrainSettings:
                 raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
 
 
+def loop_settings(settings: TrainSettings) -> TrainSettings:
+    """The shared loop's own settings out of a stage's settings, which subclass
+    :class:`TrainSettings` with keys of their own (corpus, ``distill`` switches...)."""
+    from dataclasses import asdict
+
+    names = TrainSettings.__dataclass_fields__
+    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
+
+
 def lr_factor(settings: TrainSettings, step: int, total: int) -> float:
     """The learning-rate multiplier after ``step`` of ``total`` optimiser steps.
 
@@ -497,4 +506,5 @@ def _batch_size(batch: Any) -> int:
 
 
 __all__ = ["GeneratorState", "NonFiniteLossError", "TrainResult", "TrainSettings", "Trainer",
+           "loop_settings",
            "default_param_groups", "lr_factor", "make_optimizer"]

@@ -56,7 +56,7 @@ from nas.errors import NasError
 from nas.methods import Method, RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
-from nas.train import TrainSettings
+from nas.train import TrainSettings, loop_settings
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.efficientbert")
@@ -72,10 +72,6 @@ def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
         if not ok:
             raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
-
-def _train_fields(settings: TrainSettings) -> TrainSettings:
-    names = TrainSettings.__dataclass_fields__
-    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
 
 
 # ---------------------------------------------------------------------------- config
@@ -544,7 +540,7 @@ class EfficientBertContext:
             init=init if r.inherit else None, latency_batches=self.latency_batches,
             seq_len=self.seq_len)
         return DistilledRetrainEvaluator(
-            self.space, task, _train_fields(r), seed=self.cfg.seed,
+            self.space, task, loop_settings(r), seed=self.cfg.seed,
             workdir=workdir or self.run.path / "retrain", latency_repeats=self.cfg.latency_repeats,
             progress=self.options.progress)
 
@@ -724,7 +720,7 @@ class EfficientBert(Method):
                                temperature=s.temperature, arch=lambda: sampled["arch"])
             log.info("stage3: the unfrozen supernet, task KD on %d examples, (N, r) sampled "
                      "under %.2fM params each step", len(ctx.search_train), ctx.budget / 1e6)
-            result = Trainer(supernet, _train_fields(s),
+            result = Trainer(supernet, loop_settings(s),
                              ctx.train_batches(ctx.search_train, s.batch_size, "stage3"),
                              math.ceil(len(ctx.search_train) / s.batch_size), loss,
                              checkpoint=run.checkpoint_path("stage3"), before_step=sample,

@@ -62,11 +62,11 @@ import torch
 from torch.nn import functional as F
 
 from nas.config import ConfigError
+from nas.distill.general import exclusive, load_weights, save_weights
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
-from nas.train import TrainSettings
-from recipes.tinybert import _exclusive, _train_fields, load_weights, save_weights
+from nas.train import TrainSettings, loop_settings
 
 log = logging.getLogger("nas.mixedvocab")
 
@@ -347,7 +347,7 @@ def _cached(folder: Path, what: str, train: Callable[[], dict[str, Any]]
     trained = False
     if not result.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        with _exclusive(folder / ".lock", f"{what} {folder}"):
+        with exclusive(folder / ".lock", f"{what} {folder}"):
             if not result.is_file():
                 record = train()
                 atomic_write_json(result, record)
@@ -625,7 +625,7 @@ class MixedVocab(Method):
                                           s.mask_probability)
             log.info("stage 3/8: stage I, the teacher's MLM on %d mixed-segmented windows "
                      "(p_SV %.2f), %d steps per epoch", len(windows), s.p_student, steps)
-            result = Trainer(model, _train_fields(s), batches, steps, lambda net, b: net(b),
+            result = Trainer(model, loop_settings(s), batches, steps, lambda net, b: net(b),
                              checkpoint=folder / "checkpoint.safetensors",
                              after_step=_step_logger("stage I"), progress=ctx.progress(),
                              desc="stage I (mixed MLM)").fit()
@@ -717,7 +717,7 @@ class MixedVocab(Method):
             log.info("stage 4/8: stage II, the student's MLM on %d student-vocabulary windows "
                      "(init %s%s), %d steps per epoch", len(windows), s.init,
                      ", layer distillation" if teacher is not None else "", steps)
-            result = Trainer(model, _train_fields(s), batches, steps, loss,
+            result = Trainer(model, loop_settings(s), batches, steps, loss,
                              checkpoint=folder / "checkpoint.safetensors",
                              after_step=_step_logger("stage II"), progress=ctx.progress(),
                              desc="stage II (student MLM)").fit()
@@ -805,7 +805,7 @@ class MixedVocab(Method):
 
             log.info("stage 5/8: joint intent + slot teacher fine-tuned on %d examples, %d "
                      "steps per epoch (cached)", len(data), steps)
-            result = Trainer(model, _train_fields(s), batches, steps,
+            result = Trainer(model, loop_settings(s), batches, steps,
                              lambda net, b: joint_loss(net(b).logits, b, n_int, None, 0.0, 1.0),
                              checkpoint=folder / "checkpoint.safetensors",
                              on_epoch_end=dev_score, progress=ctx.progress(),
@@ -904,7 +904,7 @@ class MixedVocab(Method):
         log.info("stage 6/8: task stage on %d examples (%d tensors from stage II, teacher "
                  "%s), %d steps per epoch", len(data), len(copied),
                  "soft targets on" if use_teacher else "off", steps)
-        result = Trainer(model, _train_fields(s), batches, steps, loss,
+        result = Trainer(model, loop_settings(s), batches, steps, loss,
                          checkpoint=run.checkpoint_path("task"), on_epoch_end=dev_score,
                          progress=ctx.progress(), desc="task").fit()
         save_weights(model, out)

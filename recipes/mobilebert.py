@@ -58,7 +58,7 @@ from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
-from nas.train import TrainSettings
+from nas.train import TrainSettings, loop_settings
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -76,11 +76,6 @@ def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
         if not ok:
             raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
-
-def _train_fields(settings: TrainSettings) -> TrainSettings:
-    """The shared loop's settings of a stage's settings (which add their own keys)."""
-    names = TrainSettings.__dataclass_fields__
-    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
 
 
 # ---------------------------------------------------------------------------- config
@@ -336,7 +331,7 @@ class MobileBertContext(DistillContext):
         from evaluators.transfer import TransferEvaluator
 
         cfg = self.cfg
-        pkt, pred = _train_fields(cfg.pkt), _train_fields(cfg.prediction)
+        pkt, pred = loop_settings(cfg.pkt), loop_settings(cfg.prediction)
         if transfer_epochs is not None:
             pkt = replace(pkt, epochs=transfer_epochs)
         if prediction_epochs is not None:

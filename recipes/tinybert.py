@@ -68,7 +68,7 @@ from nas.distill.task import (
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
-from nas.train import TrainSettings
+from nas.train import TrainSettings, loop_settings
 
 log = logging.getLogger("nas.tinybert")
 
@@ -86,11 +86,6 @@ def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
         if not ok:
             raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
-
-def _train_fields(settings: TrainSettings) -> TrainSettings:
-    """The shared loop's settings of a stage's settings (which add their own keys)."""
-    names = TrainSettings.__dataclass_fields__
-    return TrainSettings(**{k: v for k, v in asdict(settings).items() if k in names})
 
 
 @dataclass
@@ -341,7 +336,7 @@ def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
 
     log.info("stage 3/8: general distillation on %d texts (%s), %d steps per epoch",
              len(corpus), corpus.sources[0], steps_per_epoch)
-    result = Trainer(model, _train_fields(g),
+    result = Trainer(model, loop_settings(g),
                      seeded_batches(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
                                  "general", lengths),
                      steps_per_epoch, loss, checkpoint=folder / "checkpoint.safetensors",
@@ -528,7 +523,7 @@ class TinyBert(Method):
                  "%d steps per epoch", ", ".join(terms.records), mapping, len(data),
                  steps_per_epoch)
         t0 = time.time()
-        result = Trainer(model, _train_fields(s),
+        result = Trainer(model, loop_settings(s),
                          seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
                                      cfg.seed, "intermediate", lengths),
                          steps_per_epoch, loss, checkpoint=run.checkpoint_path("intermediate"),
@@ -578,7 +573,7 @@ class TinyBert(Method):
                  "distillation" if s.distill else "training on gold labels (ablation)",
                  len(data), steps_per_epoch)
         t0 = time.time()
-        result = Trainer(student, _train_fields(s),
+        result = Trainer(student, loop_settings(s),
                          seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
                                      cfg.seed, "prediction", lengths),
                          steps_per_epoch, loss, checkpoint=run.checkpoint_path("prediction"),

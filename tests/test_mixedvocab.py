@@ -243,7 +243,7 @@ def test_mlm_batches_are_a_function_of_epoch_and_batch_index(tokenizers):
 # ------------------------------------------------------------------ joint head
 
 
-def test_joint_head_shapes_costs_and_refusals():
+def test_joint_head_shapes_costs_and_refusals(tmp_path):
     from nas.builder import build_child
     from nas.cost import count_costs
     from nas.export import export
@@ -267,7 +267,7 @@ def test_joint_head_shapes_costs_and_refusals():
     with pytest.raises(SpaceDefinitionError, match="head must be one of"):
         get_space("bert", head="crf")
     with pytest.raises(ExportError, match="no stock transformers class"):
-        export(space, None, Path("unused"), model=model, fmt="hf",
+        export(space, None, tmp_path / "hf", model=model, fmt="hf",
                labels=[f"i{k}" for k in range(7)] + [f"t{k}" for k in range(9)])
 
 

@@ -36,7 +36,7 @@ from nas.config import ConfigError
 from nas.distill.tinybert import Terms, intermediate_loss
 from nas.errors import NasError
 from nas.seeding import seed_stage
-from nas.train import TrainSettings
+from nas.train import TrainSettings, loop_settings
 
 log = logging.getLogger("nas.warmup")
 
@@ -182,8 +182,7 @@ class WarmupSettings(TrainSettings):
                              "task_sentences is false")
 
     def train_settings(self) -> TrainSettings:
-        names = TrainSettings.__dataclass_fields__
-        return TrainSettings(**{k: v for k, v in asdict(self).items() if k in names})
+        return loop_settings(self)
 
 
 @dataclass
