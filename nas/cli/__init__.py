@@ -132,6 +132,18 @@ def _silence_libraries() -> Callable[[], None]:
             else:
                 os.environ[key] = value
         hub_off = bool(saved["HF_HUB_DISABLE_PROGRESS_BARS"])
+        if "huggingface_hub" in sys.modules and not before["huggingface_hub"]:
+            # imported during the command, it froze our HF_HUB_DISABLE_PROGRESS_BARS=1 into
+            # module constants: give them the value the restored environment implies, or
+            # every later command in this process would be told bars cannot be enabled
+            import importlib
+
+            value = None if saved["HF_HUB_DISABLE_PROGRESS_BARS"] is None else \
+                saved["HF_HUB_DISABLE_PROGRESS_BARS"].upper() in ("1", "ON", "YES", "TRUE")
+            for name in ("huggingface_hub.constants", "huggingface_hub.utils.tqdm"):
+                module = importlib.import_module(name)
+                if hasattr(module, "HF_HUB_DISABLE_PROGRESS_BARS"):
+                    module.HF_HUB_DISABLE_PROGRESS_BARS = value
         if "huggingface_hub" in sys.modules:
             from huggingface_hub.utils import enable_progress_bars
 
