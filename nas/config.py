@@ -24,6 +24,14 @@ class ConfigError(NasError):
     """An experiment file is missing, malformed, or has an unknown key or a wrong type."""
 
 
+def check_fields(pairs: list[tuple[str, bool, str]], values: Any) -> None:
+    """Range checks of a settings dataclass: each ``(field, ok, allowed)`` that is not ok
+    raises one ``ValueError`` naming the field, what it allows and the value given."""
+    for name, ok, allowed in pairs:
+        if not ok:
+            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
+
+
 def from_dict(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from ``data``, checking keys and scalar types."""
     if data is None:

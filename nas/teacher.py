@@ -176,6 +176,17 @@ class FinetuneConfig:
                 raise NasError(f"teacher fine-tuning: {name} must be an integer, got {value!r}")
 
 
+def check_finetune_overrides(overrides: dict) -> None:
+    """A recipe's ``teacher_finetune:`` section, checked before any stage: every key a
+    :class:`FinetuneConfig` field, and the values its own type checks accept."""
+    known = set(FinetuneConfig.__dataclass_fields__)
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
+                         f"{', '.join(sorted(known))}")
+    FinetuneConfig(**overrides)
+
+
 @dataclass
 class FinetuneResult:
     """What a fine-tuning run produced (also the content of ``result.json``)."""

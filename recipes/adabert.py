@@ -41,7 +41,7 @@ from torch.nn import functional as F
 
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
-from nas.config import ConfigError
+from nas.config import ConfigError, check_fields
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
@@ -56,11 +56,6 @@ log = logging.getLogger("nas.adabert")
 # ---------------------------------------------------------------------------- config
 
 
-def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
-    for name, ok, allowed in pairs:
-        if not ok:
-            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
-
 
 @dataclass
 class DataSettings:
@@ -70,10 +65,10 @@ class DataSettings:
     max_seq_len: int = 64
 
     def __post_init__(self) -> None:
-        _check([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
+                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                      ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -101,21 +96,21 @@ class SearchSettings:
     op_costs: str = "normalised"
 
     def __post_init__(self) -> None:
-        _check([("epochs", self.epochs >= 1, "an integer >= 1"),
-                ("batch_size", self.batch_size >= 1, "an integer >= 1"),
-                ("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
-                ("beta", self.beta >= 0.0, "a number >= 0"),
-                ("kd_temperature", self.kd_temperature > 0.0, "a number > 0"),
-                ("lr", self.lr > 0.0, "a number > 0"),
-                ("lr_min", 0.0 <= self.lr_min <= self.lr, f"in [0, lr={self.lr}]"),
-                ("arch_lr", self.arch_lr > 0.0, "a number > 0"),
-                ("arch_weight_decay", self.arch_weight_decay >= 0.0, "a number >= 0"),
-                ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
-                ("tau_every", self.tau_every >= 1, "an integer >= 1"),
-                ("checkpoint_every", self.checkpoint_every >= 1, "an integer >= 1"),
-                ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1"),
-                ("op_costs", self.op_costs in ("normalised", "published"),
-                 "normalised or published")], self)
+        check_fields([("epochs", self.epochs >= 1, "an integer >= 1"),
+                      ("batch_size", self.batch_size >= 1, "an integer >= 1"),
+                      ("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
+                      ("beta", self.beta >= 0.0, "a number >= 0"),
+                      ("kd_temperature", self.kd_temperature > 0.0, "a number > 0"),
+                      ("lr", self.lr > 0.0, "a number > 0"),
+                      ("lr_min", 0.0 <= self.lr_min <= self.lr, f"in [0, lr={self.lr}]"),
+                      ("arch_lr", self.arch_lr > 0.0, "a number > 0"),
+                      ("arch_weight_decay", self.arch_weight_decay >= 0.0, "a number >= 0"),
+                      ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
+                      ("tau_every", self.tau_every >= 1, "an integer >= 1"),
+                      ("checkpoint_every", self.checkpoint_every >= 1, "an integer >= 1"),
+                      ("alpha_log_every", self.alpha_log_every >= 1, "an integer >= 1"),
+                      ("op_costs", self.op_costs in ("normalised", "published"),
+                       "normalised or published")], self)
 
 
 @dataclass
@@ -129,8 +124,8 @@ class RetrainSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
-                ("kd_temperature", self.kd_temperature > 0.0, "a number > 0")], self)
+        check_fields([("gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]"),
+                      ("kd_temperature", self.kd_temperature > 0.0, "a number > 0")], self)
 
     def train_settings(self) -> TrainSettings:
         fields = {k: v for k, v in asdict(self).items() if k not in ("gamma", "kd_temperature")}
@@ -154,19 +149,15 @@ class AdaBertConfig:
     multi_trial: StudySettings = field(default_factory=StudySettings)
 
     def __post_init__(self) -> None:
-        from nas.teacher import FinetuneConfig
+        from nas.teacher import check_finetune_overrides
 
-        _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task if isinstance(self.task, dict) else self.task.strip()),
-                 "a task name, a data file or a mapping"),
-                ("random_samples", self.random_samples >= 0, "an integer >= 0"),
-                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        known = set(FinetuneConfig.__dataclass_fields__)
-        unknown = sorted(set(self.teacher_finetune) - known)
-        if unknown:
-            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(sorted(known))}")
-        FinetuneConfig(**self.teacher_finetune)  # its own type checks, before any stage
+        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
+                      ("task",
+                       bool(self.task if isinstance(self.task, dict) else self.task.strip()),
+                       "a task name, a data file or a mapping"),
+                      ("random_samples", self.random_samples >= 0, "an integer >= 0"),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        check_finetune_overrides(self.teacher_finetune)  # before any stage
 
     def finetune_config(self) -> Any:
         from nas.teacher import FinetuneConfig

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas.config import ConfigError
+from nas.config import ConfigError, check_fields
 from nas.distill.warmup import WarmupSettings
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, register_method
@@ -67,11 +67,6 @@ PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
 SHAPE_KINDS = ("depth", "width")
 
 
-def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
-    for name, ok, allowed in pairs:
-        if not ok:
-            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
-
 
 
 # ---------------------------------------------------------------------------- config
@@ -85,10 +80,10 @@ class DataSettings:
     val_fraction: float = 0.1  # held out of the subset: the candidates' score
 
     def __post_init__(self) -> None:
-        _check([("max_train_examples", (self.max_train_examples or 4) >= 4, "None or >= 4"),
-                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
-                ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
+        check_fields([("max_train_examples", (self.max_train_examples or 4) >= 4, "None or >= 4"),
+                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
+                      ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
 
 
 @dataclass
@@ -103,8 +98,8 @@ class BudgetSettings:
     def __post_init__(self) -> None:
         if self.max_params is None and not self.reference:
             raise ValueError("budget needs max_params or a reference architecture file")
-        _check([("max_params", self.max_params is None or self.max_params > 0,
-                 "None or > 0")], self)
+        check_fields([("max_params", self.max_params is None or self.max_params > 0,
+                       "None or > 0")], self)
 
 
 @dataclass
@@ -126,13 +121,14 @@ class ProxySettings:
     cache_teacher: bool = True
 
     def __post_init__(self) -> None:
-        _check([("text_steps", self.text_steps >= 0, "an integer >= 0"),
-                ("task_steps", self.task_steps >= 1, "an integer >= 1"),
-                ("batch_size", self.batch_size >= 1, "an integer >= 1"),
-                ("lr", 0.0 < self.lr < math.inf, "a number > 0"),
-                ("eval_every", self.eval_every is None or self.eval_every >= 1, "None or >= 1"),
-                ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
-                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("text_steps", self.text_steps >= 0, "an integer >= 0"),
+                      ("task_steps", self.task_steps >= 1, "an integer >= 1"),
+                      ("batch_size", self.batch_size >= 1, "an integer >= 1"),
+                      ("lr", 0.0 < self.lr < math.inf, "a number > 0"),
+                      ("eval_every", self.eval_every is None or self.eval_every >= 1,
+                       "None or >= 1"),
+                      ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
+                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
     def settings(self, steps: int) -> TrainSettings:
         return TrainSettings(epochs=10_000, max_steps=steps, batch_size=self.batch_size,
@@ -165,8 +161,8 @@ class Stage3Settings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("candidates", self.candidates >= 1, "an integer >= 1"),
-                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("candidates", self.candidates >= 1, "an integer >= 1"),
+                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -186,8 +182,8 @@ class RetrainSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("gamma", 0.0 <= self.gamma < math.inf, "a number >= 0"),
-                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("gamma", 0.0 <= self.gamma < math.inf, "a number >= 0"),
+                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -202,8 +198,9 @@ class BaselineSettings:
     random: int = 0
 
     def __post_init__(self) -> None:
-        _check([("archs", all(isinstance(a, str) for a in self.archs), "a list of file paths"),
-                ("random", self.random >= 0, "an integer >= 0")], self)
+        check_fields([("archs", all(isinstance(a, str) for a in self.archs),
+                       "a list of file paths"),
+                      ("random", self.random >= 0, "an integer >= 0")], self)
 
 
 @dataclass
@@ -227,16 +224,11 @@ class EfficientBertConfig:
     latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import FinetuneConfig
+        from nas.teacher import check_finetune_overrides
 
-        _check([("name", bool(str(self.name).strip()), "a non-empty name"),
-                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        known = set(FinetuneConfig.__dataclass_fields__)
-        unknown = sorted(set(self.teacher_finetune) - known)
-        if unknown:
-            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(sorted(known))}")
-        FinetuneConfig(**self.teacher_finetune)
+        check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        check_finetune_overrides(self.teacher_finetune)  # before any stage
         self.build_space(2)  # the space's own checks, before any stage
         if self.warmup.max_seq_len != self.data.max_seq_len:
             raise ValueError(f"warmup.max_seq_len ({self.warmup.max_seq_len}) must equal "

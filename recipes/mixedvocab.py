@@ -61,7 +61,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from nas.config import ConfigError
+from nas.config import ConfigError, check_fields
 from nas.distill.general import exclusive, load_weights, save_weights
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
@@ -76,11 +76,6 @@ INITS = ("stage1", "random")
 CACHE_VERSION = 1
 STAGE2_VERSION = 2  # 2: the student starts from BERT's initialisation (bert_init)
 
-
-def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
-    for name, ok, allowed in pairs:
-        if not ok:
-            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
 
 def _key(obj: Any) -> str:
@@ -97,9 +92,9 @@ class DataSettings:
     max_seq_len: int = 64
 
     def __post_init__(self) -> None:
-        _check([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
+                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -115,9 +110,9 @@ class TextSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check([("corpus_splits", isinstance(self.corpus_splits, list)
-                 and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
-                ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1")], self)
+        check_fields([("corpus_splits", isinstance(self.corpus_splits, list)
+                       and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
+                      ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1")], self)
         if not self.corpus_splits and not self.task_sentences:
             raise ValueError("no text: corpus_splits is empty and task_sentences is false")
 
@@ -131,8 +126,8 @@ class VocabSettings:
     lowercase: bool = True
 
     def __post_init__(self) -> None:
-        _check([("size", 200 <= self.size <= 100_000, "in [200, 100000]"),
-                ("min_frequency", self.min_frequency >= 1, "an integer >= 1")], self)
+        check_fields([("size", 200 <= self.size <= 100_000, "in [200, 100000]"),
+                      ("min_frequency", self.min_frequency >= 1, "an integer >= 1")], self)
 
 
 @dataclass
@@ -151,9 +146,9 @@ class StageOneSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("p_student", 0.0 <= self.p_student <= 1.0, "in [0, 1]"),
-                ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        check_fields([("p_student", 0.0 <= self.p_student <= 1.0, "in [0, 1]"),
+                      ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -177,10 +172,10 @@ class StageTwoSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("init", self.init in INITS, " or ".join(INITS)),
-                ("distill_weight", 0.0 < self.distill_weight < math.inf, "a number > 0"),
-                ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        check_fields([("init", self.init in INITS, " or ".join(INITS)),
+                      ("distill_weight", 0.0 < self.distill_weight < math.inf, "a number > 0"),
+                      ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -215,8 +210,8 @@ class TaskSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]"),
-                ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]"),
+                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -230,9 +225,9 @@ class StudentSettings:
     vocabulary: str = "student"
 
     def __post_init__(self) -> None:
-        _check([("space", bool(self.space.strip()), "a space name"),
-                ("vocabulary", self.vocabulary in VOCABULARIES, " or ".join(VOCABULARIES))],
-               self)
+        check_fields([("space", bool(self.space.strip()), "a space name"),
+                      ("vocabulary", self.vocabulary in VOCABULARIES, " or ".join(VOCABULARIES))],
+                     self)
         for key in ("vocab_size", "head", "num_tags", "num_labels"):
             if key in self.config:
                 raise ConfigError(f"student.config.{key}: set by the recipe (the vocabulary "
@@ -269,17 +264,12 @@ class MixedVocabConfig:
     latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import FinetuneConfig
+        from nas.teacher import check_finetune_overrides
 
-        _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task.strip()), "a task name"),
-                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        known = set(FinetuneConfig.__dataclass_fields__)
-        unknown = sorted(set(self.teacher_finetune) - known)
-        if unknown:
-            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(sorted(known))}")
-        FinetuneConfig(**self.teacher_finetune)
+        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
+                      ("task", bool(self.task.strip()), "a task name"),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        check_finetune_overrides(self.teacher_finetune)  # before any stage
         if self.student.vocabulary == "teacher" and self.stage2.distill_layers:
             raise ConfigError("stage2.distill_layers needs the stage-I teacher, which reads the "
                               "student vocabulary; it does not go with student.vocabulary="

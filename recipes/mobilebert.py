@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nas.config import ConfigError
+from nas.config import ConfigError, check_fields
 from nas.distill.general import load_weights, save_weights
 from nas.distill.mobilebert import TRANSFERS, PktWeights
 from nas.distill.task import DataSettings, DistillContext, evaluate_student, export_student
@@ -70,11 +70,6 @@ TINY_CHOICES: dict[str, Any] = dict(intra_bottleneck_size=128, num_attention_hea
                                     num_feedforward_networks=2, intermediate_size=512,
                                     attention_input="input_bottleneck")
 
-
-def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
-    for name, ok, allowed in pairs:
-        if not ok:
-            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
 
 
@@ -96,8 +91,8 @@ class StudentSettings:
     init: str = "teacher-pca"
 
     def __post_init__(self) -> None:
-        _check([("space", bool(self.space.strip()), "a space name"),
-                ("init", self.init in INITS, " or ".join(INITS))], self)
+        check_fields([("space", bool(self.space.strip()), "a space name"),
+                      ("init", self.init in INITS, " or ".join(INITS))], self)
 
     def build_space(self, num_labels: int, choices: dict[str, Any] | None = None) -> Any:
         """The space whose architectures are students: ``config``, with every grid
@@ -141,7 +136,7 @@ class PktSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("lower_lr_scale", 0.0 <= self.lower_lr_scale <= 1.0, "in [0, 1]")], self)
+        check_fields([("lower_lr_scale", 0.0 <= self.lower_lr_scale <= 1.0, "in [0, 1]")], self)
 
 
 @dataclass
@@ -156,7 +151,7 @@ class PredictionSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -174,12 +169,12 @@ class SearchSettings:
     prediction_epochs: int = 1
 
     def __post_init__(self) -> None:
-        _check([("choices", isinstance(self.choices, dict) and all(
-                    isinstance(v, list) and len(v) >= 1 for v in self.choices.values()),
-                 "a mapping of grid dimensions to lists of values"),
-                ("max_train_examples", self.max_train_examples >= 2, "an integer >= 2"),
-                ("transfer_epochs", self.transfer_epochs >= 1, "an integer >= 1"),
-                ("prediction_epochs", self.prediction_epochs >= 1, "an integer >= 1")], self)
+        check_fields([("choices", isinstance(self.choices, dict) and all(
+                          isinstance(v, list) and len(v) >= 1 for v in self.choices.values()),
+                       "a mapping of grid dimensions to lists of values"),
+                      ("max_train_examples", self.max_train_examples >= 2, "an integer >= 2"),
+                      ("transfer_epochs", self.transfer_epochs >= 1, "an integer >= 1"),
+                      ("prediction_epochs", self.prediction_epochs >= 1, "an integer >= 1")], self)
 
 
 @dataclass
@@ -191,8 +186,8 @@ class ArmSettings:
     arch: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check([("tag", bool(self.tag.strip()) and "/" not in self.tag, "a name without /")],
-               self)
+        check_fields([("tag", bool(self.tag.strip()) and "/" not in self.tag, "a name without /")],
+                     self)
 
 
 @dataclass
@@ -215,18 +210,13 @@ class MobileBertConfig:
     latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import FinetuneConfig
+        from nas.teacher import check_finetune_overrides
 
-        _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task.strip()), "a task name"),
-                ("transfer", self.transfer in TRANSFERS, " or ".join(TRANSFERS)),
-                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        known = set(FinetuneConfig.__dataclass_fields__)
-        unknown = sorted(set(self.teacher_finetune) - known)
-        if unknown:
-            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(sorted(known))}")
-        FinetuneConfig(**self.teacher_finetune)
+        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
+                      ("task", bool(self.task.strip()), "a task name"),
+                      ("transfer", self.transfer in TRANSFERS, " or ".join(TRANSFERS)),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        check_finetune_overrides(self.teacher_finetune)  # before any stage
         if self.pkt.batch_size != self.prediction.batch_size:
             raise ValueError(f"pkt.batch_size ({self.pkt.batch_size}) and prediction.batch_size "
                              f"({self.prediction.batch_size}) must agree: every stage reads "

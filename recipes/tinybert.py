@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from nas.config import ConfigError
+from nas.config import ConfigError, check_fields
 from nas.distill.general import (
     exclusive,
     load_weights,
@@ -81,11 +81,6 @@ GENERAL_VERSION = 1
 # ---------------------------------------------------------------------------- config
 
 
-def _check(pairs: list[tuple[str, bool, str]], values: Any) -> None:
-    for name, ok, allowed in pairs:
-        if not ok:
-            raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
-
 
 
 @dataclass
@@ -100,8 +95,8 @@ class StudentSettings:
     init: str = "teacher-pca"
 
     def __post_init__(self) -> None:
-        _check([("space", bool(self.space.strip()), "a space name"),
-                ("init", self.init in INITS, " or ".join(INITS))], self)
+        check_fields([("space", bool(self.space.strip()), "a space name"),
+                      ("init", self.init in INITS, " or ".join(INITS))], self)
 
     def build_space(self, num_labels: int) -> Any:
         from nas.space import get_space
@@ -155,10 +150,10 @@ class GeneralSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("corpus_splits", isinstance(self.corpus_splits, list)
-                 and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
-                ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1"),
-                ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+        check_fields([("corpus_splits", isinstance(self.corpus_splits, list)
+                       and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
+                      ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1"),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
         if not self.corpus_splits and not self.task_sentences:
             raise ValueError("general distillation needs text: corpus_splits is empty and "
                              "task_sentences is false")
@@ -176,9 +171,9 @@ class AugmentSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check([("n", self.n >= 1, "an integer >= 1"), ("m", self.m >= 1, "an integer >= 1"),
-                ("p_t", 0.0 <= self.p_t <= 1.0, "in [0, 1]"),
-                ("multi_piece", self.multi_piece in ("skip", "mean"), "skip or mean")], self)
+        check_fields([("n", self.n >= 1, "an integer >= 1"), ("m", self.m >= 1, "an integer >= 1"),
+                      ("p_t", 0.0 <= self.p_t <= 1.0, "in [0, 1]"),
+                      ("multi_piece", self.multi_piece in ("skip", "mean"), "skip or mean")], self)
 
 
 @dataclass
@@ -205,7 +200,7 @@ class PredictionSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+        check_fields([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -226,19 +221,14 @@ class TinyBertConfig:
     latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import FinetuneConfig
+        from nas.teacher import check_finetune_overrides
 
-        _check([("name", bool(self.name.strip()), "a non-empty name"),
-                ("task", bool(self.task.strip()), "a task name"),
-                ("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
-                 " or ".join(LAYER_MAPPINGS)),
-                ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        known = set(FinetuneConfig.__dataclass_fields__)
-        unknown = sorted(set(self.teacher_finetune) - known)
-        if unknown:
-            raise ValueError(f"teacher_finetune has the unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(sorted(known))}")
-        FinetuneConfig(**self.teacher_finetune)  # its own type checks, before any stage
+        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
+                      ("task", bool(self.task.strip()), "a task name"),
+                      ("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
+                       " or ".join(LAYER_MAPPINGS)),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+        check_finetune_overrides(self.teacher_finetune)  # before any stage
         self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
 
     def finetune_config(self) -> Any:
