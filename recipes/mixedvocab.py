@@ -62,7 +62,7 @@ import torch
 from torch.nn import functional as F
 
 from nas.config import ConfigError, check_fields
-from nas.distill.general import exclusive, load_weights, save_weights
+from nas.distill.general import check_text_settings, exclusive, load_weights, save_weights
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
@@ -110,11 +110,7 @@ class TextSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_fields([("corpus_splits", isinstance(self.corpus_splits, list)
-                       and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
-                      ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1")], self)
-        if not self.corpus_splits and not self.task_sentences:
-            raise ValueError("no text: corpus_splits is empty and task_sentences is false")
+        check_text_settings(self, "no text")
 
 
 @dataclass

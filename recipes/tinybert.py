@@ -51,6 +51,7 @@ from torch.nn import functional as F
 
 from nas.config import ConfigError, check_fields
 from nas.distill.general import (
+    check_text_settings,
     exclusive,
     load_weights,
     save_weights,
@@ -150,13 +151,8 @@ class GeneralSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_fields([("corpus_splits", isinstance(self.corpus_splits, list)
-                       and all(isinstance(s, str) for s in self.corpus_splits), "a list of names"),
-                      ("max_texts", (self.max_texts or 1) >= 1, "None or >= 1"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
-        if not self.corpus_splits and not self.task_sentences:
-            raise ValueError("general distillation needs text: corpus_splits is empty and "
-                             "task_sentences is false")
+        check_text_settings(self, "general distillation needs text")
+        check_fields([("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass

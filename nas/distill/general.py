@@ -102,6 +102,22 @@ def text_corpus(tokenizer: Any, *, task: str, task_train: Any, corpus: str,
                      + (f" + {task} train sentences" if task_sentences else ""))
 
 
+def check_text_settings(settings: Any, no_text: str) -> None:
+    """The unlabeled-text keys that general distillation, the warm-up and the mixed-vocab
+    MLM stages share (``corpus_splits``, ``max_texts``, ``task_sentences``), checked
+    alike; ``no_text`` starts the error when neither a corpus split nor the task's
+    sentences are asked for."""
+    from nas.config import check_fields
+
+    check_fields([("corpus_splits", isinstance(settings.corpus_splits, list)
+                   and all(isinstance(s, str) for s in settings.corpus_splits),
+                   "a list of names"),
+                  ("max_texts", settings.max_texts is None or settings.max_texts >= 1,
+                   "None or >= 1")], settings)
+    if not settings.corpus_splits and not settings.task_sentences:
+        raise ValueError(f"{no_text}: corpus_splits is empty and task_sentences is false")
+
+
 def seeded_batches(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, seed: int,
                    stage: str, lengths: np.ndarray | None = None
                    ) -> Callable[[int, int], Iterator[dict[str, torch.Tensor]]]:
@@ -247,6 +263,17 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
     module.load_state_dict(load_file(str(path)))
 
 
-__all__ = ["CachedTeacher", "cached_teacher_logits", "chunk_texts", "exclusive", "load_weights",
-           "save_weights", "seeded_batches", "settings_key", "text_corpus", "token_lengths",
-           "unlabeled"]
+__all__ = [
+    "CachedTeacher",
+    "cached_teacher_logits",
+    "check_text_settings",
+    "chunk_texts",
+    "exclusive",
+    "load_weights",
+    "save_weights",
+    "seeded_batches",
+    "settings_key",
+    "text_corpus",
+    "token_lengths",
+    "unlabeled",
+]

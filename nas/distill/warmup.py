@@ -170,16 +170,11 @@ class WarmupSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (isinstance(self.corpus_splits, list)
-                and all(isinstance(s, str) for s in self.corpus_splits)):
-            raise ValueError(f"corpus_splits must be a list of names, got {self.corpus_splits!r}")
-        if self.max_texts is not None and self.max_texts < 1:
-            raise ValueError(f"max_texts must be None or >= 1, got {self.max_texts!r}")
+        from nas.distill.general import check_text_settings
+
+        check_text_settings(self, "the warm-up needs text")
         if not 8 <= self.max_seq_len <= 512:
             raise ValueError(f"max_seq_len must be in [8, 512], got {self.max_seq_len!r}")
-        if not self.corpus_splits and not self.task_sentences:
-            raise ValueError("the warm-up needs text: corpus_splits is empty and "
-                             "task_sentences is false")
 
     def train_settings(self) -> TrainSettings:
         return loop_settings(self)
