@@ -5,6 +5,7 @@ multi-objective studies. The evaluator is synthetic (milliseconds)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -145,7 +146,9 @@ def test_seeds_budget_rejections_and_user_attributes(tmp_path):
 def test_two_worker_processes_share_one_study(tmp_path):
     s = space()
     spec = spec_for(tmp_path, searcher="random", n_trials=6, workers=2)
-    study = run_study(spec, s, Synthetic(s), parts=parts)
+    # Each trial takes a second: with an instant objective the first worker could finish
+    # all six before the second process had started (seen once in a fresh-clone run).
+    study = run_study(spec, s, Synthetic(s), parts=functools.partial(parts, sleep=1.0))
     done = [t for t in study.trials if t.user_attrs.get("outcome") == "complete"]
     assert len(done) == 6 and evaluations(study) == 6
     pids = {t.user_attrs["worker"]["pid"] for t in done}
