@@ -3,9 +3,14 @@ does the cell matter at that budget?
 
 Run: ``python experiments/adabert_fixed_archs.py [--config experiments/adabert_sst2.yaml]
 [--archs 1:skip,3:std_conv_3,1:std_conv_5] [--derived RUN/derived_arch.json ...]
+[--equal-cost RUN/derived_arch.json --samples 3 --window 0.25] [--set KEY=VALUE ...]
 [--out runs/adabert_fixed_archs]``. Each ``DEPTH:OP`` puts OP on all nine edges of every
-cell; ``--derived`` adds architectures a search derived. Prints one JSON line per
-architecture.
+cell; ``--derived`` adds architectures a search derived; ``--equal-cost`` adds
+``--samples`` uniformly random architectures whose FLOPs lie within ±``--window`` of that
+derived architecture's (rejection sampling from the space with a generator seeded by the
+config's seed; the derived architecture itself is excluded): the like-for-like random
+baseline of issue 12. Prints one JSON line per architecture, then the mean ± std of each
+group's scores.
 
 Results (2026-11-21, seed 0, the adabert_sst2.yaml recipe: 20k examples, 3 epochs, probe
 KD, teacher-PCA embeddings trained; one CPU thread beside another job):
@@ -29,11 +34,40 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 from evaluators.base import run_evaluation
-from recipes.adabert import load_config, open_run
+from nas.cost import count_costs
+from nas.errors import NasError
+from nas.methods import load_experiment
+from nas.seeding import stage_seed
+from nas.space import Architecture, SearchSpace
+from recipes.adabert import open_run
+
+MAX_DRAWS = 2_000_000
+
+
+def equal_cost_archs(space: SearchSpace, reference: Architecture, samples: int, window: float,
+                     seq_len: int, seed: int) -> list[Architecture]:
+    """``samples`` distinct uniformly random architectures of ``space`` (not ``reference``)
+    whose FLOPs at ``seq_len`` tokens lie within ``±window`` of ``reference``'s."""
+    target = count_costs(space, reference, seq_len).flops
+    low, high = (1 - window) * target, (1 + window) * target
+    rng = np.random.default_rng(seed)
+    found: dict[str, Architecture] = {}
+    for _ in range(MAX_DRAWS):
+        arch = space.sample(rng)
+        if arch.id != reference.id and arch.id not in found and \
+                low <= count_costs(space, arch, seq_len).flops <= high:
+            found[arch.id] = arch
+            if len(found) == samples:
+                return list(found.values())
+    raise NasError(f"--equal-cost: only {len(found)} of {samples} architectures within "
+                   f"±{window:.0%} of {target:,} FLOPs in {MAX_DRAWS:,} draws; widen --window")
 
 
 def main() -> None:
@@ -43,10 +77,18 @@ def main() -> None:
     parser.add_argument("--derived", nargs="*", default=[], metavar="DERIVED_ARCH_JSON",
                         help="also retrain these derived architectures (a run's "
                              "derived_arch.json)")
+    parser.add_argument("--equal-cost", metavar="DERIVED_ARCH_JSON",
+                        help="also retrain random architectures of this one's FLOPs")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--window", type=float, default=0.25)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting of --config, as `nas run --set` does "
+                             "(e.g. augment.n=4 to retrain on augmented data)")
     parser.add_argument("--out", default="runs/adabert_fixed_archs")
     args = parser.parse_args()
     out = Path(args.out)
-    ctx = open_run(load_config(args.config), out, resume=(out / "config.yaml").is_file())
+    _, config = load_experiment(args.config, args.set)
+    ctx = open_run(config, out, resume=(out / "config.yaml").is_file())
     evaluator = ctx.retrain_evaluator()
     archs = {}
     for item in filter(None, args.archs.split(",")):
@@ -56,14 +98,29 @@ def main() -> None:
         archs[f"depth{depth}_{op}"] = {**values, "depth": int(depth)}
     for path in args.derived:
         archs[f"derived_{Path(path).parent.name}"] = json.loads(Path(path).read_text())["choices"]
+    if args.equal_cost:
+        reference = ctx.space.validate(json.loads(Path(args.equal_cost).read_text())["choices"])
+        seed = stage_seed(ctx.cfg.seed, "equal-cost")
+        for i, arch in enumerate(equal_cost_archs(ctx.space, reference, args.samples,
+                                                  args.window, ctx.cfg.data.max_seq_len, seed)):
+            archs[f"equal_cost_{i}"] = dict(arch)
+    scores: dict[str, list[dict]] = {}
     for tag, choices in archs.items():
         arch = ctx.space.validate(choices)
         start = time.time()
         result = run_evaluation(evaluator, arch)
-        print(json.dumps({"arch": tag, "depth": arch["depth"], "status": str(result.status),
-                          **result.metrics, "params": result.costs.get("params"),
-                          "flops": result.costs.get("flops"),
-                          "seconds": round(time.time() - start, 1)}), flush=True)
+        line = {"arch": tag, "arch_id": arch.id, "depth": arch["depth"],
+                "status": str(result.status), **result.metrics,
+                "params": result.costs.get("params"), "flops": result.costs.get("flops"),
+                "seconds": round(time.time() - start, 1), "choices": dict(arch)}
+        print(json.dumps(line), flush=True)
+        scores.setdefault(tag.rstrip("0123456789").rstrip("_"), []).append(line)
+    for group, lines in scores.items():
+        for key in sorted(k for k in lines[0] if k.endswith("accuracy")):
+            values = [100 * line[key] for line in lines if key in line]
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            print(f"{group}: {key} {statistics.mean(values):.2f} ± {spread:.2f} "
+                  f"over {len(values)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -276,6 +276,41 @@ def augment_task(
     return summary
 
 
+@dataclass
+class AugmentSettings:
+    """An experiment file's ``augment:`` section: augment the training data before task
+    distillation (SPEC §5: p_t 0.4, M 15, N 20). TinyBERT turns it on by default; for
+    AdaBERT's retrain it is off unless the file has the section (issue 12, item 3)."""
+
+    enabled: bool = True
+    n: int = 20
+    m: int = 15
+    p_t: float = 0.4
+    multi_piece: str = "skip"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from nas.config import check_fields
+
+        check_fields([("n", self.n >= 1, "an integer >= 1"), ("m", self.m >= 1, "an integer >= 1"),
+                      ("p_t", 0.0 <= self.p_t <= 1.0, "in [0, 1]"),
+                      ("multi_piece", self.multi_piece in ("skip", "mean"), "skip or mean")], self)
+
+    def config(self, max_seq_len: int) -> AugmentConfig:
+        return AugmentConfig(p_t=self.p_t, m=self.m, n=self.n, seed=self.seed,
+                             max_seq_len=max_seq_len, multi_piece=self.multi_piece)
+
+
+def augmented_training_data(data: TaskData, settings: AugmentSettings, teacher: str | None,
+                            max_seq_len: int, progress: bool = True
+                            ) -> tuple[TaskData, dict[str, Any]]:
+    """``data`` with its N augmented versions per example (cached by
+    :func:`augment_task`), and the summary: what a recipe's task stage trains on."""
+    summary = augment_task(data, teacher=teacher, config=settings.config(max_seq_len),
+                           progress=progress)
+    return load_augmented(summary["cache_file"], like=data), summary
+
+
 def _clean(text: str) -> str:
     # quoting is off in our TSVs: tabs and newlines inside a text would break the row
     return " ".join(text.split())

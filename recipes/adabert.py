@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
+from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
@@ -143,6 +144,9 @@ class AdaBertConfig:
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
+    # TinyBERT's word-replacement augmentation of the retrain's data (issue 12, item 3);
+    # off unless the file has an ``augment:`` section. The search keeps the plain subset.
+    augment: AugmentSettings = field(default_factory=lambda: AugmentSettings(enabled=False))
     random_samples: int = 3  # also the default n_trials of any multi-trial search
     latency_repeats: int = 10
     searcher: str | None = None  # this experiment's searcher (default: differentiable)
@@ -249,6 +253,7 @@ class AdaBertContext:
             "search_train": cached_probe_logits(model_dir, train, self.search_train, **kw),
             "search_val": cached_probe_logits(model_dir, train, self.search_val, **kw),
         }
+        self.retrain_data, self.probes["retrain"] = self._retrain_data(kw)
         self.space = get_space("adabert", num_labels=train.num_labels, pair=self.pair,
                                **cfg.space)
         self.embedding_init = teacher_embedding_init(model_dir, self.space.config["hidden"])
@@ -257,6 +262,23 @@ class AdaBertContext:
         self.report_batches = list(self.batches(self.report, bs, shuffle=False))
         self.latency_batches = self._median_length_batches()
         return self
+
+    def _retrain_data(self, kw: dict[str, Any]) -> tuple[Any, np.ndarray]:
+        """The retrain's training data and its probe logits: the subset, or the subset
+        with its augmented versions (probes trained on the subset, scored on every row)."""
+        from nas.augment import augmented_training_data
+        from nas.distill.cache import cached_probe_logits
+
+        a = self.cfg.augment
+        if not a.enabled:
+            return self.train, self.probes["train"]
+        log.info("stage 2/5: augmentation of %d retrain examples x %d (cached)",
+                 len(self.train), a.n)
+        data, summary = augmented_training_data(self.train, a, self.cfg.teacher,
+                                                self.cfg.data.max_seq_len, self.options.progress)
+        self.run.log("augment", **{k: summary[k] for k in ("examples", "rows", "cache_file",
+                                                           "from_cache")})
+        return data, cached_probe_logits(self.teacher.model_dir, self.train, data, **kw)
 
     def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:
         """Count (and warn about) dev and report texts that overlap the training texts."""
@@ -302,12 +324,13 @@ class AdaBertContext:
 
     def retrain_evaluator(self) -> DistilledRetrainEvaluator:
         """Stage 4's evaluator: the child trained from scratch on the whole training
-        subset with (1−γ)·CE + γ·probe-KD, scored on dev, measured on the report split."""
+        subset (augmented, when the file says so) with (1−γ)·CE + γ·probe-KD, scored on
+        dev, measured on the report split."""
         cfg, r = self.cfg, self.cfg.retrain
-        probes = self.probes["train"]
+        probes, data = self.probes["retrain"], self.retrain_data
 
         def train_batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
-            return self.batches(self.train, r.batch_size, shuffle=True,
+            return self.batches(data, r.batch_size, shuffle=True,
                                 seed=stage_seed(cfg.seed, f"retrain-order:{epoch}"),
                                 start=start)
 
@@ -316,8 +339,7 @@ class AdaBertContext:
             return distillation_loss(model, out, batch, probes, r.gamma, r.kd_temperature)
 
         task = RetrainTask(
-            train_batches=train_batches, steps_per_epoch=math.ceil(len(self.train) /
-                                                                   r.batch_size),
+            train_batches=train_batches, steps_per_epoch=math.ceil(len(data) / r.batch_size),
             loss=loss, val_batches=self.dev_batches, metric=self.dev.metric,
             test_batches=self.report_batches if self.report_split != "dev" else None,
             init=lambda model: init_embeddings(model, self.embedding_init),
@@ -381,6 +403,15 @@ class AdaBertSupernetTrainer:
                   find_unused_parameters=True)
 
 
+def snapshot(config: AdaBertConfig) -> dict[str, Any]:
+    """The run folder's ``config.yaml``. Augmentation, when off (the default), is left out,
+    so that runs started before the option existed still resume."""
+    values = {"method": "adabert", **asdict(config)}
+    if not config.augment.enabled:
+        del values["augment"]
+    return values
+
+
 def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
              resume: bool = False, progress: bool = False) -> AdaBertContext:
     """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
@@ -388,7 +419,7 @@ def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None
     from nas.data.files import resolve_task
 
     task = resolve_task(config.task)  # files are read and checked before the run folder
-    run = RunDir(run_dir, {"method": "adabert", **asdict(config)}, resume=resume)
+    run = RunDir(run_dir, snapshot(config), resume=resume)
     config = replace(config, task=task)
     options = RunOptions(run_dir=Path(run_dir), data_dir=data_dir, resume=resume,
                          progress=progress)
@@ -414,7 +445,7 @@ class AdaBert(Method):
         # the random baseline adds a stage to an existing run: no --resume needed for that
         resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)}, resume=resume,
+        run = RunDir(options.run_dir, snapshot(config), resume=resume,
                      break_lock=bool(options.extra.get("break_lock")))
         config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
         ctx = AdaBertContext(config, run, options).prepare()

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
 from nas.distill.general import (
     check_text_settings,
@@ -153,23 +154,6 @@ class GeneralSettings(TrainSettings):
         super().__post_init__()
         check_text_settings(self, "general distillation needs text")
         check_fields([("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
-
-
-@dataclass
-class AugmentSettings:
-    """TinyBERT's augmentation of the training subset (SPEC §5: p_t 0.4, M 15, N 20)."""
-
-    enabled: bool = True
-    n: int = 20
-    m: int = 15
-    p_t: float = 0.4
-    multi_piece: str = "skip"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_fields([("n", self.n >= 1, "an integer >= 1"), ("m", self.m >= 1, "an integer >= 1"),
-                      ("p_t", 0.0 <= self.p_t <= 1.0, "in [0, 1]"),
-                      ("multi_piece", self.multi_piece in ("skip", "mean"), "skip or mean")], self)
 
 
 @dataclass
@@ -452,7 +436,7 @@ class TinyBert(Method):
     # -- stage 4 -------------------------------------------------------------------
     def augment(self, ctx: TinyBertContext) -> Any:
         """The task distillation data: the augmented training subset, or the subset."""
-        from nas.augment import AugmentConfig, augment_task, load_augmented
+        from nas.augment import augmented_training_data
 
         a = ctx.cfg.augment
         if not a.enabled:
@@ -460,10 +444,8 @@ class TinyBert(Method):
             return ctx.train
         t0 = time.time()
         log.info("stage 4/8: augmentation of %d examples x %d (cached)", len(ctx.train), a.n)
-        summary = augment_task(ctx.train, teacher=ctx.cfg.teacher, config=AugmentConfig(
-            p_t=a.p_t, m=a.m, n=a.n, seed=a.seed, max_seq_len=ctx.cfg.data.max_seq_len,
-            multi_piece=a.multi_piece), progress=ctx.options.progress)
-        data = load_augmented(summary["cache_file"], like=ctx.train)
+        data, summary = augmented_training_data(ctx.train, a, ctx.cfg.teacher,
+                                                ctx.cfg.data.max_seq_len, ctx.options.progress)
         ctx.seconds["augment"] = round(time.time() - t0, 1)
         ctx.run.log("augment", **{k: summary[k] for k in ("examples", "rows", "cache_file",
                                                            "from_cache")})

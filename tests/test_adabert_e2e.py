@@ -168,3 +168,34 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
         open_run(config, tmp_path / "killed")
     resumed = open_run(config, tmp_path / "killed", resume=True)
     assert AdaBert().search(resumed, "differentiable") == expected
+
+
+def test_an_augment_section_retrains_on_the_augmented_subset(cold_run, tmp_path):
+    """Issue 12, item 3: ``--set augment.n=1`` doubles the retrain's data (each original,
+    then its variant), scores every row with the probes, and leaves the search's data and
+    the snapshot of runs without the section alone."""
+    import math
+
+    import numpy as np
+    import yaml
+
+    from evaluators.base import run_evaluation
+    from nas.methods import load_experiment
+
+    _, config = load_experiment(SMOKE, ["augment.n=1"])
+    ctx = open_run(config, tmp_path / "augmented")
+    assert len(ctx.retrain_data) == 2 * len(ctx.train)
+    originals = tuple(" ".join(t.split()) for t in ctx.train.texts_a)  # the TSV's spacing
+    assert ctx.retrain_data.texts_a[::2] == originals
+    assert ctx.retrain_data.texts_a[1::2] != originals
+    assert ctx.probes["retrain"].shape[1] == len(ctx.retrain_data)
+    # the same texts in other batches (other padding): equal up to float noise
+    np.testing.assert_allclose(ctx.probes["retrain"][:, ::2], ctx.probes["train"], atol=2e-3)
+    assert len(ctx.search_train) + len(ctx.search_val) == len(ctx.train)
+    evaluator = ctx.retrain_evaluator()
+    assert evaluator.task.steps_per_epoch == math.ceil(len(ctx.retrain_data) / 32)
+    result = run_evaluation(evaluator, ctx.space.default())
+    assert str(result.status) == "complete" and 0.0 <= result.metrics["val_accuracy"] <= 1.0
+    saved = yaml.safe_load((tmp_path / "augmented" / "config.yaml").read_text())
+    assert saved["augment"]["enabled"] and saved["augment"]["n"] == 1
+    assert "augment" not in yaml.safe_load((cold_run / "config.yaml").read_text())
