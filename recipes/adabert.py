@@ -222,7 +222,7 @@ class AdaBertContext:
         from nas.tokenization import load_tokenizer
 
         cfg, progress = self.cfg, self.options.progress
-        log.info("stage 1/5: teacher (fine-tuned on %s, cached)", cfg.task)
+        log.info("stage 1/5: teacher (fine-tuned on %s; cached by its settings)", cfg.task)
         seed_stage(cfg.seed, "teacher")
         self.teacher = finetune_teacher(cfg.task, cfg.teacher, self.options.data_dir,
                                         config=cfg.finetune_config(), progress=progress)

@@ -304,7 +304,7 @@ class EfficientBertContext:
         cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
         self._check_teacher_shape()
         t0 = time.time()
-        log.info("teacher (fine-tuned on %s, cached)", cfg.task)
+        log.info("teacher (fine-tuned on %s; cached by its settings)", cfg.task)
         seed_stage(cfg.seed, "teacher")
         self.teacher = finetune_teacher(cfg.task, cfg.teacher, data_dir,
                                         config=cfg.finetune_config(), progress=progress)
