@@ -90,20 +90,23 @@ def main() -> None:
     _, config = load_experiment(args.config, args.set)
     ctx = open_run(config, out, resume=(out / "config.yaml").is_file())
     evaluator = ctx.retrain_evaluator()
-    archs = {}
+    archs: dict[str, dict] = {}  # tag -> choices
+    groups: dict[str, str] = {}  # tag -> the group whose mean ± std is printed
     for item in filter(None, args.archs.split(",")):
         depth, op = item.split(":")
         values = {name: (op if name.startswith("cell.") else value)
                   for name, value in ctx.space.default().items()}
         archs[f"depth{depth}_{op}"] = {**values, "depth": int(depth)}
+        groups[f"depth{depth}_{op}"] = f"depth{depth}_{op}"
     for path in args.derived:
-        archs[f"derived_{Path(path).parent.name}"] = json.loads(Path(path).read_text())["choices"]
+        tag = f"derived_{Path(path).parent.name}"
+        archs[tag], groups[tag] = json.loads(Path(path).read_text())["choices"], tag
     if args.equal_cost:
         reference = ctx.space.validate(json.loads(Path(args.equal_cost).read_text())["choices"])
         seed = stage_seed(ctx.cfg.seed, "equal-cost")
         for i, arch in enumerate(equal_cost_archs(ctx.space, reference, args.samples,
                                                   args.window, ctx.cfg.data.max_seq_len, seed)):
-            archs[f"equal_cost_{i}"] = dict(arch)
+            archs[f"equal_cost_{i}"], groups[f"equal_cost_{i}"] = dict(arch), "equal_cost"
     scores: dict[str, list[dict]] = {}
     for tag, choices in archs.items():
         arch = ctx.space.validate(choices)
@@ -114,7 +117,7 @@ def main() -> None:
                 "params": result.costs.get("params"), "flops": result.costs.get("flops"),
                 "seconds": round(time.time() - start, 1), "choices": dict(arch)}
         print(json.dumps(line), flush=True)
-        scores.setdefault(tag.rstrip("0123456789").rstrip("_"), []).append(line)
+        scores.setdefault(groups[tag], []).append(line)
     for group, lines in scores.items():
         for key in sorted(k for k in lines[0] if k.endswith("accuracy")):
             values = [100 * line[key] for line in lines if key in line]
