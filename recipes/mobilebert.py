@@ -479,7 +479,8 @@ class MobileBert(Method):
                     history=result.history)
         else:
             load_weights(model, weights)
-        log.info("stage 6/8 (%s): evaluation on dev and %s", tag, ctx.report_split)
+        log.info("stage 6/8 (%s): evaluation on %s", tag,
+                 " and ".join(dict.fromkeys(["dev", ctx.report_split])))
         row = {"tag": tag, **evaluate_student(ctx, space, arch, model),
                "shape": {k: v for k, v in {**space.config, **arch}.items()
                          if k not in ("family", "num_labels")}}

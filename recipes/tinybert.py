@@ -559,7 +559,8 @@ class TinyBert(Method):
         from nas.builder import build_child
 
         cfg, run = ctx.cfg, ctx.run
-        log.info("stage 7/8: evaluation on dev and %s", ctx.report_split)
+        splits = " and ".join(dict.fromkeys(["dev", ctx.report_split]))  # MRPC: dev only
+        log.info("stage 7/8: evaluation on %s", splits)
         student = build_child(ctx.space)
         load_weights(student, run.path / "student.safetensors")
         row: dict[str, Any] = {
