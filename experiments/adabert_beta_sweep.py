@@ -31,6 +31,17 @@ where the normalised scale ends in pools and skips. The --retrain scores of this
 (4k examples, 1 epoch) are near chance for every cell (test 0.49-0.51; all-skip depth 1
 0.59, and the previous code path gives the same all-skip cell 0.575 on dev), so they
 compare nothing.
+
+On MRPC (``--config experiments/adabert_mrpc.yaml --betas 0,1,4 --retrain``, 2026-11-22,
+seed 0, one thread beside 2-3 other jobs, 7-16 min of search per β; β = 0 ran in one
+process, β = 1 and 4 in another with ``--betas 1,4``; dev accuracy / F1):
+
+    β = 0: depth 4, convolutions on 6 of 9 edges, 503.3 MFLOPs   67.89 / 76.90
+    β = 1: depth 1, convolutions on 5 edges,       71.3 MFLOPs   68.14 / 77.19
+    β = 4: depth 1, two dil_conv_3, skips, a pool, 25.2 MFLOPs   69.36 / 78.18
+
+(unconstrained random cells: 68.22 ± 2.11 / 77.64 ± 2.10; always "paraphrase": 68.38 /
+81.22). docs/adabert.md reads these together with the SST-2 numbers.
 """
 
 from __future__ import annotations
