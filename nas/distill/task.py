@@ -82,7 +82,8 @@ class DistillContext:
 
         progress, data_dir = self.options.progress, self.options.data_dir
         t0 = time.time()
-        log.info("stage 1/%d: teacher (fine-tuned on %s; cached by its settings)", self.stages, self.task)
+        log.info("stage 1/%d: teacher (fine-tuned on %s; cached by its settings)", self.stages,
+                 self.task)
         seed_stage(self.seed, "teacher")
         self.teacher = finetune_teacher(self.task, self.teacher_name, data_dir,
                                         config=self.finetune, progress=progress)
