@@ -38,36 +38,11 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-
 from evaluators.base import run_evaluation
-from nas.cost import count_costs
-from nas.errors import NasError
+from nas.cost import equal_cost_sample
 from nas.methods import load_experiment
 from nas.seeding import stage_seed
-from nas.space import Architecture, SearchSpace
 from recipes.adabert import open_run
-
-MAX_DRAWS = 2_000_000
-
-
-def equal_cost_archs(space: SearchSpace, reference: Architecture, samples: int, window: float,
-                     seq_len: int, seed: int) -> list[Architecture]:
-    """``samples`` distinct uniformly random architectures of ``space`` (not ``reference``)
-    whose FLOPs at ``seq_len`` tokens lie within ``±window`` of ``reference``'s."""
-    target = count_costs(space, reference, seq_len).flops
-    low, high = (1 - window) * target, (1 + window) * target
-    rng = np.random.default_rng(seed)
-    found: dict[str, Architecture] = {}
-    for _ in range(MAX_DRAWS):
-        arch = space.sample(rng)
-        if arch.id != reference.id and arch.id not in found and \
-                low <= count_costs(space, arch, seq_len).flops <= high:
-            found[arch.id] = arch
-            if len(found) == samples:
-                return list(found.values())
-    raise NasError(f"--equal-cost: only {len(found)} of {samples} architectures within "
-                   f"±{window:.0%} of {target:,} FLOPs in {MAX_DRAWS:,} draws; widen --window")
 
 
 def main() -> None:
@@ -104,8 +79,8 @@ def main() -> None:
     if args.equal_cost:
         reference = ctx.space.validate(json.loads(Path(args.equal_cost).read_text())["choices"])
         seed = stage_seed(ctx.cfg.seed, "equal-cost")
-        for i, arch in enumerate(equal_cost_archs(ctx.space, reference, args.samples,
-                                                  args.window, ctx.cfg.data.max_seq_len, seed)):
+        for i, arch in enumerate(equal_cost_sample(ctx.space, reference, args.samples,
+                                                   args.window, ctx.cfg.data.max_seq_len, seed)):
             archs[f"equal_cost_{i}"], groups[f"equal_cost_{i}"] = dict(arch), "equal_cost"
     scores: dict[str, list[dict]] = {}
     for tag, choices in archs.items():

@@ -25,6 +25,7 @@ import networkx as nx
 import torch
 from torch import nn
 
+from nas.architecture import Architecture
 from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS
@@ -90,6 +91,37 @@ def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,
         values = space.default() if arch is None else space.validate(arch)
     params, macs = tables.count(values)
     return _costs(space, seq_len, params, macs)
+
+
+def equal_cost_sample(space: SearchSpace, reference: Mapping[str, Any], samples: int,
+                      window: float = 0.25, seq_len: int = 128, seed: int = 0,
+                      max_draws: int = 2_000_000) -> list[Architecture]:
+    """``samples`` distinct uniformly random architectures of ``space`` whose FLOPs at
+    ``seq_len`` tokens lie within ``±window`` of ``reference``'s (``reference`` itself
+    excluded): the like-for-like random baseline for a searched architecture (issue 12).
+
+    Rejection sampling from :meth:`SearchSpace.sample` with a generator seeded by ``seed``,
+    so the draw is uniform over the architectures in the window and the same every time.
+    """
+    import numpy as np
+
+    if samples < 1 or not 0.0 <= window < 1.0:
+        raise NasError(f"equal-cost sampling needs samples >= 1 and 0 <= window < 1, got "
+                       f"{samples} and {window}")
+    ref = space.validate(dict(reference))
+    target = count_costs(space, ref, seq_len).flops
+    low, high = (1 - window) * target, (1 + window) * target
+    rng = np.random.default_rng(seed)
+    found: dict[str, Architecture] = {}
+    for _ in range(max_draws):
+        arch = space.sample(rng)
+        if arch.id != ref.id and arch.id not in found and \
+                low <= count_costs(space, arch, seq_len).flops <= high:
+            found[arch.id] = arch
+            if len(found) == samples:
+                return list(found.values())
+    raise NasError(f"only {len(found)} of {samples} architectures of {space.name!r} within "
+                   f"±{window:.0%} of {target:,} FLOPs in {max_draws:,} draws; widen the window")
 
 
 def count_costs_reference(space: SearchSpace, arch: Mapping[str, Any] | None = None,

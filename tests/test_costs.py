@@ -82,3 +82,22 @@ def test_latency_is_measured_on_the_built_child():
     lat = measure_latency(build_child(space), dummy_batch(1, 16, 500), warmup=1, repeats=3)
     assert lat.median_ms > 0 and lat.p90_ms >= lat.median_ms and lat.repeats == 3
     assert lat.throughput == pytest.approx(1000.0 / lat.median_ms)
+
+
+def test_equal_cost_sample_draws_distinct_architectures_inside_the_window():
+    """The like-for-like random baseline (issue 12): every draw is within ±window of the
+    reference's FLOPs, none is the reference, none repeats, and the draw is seeded."""
+    from nas.cost import equal_cost_sample
+    from nas.errors import NasError
+
+    space = get_space("adabert", hidden=32, max_depth=3)
+    reference = space.validate({**space.default(), "depth": 1})
+    target = count_costs(space, reference, 32).flops
+    drawn = equal_cost_sample(space, reference, 3, window=0.25, seq_len=32, seed=7)
+    assert len({a.id for a in drawn}) == 3 and reference.id not in {a.id for a in drawn}
+    for arch in drawn:
+        assert 0.75 * target <= count_costs(space, arch, 32).flops <= 1.25 * target
+    assert [a.id for a in equal_cost_sample(space, reference, 3, 0.25, 32, seed=7)] == \
+        [a.id for a in drawn]
+    with pytest.raises(NasError, match="widen the window"):
+        equal_cost_sample(space, reference, 1000, window=0.0, seq_len=32, max_draws=200)
