@@ -65,25 +65,24 @@ def main() -> None:
     _, config = load_experiment(args.config, args.set)
     ctx = open_run(config, out, resume=(out / "config.yaml").is_file())
     evaluator = ctx.retrain_evaluator()
-    archs: dict[str, dict] = {}  # tag -> choices
-    groups: dict[str, str] = {}  # tag -> the group whose mean ± std is printed
+    archs: dict[str, tuple[str, dict]] = {}  # tag -> (group of its mean ± std, choices)
     for item in filter(None, args.archs.split(",")):
         depth, op = item.split(":")
         values = {name: (op if name.startswith("cell.") else value)
                   for name, value in ctx.space.default().items()}
-        archs[f"depth{depth}_{op}"] = {**values, "depth": int(depth)}
-        groups[f"depth{depth}_{op}"] = f"depth{depth}_{op}"
+        tag = f"depth{depth}_{op}"
+        archs[tag] = tag, {**values, "depth": int(depth)}
     for path in args.derived:
         tag = f"derived_{Path(path).parent.name}"
-        archs[tag], groups[tag] = json.loads(Path(path).read_text())["choices"], tag
+        archs[tag] = tag, json.loads(Path(path).read_text())["choices"]
     if args.equal_cost:
         reference = ctx.space.validate(json.loads(Path(args.equal_cost).read_text())["choices"])
         seed = stage_seed(ctx.cfg.seed, "equal-cost")
         for i, arch in enumerate(equal_cost_sample(ctx.space, reference, args.samples,
                                                    args.window, ctx.cfg.data.max_seq_len, seed)):
-            archs[f"equal_cost_{i}"], groups[f"equal_cost_{i}"] = dict(arch), "equal_cost"
+            archs[f"equal_cost_{i}"] = "equal_cost", dict(arch)
     scores: dict[str, list[dict]] = {}
-    for tag, choices in archs.items():
+    for tag, (group, choices) in archs.items():
         arch = ctx.space.validate(choices)
         start = time.time()
         result = run_evaluation(evaluator, arch)
@@ -92,7 +91,7 @@ def main() -> None:
                 "params": result.costs.get("params"), "flops": result.costs.get("flops"),
                 "seconds": round(time.time() - start, 1), "choices": dict(arch)}
         print(json.dumps(line), flush=True)
-        scores.setdefault(groups[tag], []).append(line)
+        scores.setdefault(group, []).append(line)
     for group, lines in scores.items():
         for key in sorted(k for k in lines[0] if k.endswith("accuracy")):
             values = [100 * line[key] for line in lines if key in line]

@@ -305,10 +305,12 @@ def augmented_training_data(data: TaskData, settings: AugmentSettings, teacher: 
                             max_seq_len: int, progress: bool = True
                             ) -> tuple[TaskData, dict[str, Any]]:
     """``data`` with its N augmented versions per example (cached by
-    :func:`augment_task`), and the summary: what a recipe's task stage trains on."""
+    :func:`augment_task`): what a recipe's task stage trains on; and the record a run logs
+    of it (examples, rows, cache file, whether it came from the cache)."""
     summary = augment_task(data, teacher=teacher, config=settings.config(max_seq_len),
                            progress=progress)
-    return load_augmented(summary["cache_file"], like=data), summary
+    record = {k: summary[k] for k in ("examples", "rows", "cache_file", "from_cache")}
+    return load_augmented(summary["cache_file"], like=data), record
 
 
 def _clean(text: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import networkx as nx
+import numpy as np
 import torch
 from torch import nn
 
@@ -103,8 +104,6 @@ def equal_cost_sample(space: SearchSpace, reference: Mapping[str, Any], samples:
     Rejection sampling from :meth:`SearchSpace.sample` with a generator seeded by ``seed``,
     so the draw is uniform over the architectures in the window and the same every time.
     """
-    import numpy as np
-
     if samples < 1 or not 0.0 <= window < 1.0:
         raise NasError(f"equal-cost sampling needs samples >= 1 and 0 <= window < 1, got "
                        f"{samples} and {window}")

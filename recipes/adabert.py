@@ -57,7 +57,6 @@ log = logging.getLogger("nas.adabert")
 # ---------------------------------------------------------------------------- config
 
 
-
 @dataclass
 class DataSettings:
     max_train_examples: int | None = None  # a seeded random subset of train
@@ -274,10 +273,9 @@ class AdaBertContext:
             return self.train, self.probes["train"]
         log.info("stage 2/5: augmentation of %d retrain examples x %d (cached)",
                  len(self.train), a.n)
-        data, summary = augmented_training_data(self.train, a, self.cfg.teacher,
-                                                self.cfg.data.max_seq_len, self.options.progress)
-        self.run.log("augment", **{k: summary[k] for k in ("examples", "rows", "cache_file",
-                                                           "from_cache")})
+        data, record = augmented_training_data(self.train, a, self.cfg.teacher,
+                                               self.cfg.data.max_seq_len, self.options.progress)
+        self.run.log("augment", **record)
         return data, cached_probe_logits(self.teacher.model_dir, self.train, data, **kw)
 
     def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:

@@ -67,8 +67,6 @@ PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
 SHAPE_KINDS = ("depth", "width")
 
 
-
-
 # ---------------------------------------------------------------------------- config
 
 

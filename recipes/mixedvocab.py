@@ -77,7 +77,6 @@ CACHE_VERSION = 1
 STAGE2_VERSION = 2  # 2: the student starts from BERT's initialisation (bert_init)
 
 
-
 def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

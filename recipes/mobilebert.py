@@ -71,8 +71,6 @@ TINY_CHOICES: dict[str, Any] = dict(intra_bottleneck_size=128, num_attention_hea
                                     attention_input="input_bottleneck")
 
 
-
-
 # ---------------------------------------------------------------------------- config
 
 
@@ -479,8 +477,7 @@ class MobileBert(Method):
                     history=result.history)
         else:
             load_weights(model, weights)
-        log.info("stage 6/8 (%s): evaluation on %s", tag,
-                 " and ".join(dict.fromkeys(["dev", ctx.report_split])))
+        log.info("stage 6/8 (%s): evaluation on %s", tag, ctx.evaluated_splits)
         row = {"tag": tag, **evaluate_student(ctx, space, arch, model),
                "shape": {k: v for k, v in {**space.config, **arch}.items()
                          if k not in ("family", "num_labels")}}

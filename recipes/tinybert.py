@@ -83,8 +83,6 @@ GENERAL_VERSION = 1
 # ---------------------------------------------------------------------------- config
 
 
-
-
 @dataclass
 class StudentSettings:
     """The student's shape: a registered space of the ``bert`` family (``tinybert`` is
@@ -224,11 +222,6 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
     if not isinstance(method, TinyBert):
         raise ConfigError(f"{path}: method {method.name!r} is not tinybert")
     return config
-
-
-# ------------------------------------------------------------------------- helpers
-
-
 
 
 # ------------------------------------------------------------- general distillation
@@ -444,11 +437,10 @@ class TinyBert(Method):
             return ctx.train
         t0 = time.time()
         log.info("stage 4/8: augmentation of %d examples x %d (cached)", len(ctx.train), a.n)
-        data, summary = augmented_training_data(ctx.train, a, ctx.cfg.teacher,
-                                                ctx.cfg.data.max_seq_len, ctx.options.progress)
+        data, record = augmented_training_data(ctx.train, a, ctx.cfg.teacher,
+                                               ctx.cfg.data.max_seq_len, ctx.options.progress)
         ctx.seconds["augment"] = round(time.time() - t0, 1)
-        ctx.run.log("augment", **{k: summary[k] for k in ("examples", "rows", "cache_file",
-                                                           "from_cache")})
+        ctx.run.log("augment", **record)
         return data
 
     # -- stage 5 -------------------------------------------------------------------
@@ -559,8 +551,7 @@ class TinyBert(Method):
         from nas.builder import build_child
 
         cfg, run = ctx.cfg, ctx.run
-        splits = " and ".join(dict.fromkeys(["dev", ctx.report_split]))  # MRPC: dev only
-        log.info("stage 7/8: evaluation on %s", splits)
+        log.info("stage 7/8: evaluation on %s", ctx.evaluated_splits)
         student = build_child(ctx.space)
         load_weights(student, run.path / "student.safetensors")
         row: dict[str, Any] = {

@@ -189,6 +189,8 @@ def test_an_augment_section_retrains_on_the_augmented_subset(cold_run, tmp_path)
     assert ctx.retrain_data.texts_a[::2] == originals
     assert ctx.retrain_data.texts_a[1::2] != originals
     assert ctx.probes["retrain"].shape[1] == len(ctx.retrain_data)
+    [logged] = ctx.run.read_log("augment")
+    assert (logged["examples"], logged["rows"]) == (len(ctx.train), len(ctx.retrain_data))
     # the same texts in other batches (other padding): equal up to float noise
     np.testing.assert_allclose(ctx.probes["retrain"][:, ::2], ctx.probes["train"], atol=2e-3)
     assert len(ctx.search_train) + len(ctx.search_val) == len(ctx.train)

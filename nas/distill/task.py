@@ -74,6 +74,12 @@ class DistillContext:
     def max_seq_len(self) -> int:
         return self.data_settings.max_seq_len
 
+    @property
+    def evaluated_splits(self) -> str:
+        """The splits a student is scored on, for log lines: "dev and test", or "dev" when
+        the report split is dev (MRPC)."""
+        return " and ".join(dict.fromkeys(["dev", self.report_split]))
+
     def prepare(self) -> DistillContext:
         from nas.data import load_task, report_split
         from nas.measure import median_length_batches, overlap_counts
