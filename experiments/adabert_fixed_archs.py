@@ -61,6 +61,9 @@ def main() -> None:
                              "(e.g. augment.n=4 to retrain on augmented data)")
     parser.add_argument("--out", default="runs/adabert_fixed_archs")
     args = parser.parse_args()
+    for path in [*args.derived, *([args.equal_cost] if args.equal_cost else [])]:
+        if not Path(path).is_file():  # before the run folder is made
+            parser.error(f"{path}: no such file; pass a run's derived_arch.json")
     out = Path(args.out)
     _, config = load_experiment(args.config, args.set)
     ctx = open_run(config, out, resume=(out / "config.yaml").is_file())
