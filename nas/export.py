@@ -602,13 +602,14 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     arch_obj = Architecture(dict(arch), meta.space)
 
     joint = head is not None or meta.space_config.get("head") == "joint"
-    if fmt == "hf" and joint:
-        # transformers has no joint intent + slot class, and the remote code serves
-        # sequence classifiers only: refuse rather than export a head it would misread
-        raise ExportError("a joint intent + slot head has no stock transformers class (and "
-                          "the remote code serves sequence classifiers only); export it with "
-                          "--format native or onnx (nas predict reads both)")
-    if fmt == "hf" and meta.space_config.get("family") in FAMILIES:
+    if joint and head is None:
+        # the remote code splits intents from tags by the head entry; without it the
+        # output would be read as one classifier's logits
+        raise ExportError("a joint intent + slot model needs its head entry (the intent and "
+                          "tag names); export it from its run: nas export --run RUN_DIR")
+    # transformers has no joint intent + slot class: such a model is always exported with
+    # the runtime as remote code (NasGraphForJointIntentSlot), never as a stock class
+    if fmt == "hf" and not joint and meta.space_config.get("family") in FAMILIES:
         from nas.hf import to_hf
 
         try:
@@ -656,15 +657,13 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     from nas import remote_code
 
     try:
-        if joint:  # the remote code is a sequence classifier
-            raise ExportError("a joint intent + slot head has no transformers class here")
         remote_code.write(out, graph)
     except ExportError as err:
         if fmt == "hf":
             raise
         log.warning("%s; the export runs with nas predict but not in transformers", err)
     else:
-        config.update(remote_code.hf_keys(labels))
+        config.update(remote_code.hf_keys(labels, head["num_intents"] if head else None))
         pad = _pad_id(out, tok_files)
         if pad is not None:
             config["pad_token_id"] = pad

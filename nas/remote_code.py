@@ -33,6 +33,13 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_nas_graph.NasGraphForSequenceClassification",
 }
 ARCHITECTURES = ["NasGraphForSequenceClassification"]
+#: A joint intent + slot head (SPEC §7) has no transformers auto class of its own: it loads
+#: with ``AutoModel.from_pretrained(DIR, trust_remote_code=True)``.
+JOINT_AUTO_MAP = {
+    "AutoConfig": "configuration_nas_graph.NasGraphConfig",
+    "AutoModel": "modeling_nas_graph.NasGraphForJointIntentSlot",
+}
+JOINT_ARCHITECTURES = ["NasGraphForJointIntentSlot"]
 #: The op registry's package: its stand-in in the folder imports only the ops used.
 OPS_PACKAGE = "nas.ops"
 #: Packages the bundled files may import from the environment (what a user has when
@@ -169,11 +176,18 @@ def write(out: Path, graph: Mapping[str, Any]) -> list[str]:
     return sorted(files)
 
 
-def hf_keys(labels: list[str]) -> dict[str, Any]:
-    """The ``config.json`` keys that make an export a ``transformers`` model."""
-    return {"model_type": MODEL_TYPE, "architectures": ARCHITECTURES, "auto_map": AUTO_MAP,
-            "id2label": {str(i): name for i, name in enumerate(labels)},
-            "label2id": {name: i for i, name in enumerate(labels)}}
+def hf_keys(labels: list[str], num_intents: int | None = None) -> dict[str, Any]:
+    """The ``config.json`` keys that make an export a ``transformers`` model: a sequence
+    classifier, or with ``num_intents`` a joint intent + slot model whose ``labels`` are
+    the intents followed by the tags."""
+    keys: dict[str, Any] = {
+        "model_type": MODEL_TYPE, "architectures": ARCHITECTURES, "auto_map": AUTO_MAP,
+        "id2label": {str(i): name for i, name in enumerate(labels)},
+        "label2id": {name: i for i, name in enumerate(labels)}}
+    if num_intents is not None:
+        keys.update(architectures=JOINT_ARCHITECTURES, auto_map=JOINT_AUTO_MAP,
+                    num_intents=int(num_intents))
+    return keys
 
 
 __all__ = ["AUTO_MAP", "MODEL_TYPE", "bundle", "hf_keys", "write"]

@@ -266,9 +266,53 @@ def test_joint_head_shapes_costs_and_refusals(tmp_path):
         get_space("bert", **{"head": "joint"})
     with pytest.raises(SpaceDefinitionError, match="head must be one of"):
         get_space("bert", head="crf")
-    with pytest.raises(ExportError, match="no stock transformers class"):
-        export(space, None, tmp_path / "hf", model=model, fmt="hf",
-               labels=[f"i{k}" for k in range(7)] + [f"t{k}" for k in range(9)])
+    labels = [f"i{k}" for k in range(7)] + [f"t{k}" for k in range(9)]
+    with pytest.raises(ExportError, match="needs its head entry"):  # would read as a classifier
+        export(space, None, tmp_path / "bare", model=model, fmt="hf", labels=labels)
+    head = {"kind": "joint", "num_intents": 7, "intents": labels[:7], "tags": labels[7:]}
+    out = export(space, None, tmp_path / "hf", model=model, fmt="hf", labels=labels, head=head)
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling_nas_graph.NasGraphForJointIntentSlot"
+    assert config["num_intents"] == 7 and "AutoModelForSequenceClassification" not in \
+        config["auto_map"]
+
+
+def test_joint_remote_code_splits_the_head_and_scores_both_labels(tmp_path):
+    """The joint head's remote code (transformers has no class for it) gives the intent and
+    slot logits that nas computes, and the summed cross-entropy of both label sets."""
+    from transformers import AutoModel
+
+    from nas.builder import build_child
+    from nas.export import export
+    from nas.ops.transformer import split_joint
+    from nas.space import get_space
+
+    torch.manual_seed(0)
+    space = get_space("mixedvocab", vocab_size=300, head="joint", num_labels=3, num_tags=5,
+                      hidden_size=32, num_attention_heads=4, intermediate_size=48,
+                      num_hidden_layers=1)
+    model = build_child(space).eval()
+    labels = ["a", "b", "c", "O", "B-x", "I-x", "B-y", "I-y"]
+    head = {"kind": "joint", "num_intents": 3, "intents": labels[:3], "tags": labels[3:]}
+    out = export(space, None, tmp_path / "hf", model=model, fmt="hf", labels=labels, head=head)
+    remote = AutoModel.from_pretrained(str(out), trust_remote_code=True).eval()
+    assert type(remote).__name__ == "NasGraphForJointIntentSlot"
+    ids = torch.randint(5, 300, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        want = split_joint(model({"input_ids": ids, "attention_mask": mask,
+                                  "token_type_ids": torch.zeros_like(ids)}).logits, 3)
+        intent_labels = torch.tensor([0, 2])
+        slot_labels = torch.tensor([[-100, 0, 1, 2, 0, 3, -100], [-100, 4, 0, 0, 0, -100, -100]])
+        got = remote(input_ids=ids, attention_mask=mask, intent_labels=intent_labels,
+                     slot_labels=slot_labels)
+    assert torch.allclose(got.intent_logits, want[0], atol=1e-5)
+    assert torch.allclose(got.slot_logits, want[1], atol=1e-5)
+    expected = (torch.nn.functional.cross_entropy(want[0], intent_labels)
+                + torch.nn.functional.cross_entropy(want[1].reshape(-1, 5), slot_labels.view(-1),
+                                                    ignore_index=-100))
+    assert got.loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_joint_loss_and_evaluation_read_each_words_first_piece():
@@ -415,6 +459,51 @@ def test_smoke_run_report_export_and_predict(smoke_run, capsys):
     model = load(export, "onnx")
     long = model.predict_slots(["add the song to my playlist of the best songs of the year"])
     assert len(long[0]["tags"]) == 13
+
+
+#: Loads a joint export with transformers alone (``without_this_project``) and tags a text
+#: the way nas predict does: each word at its first piece.
+JOINT_RUNNER = """
+import json, sys
+import torch
+from transformers import AutoModel, AutoTokenizer
+from transformers.utils import logging
+logging.set_verbosity_error()
+directory, text = sys.argv[1], sys.argv[2]
+model = AutoModel.from_pretrained(directory, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
+words = text.split()
+enc = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+with torch.no_grad():
+    out = model(**enc)
+labels = [model.config.id2label[i] for i in range(len(model.config.id2label))]
+n = model.config.num_intents
+first = {}
+for position, word in enumerate(enc.word_ids(0)):
+    if word is not None and word not in first:
+        first[word] = position
+tags = [labels[n + int(out.slot_logits[0, first[w]].argmax())] for w in range(len(words))]
+intent = labels[int(out.intent_logits[0].argmax())]
+print(json.dumps({"intent": intent, "tags": tags,
+                  "leaked": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)}))
+"""
+
+
+def test_the_joint_model_exports_as_remote_code_for_transformers(smoke_run, tmp_path, capsys,
+                                                                  without_this_project):
+    """``nas export --run RUN --format hf`` of a joint model: stock transformers loads it
+    (``AutoModel``, remote code, in a process without this project) and tags a text as
+    ``nas predict`` does; the folder ships the student vocabulary."""
+    out = tmp_path / "hf"
+    assert main(["export", "--run", str(smoke_run), "--format", "hf", "-o", str(out)]) == 0
+    assert (out / "vocab.txt").read_text() == (smoke_run / "export" / "vocab.txt").read_text()
+    text_in = "play the latest song by adele"
+    capsys.readouterr()
+    assert main(["predict", str(out), text_in, "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    theirs = json.loads(without_this_project(JOINT_RUNNER, str(out), text_in).splitlines()[-1])
+    assert theirs["leaked"] == []
+    assert theirs["intent"] == ours["intent"] and theirs["tags"] == ours["tags"]
 
 
 def test_the_stages_are_cached_and_an_ablation_arm_reuses_the_vocabulary(smoke_run, tmp_path):

@@ -2,7 +2,8 @@
 
 Its ``config.json`` is the export's own (:mod:`nas.export`): the resolved child graph
 (``graph``), the model's input names (``inputs``), the label names, plus the usual
-``model_type``/``auto_map``/``id2label`` keys. This file imports only ``transformers``.
+``model_type``/``auto_map``/``id2label`` keys; a joint intent + slot model also has
+``num_intents``. This file imports only ``transformers``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from transformers import PretrainedConfig
 
 class NasGraphConfig(PretrainedConfig):
     """``graph``: the resolved child graph (node-link JSON, :func:`nas.graph.to_json`);
-    ``inputs``: the batch entries the graph reads (``input_ids``, ``attention_mask``...)."""
+    ``inputs``: the batch entries the graph reads (``input_ids``, ``attention_mask``...);
+    ``num_intents``: for a joint intent + slot head, how many of the labels are intents
+    (the rest are slot tags)."""
 
     model_type = "nas_graph"
 
     def __init__(self, graph: dict[str, Any] | None = None, inputs: list[str] | None = None,
-                 **kwargs: Any) -> None:
+                 num_intents: int | None = None, **kwargs: Any) -> None:
         self.graph = graph or {"nodes": [], "edges": []}
         self.inputs = list(inputs or ["input_ids", "attention_mask", "token_type_ids"])
+        self.num_intents = num_intents
         super().__init__(**kwargs)

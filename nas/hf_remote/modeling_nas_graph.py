@@ -1,4 +1,6 @@
-"""An exported child network as a ``transformers`` sequence classifier (remote code).
+"""An exported child network as a ``transformers`` model (remote code): a sequence
+classifier, or a joint intent + slot model (SPEC §7) for a graph ending in the
+``joint_intent_slot`` head, which ``transformers`` has no class for.
 
 The search-free executor of a **resolved** graph (SPEC §3: the child keeps exactly the
 chosen ops at their widths, under the supernet's parameter names): it builds each op
@@ -13,12 +15,13 @@ that it computes what ``nas predict`` computes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput
 
 from nas.hf_remote.configuration_nas_graph import NasGraphConfig
 from nas.ops import OPS, Context, SelectOp
@@ -61,8 +64,9 @@ def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
     return ids, mask
 
 
-class NasGraphForSequenceClassification(PreTrainedModel):
-    """Logits ``(B, num_labels)`` of the child network in ``config.graph``."""
+class NasGraphPreTrainedModel(PreTrainedModel):
+    """The child network in ``config.graph``, run op by op; the subclasses read its one
+    output as their task's answer."""
 
     config_class = NasGraphConfig
     base_model_prefix = ""
@@ -100,14 +104,13 @@ class NasGraphForSequenceClassification(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """Every tensor comes from the export's weights; the ops initialise themselves."""
 
-    def forward(self, input_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, return_dict: bool | None = None,
-                **inputs: Any) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
-        """``input_ids`` ... as a BERT classifier takes them. A graph with separate pair
-        inputs also reads ``input_ids_b``/``attention_mask_b`` from ``inputs``; when they
-        are not given they are cut out of the joined pair (:func:`second_sentence`)."""
+    def run_graph(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                  token_type_ids: torch.Tensor | None, inputs: Mapping[str, Any]
+                  ) -> torch.Tensor:
+        """The graph's output for ``input_ids`` ... as a BERT model takes them. A graph with
+        separate pair inputs also reads ``input_ids_b``/``attention_mask_b`` from
+        ``inputs``; when they are not given they are cut out of the joined pair
+        (:func:`second_sentence`)."""
         batch = {"input_ids": input_ids, "attention_mask": attention_mask,
                  "token_type_ids": token_type_ids, **inputs}
         if attention_mask is None and input_ids is not None:
@@ -142,7 +145,19 @@ class NasGraphForSequenceClassification(PreTrainedModel):
                                                         int(st["width"]), st["params"], ctx)
             else:
                 states[st["id"]] = module(xs, int(st["width"]), st["params"], ctx)
-        logits = states[self.output_node]
+        return states[self.output_node]
+
+
+class NasGraphForSequenceClassification(NasGraphPreTrainedModel):
+    """Logits ``(B, num_labels)`` of the child network in ``config.graph``."""
+
+    def forward(self, input_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, return_dict: bool | None = None,
+                **inputs: Any) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
+        """Inputs as a BERT classifier takes them (:meth:`run_graph`)."""
+        logits = self.run_graph(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             if self.config.num_labels == 1:
@@ -152,3 +167,43 @@ class NasGraphForSequenceClassification(PreTrainedModel):
         if return_dict is False:
             return (logits,) if loss is None else (loss, logits)
         return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+@dataclass
+class JointIntentSlotOutput(ModelOutput):
+    """What :class:`NasGraphForJointIntentSlot` returns: ``intent_logits`` ``(B, I)``,
+    ``slot_logits`` ``(B, L, T)`` (one IOB tag per token; a word is read at its first
+    piece), and ``loss`` when labels are given."""
+
+    loss: torch.Tensor | None = None
+    intent_logits: torch.Tensor | None = None
+    slot_logits: torch.Tensor | None = None
+
+
+class NasGraphForJointIntentSlot(NasGraphPreTrainedModel):
+    """A joint intent + slot model (SPEC §7): the graph's ``joint_intent_slot`` head gives
+    one ``(B, L, I + T)`` tensor, the intent logits repeated at every position followed by
+    each token's tag logits; this class splits it. ``config.id2label`` lists the I intents,
+    then the T tags; ``config.num_intents`` is I."""
+
+    def forward(self, input_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                intent_labels: torch.Tensor | None = None,
+                slot_labels: torch.Tensor | None = None, return_dict: bool | None = None,
+                **inputs: Any) -> JointIntentSlotOutput | tuple[torch.Tensor, ...]:
+        """``intent_labels`` ``(B,)`` and ``slot_labels`` ``(B, L)`` (-100 where a token is
+        not scored, e.g. later pieces of a word) give the summed cross-entropy loss."""
+        n = int(self.config.num_intents)
+        joint = self.run_graph(input_ids, attention_mask, token_type_ids, inputs)
+        intent, slots = joint[:, 0, :n], joint[:, :, n:]
+        loss = None
+        if intent_labels is not None:
+            loss = nn.functional.cross_entropy(intent, intent_labels.view(-1))
+        if slot_labels is not None:
+            slot_loss = nn.functional.cross_entropy(slots.reshape(-1, slots.shape[-1]),
+                                                    slot_labels.reshape(-1), ignore_index=-100)
+            loss = slot_loss if loss is None else loss + slot_loss
+        if return_dict is False:
+            return (intent, slots) if loss is None else (loss, intent, slots)
+        return JointIntentSlotOutput(loss=loss, intent_logits=intent, slot_logits=slots)
