@@ -165,3 +165,22 @@ def measured_costs(space: SearchSpace, arch: Architecture, child: Any, seq_len: 
         costs["latency_ms"] = first["median_ms"]
         costs["latency_seconds"] = round(time.perf_counter() - started, 2)
     return costs
+
+
+def report_row(tag: str, arch: Any, result: Any, report_split: str) -> dict[str, Any]:
+    """One retrained model's line of a run's ``metrics.json`` (the report's table): its
+    validation metrics (``dev``), those on ``report_split`` when that is another split,
+    and its costs. ``result``: this evaluator's :class:`EvalResult`, or a study trial's
+    stored ``metrics`` and ``costs``."""
+
+    def strip(prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in result.metrics.items() if k.startswith(prefix)}
+
+    row = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": strip("val_"),
+           "params": result.costs["params"], "flops": result.costs["flops"],
+           "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
+           "train_seconds": result.costs["train_seconds"]}
+    if report_split != "dev":
+        row[report_split] = strip(f"{report_split}_")
+    return row
+

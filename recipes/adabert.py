@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
+from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_row
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
@@ -506,7 +506,7 @@ class AdaBert(Method):
         if not result.ok:
             raise NasError(f"the retrain of the derived architecture {arch.id} "
                            f"{result.status}: {result.reason}")
-        searched = _row(ctx, "searched", arch, result)
+        searched = report_row("searched", arch, result, ctx.report_split)
         ctx.run.log("retrained", **searched)
         log.info("stage 5/5: export")
         from nas.export import export
@@ -540,9 +540,9 @@ class AdaBert(Method):
         log.info("stage 3-4/5: %s search, each candidate retrained", name)
         study = run_study(spec, ctx.space, _study_evaluator(ctx.cfg, ctx, name),
                           parts=partial(_study_parts, cfg, ctx.options, name))
-        runs = [_row(ctx, f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
-                     SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
-                                     costs=t.user_attrs["costs"]))
+        runs = [report_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
+                           SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
+                                           costs=t.user_attrs["costs"]), ctx.report_split)
                 for t in complete_trials(study)]
         outcome = {t.number: t.user_attrs.get("outcome") for t in study.trials}
         summary = {"study": spec.study_name, "n_trials": spec.n_trials, "runs": runs,
@@ -587,18 +587,6 @@ def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> t
     return ctx.space, _study_evaluator(config, ctx, searcher)
 
 
-def _row(ctx: AdaBertContext, tag: str, arch: Architecture, result: Any) -> dict[str, Any]:
-    """One model's line of ``metrics.json`` (the report's table)."""
-    split = ctx.report_split
-    strip = (lambda prefix: {k[len(prefix):]: v for k, v in result.metrics.items()
-                             if k.startswith(prefix)})
-    row = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": strip("val_"),
-           "params": result.costs["params"], "flops": result.costs["flops"],
-           "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
-           "train_seconds": result.costs["train_seconds"]}
-    if split != "dev":
-        row[split] = strip(f"{split}_")
-    return row
 
 
 # -------------------------------------------------------------------------- report

@@ -752,12 +752,13 @@ class EfficientBert(Method):
     def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str
                 ) -> tuple[dict[str, Any], Any]:
         from evaluators.base import run_evaluation
+        from evaluators.retrain import report_row
 
         evaluator = ctx.retrain_evaluator(warm)
         result = run_evaluation(evaluator, arch)
         if not result.ok:
             raise NasError(f"the retrain of {tag} {arch.id} {result.status}: {result.reason}")
-        return _row(ctx, tag, arch, result), evaluator
+        return report_row(tag, arch, result, ctx.report_split), evaluator
 
     def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any
                            ) -> dict[str, Any]:
@@ -897,18 +898,6 @@ def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str
                                   seq_len=ctx.seq_len)
 
 
-def _row(ctx: EfficientBertContext, tag: str, arch: Any, result: Any) -> dict[str, Any]:
-    """One model's line of ``metrics.json`` (the report's table)."""
-    split = ctx.report_split
-    strip = (lambda prefix: {k[len(prefix):]: v for k, v in result.metrics.items()
-                             if k.startswith(prefix)})
-    row = {"tag": tag, "arch": dict(arch), "arch_id": arch.id, "dev": strip("val_"),
-           "params": result.costs["params"], "flops": result.costs["flops"],
-           "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
-           "train_seconds": result.costs["train_seconds"]}
-    if split != "dev":
-        row[split] = strip(f"{split}_")
-    return row
 
 
 __all__ = ["EfficientBert", "EfficientBertConfig", "load_arch_file"]
