@@ -53,7 +53,13 @@ from typing import Any
 from nas.config import ConfigError, check_fields
 from nas.distill.general import load_weights, save_weights
 from nas.distill.mobilebert import TRANSFERS, PktWeights
-from nas.distill.task import DataSettings, DistillContext, evaluate_student, export_student
+from nas.distill.task import (
+    DataSettings,
+    DistillContext,
+    PredictionSettings,
+    evaluate_student,
+    export_student,
+)
 from nas.errors import NasError
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
@@ -138,18 +144,10 @@ class PktSettings(TrainSettings):
 
 
 @dataclass
-class PredictionSettings(TrainSettings):
-    """Prediction-layer distillation: soft cross-entropy at ``temperature``."""
+class MobileBertPrediction(PredictionSettings):
+    """Prediction-layer distillation after the transfer, at MobileBERT's learning rate."""
 
-    temperature: float = 1.0
     lr: float = 1e-4
-    warmup_fraction: float = 0.05
-    schedule: str = "linear"
-    grad_clip: float | None = 1.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -200,7 +198,7 @@ class MobileBertConfig:
     student: StudentSettings = field(default_factory=StudentSettings)
     transfer: str = "progressive"
     pkt: PktSettings = field(default_factory=PktSettings)
-    prediction: PredictionSettings = field(default_factory=PredictionSettings)
+    prediction: MobileBertPrediction = field(default_factory=MobileBertPrediction)
     search: SearchSettings = field(default_factory=SearchSettings)
     multi_trial: StudySettings = field(default_factory=StudySettings)
     compare: list = field(default_factory=lambda: [

@@ -64,6 +64,7 @@ from nas.distill.general import (
 from nas.distill.task import (
     DataSettings,
     DistillContext,
+    PredictionSettings,
     evaluate_student,
     export_student,
 )
@@ -165,20 +166,11 @@ class IntermediateSettings(TrainSettings):
 
 
 @dataclass
-class PredictionSettings(TrainSettings):
-    """Prediction-layer distillation: soft cross-entropy at ``temperature`` against the
-    teacher's logits; ``distill: false`` fits the gold labels instead (the ablation)."""
+class TinyBertPrediction(PredictionSettings):
+    """Prediction-layer distillation; ``distill: false`` fits the gold labels instead (the
+    ablation)."""
 
     distill: bool = True
-    temperature: float = 1.0
-    lr: float = 5e-5
-    warmup_fraction: float = 0.05
-    schedule: str = "linear"
-    grad_clip: float | None = 1.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 @dataclass
@@ -195,7 +187,7 @@ class TinyBertConfig:
     augment: AugmentSettings = field(default_factory=AugmentSettings)
     losses: LossSettings = field(default_factory=LossSettings)
     intermediate: IntermediateSettings = field(default_factory=IntermediateSettings)
-    prediction: PredictionSettings = field(default_factory=PredictionSettings)
+    prediction: TinyBertPrediction = field(default_factory=TinyBertPrediction)
     latency_repeats: int = 10
 
     def __post_init__(self) -> None:

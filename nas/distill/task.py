@@ -11,6 +11,7 @@ result the same way for every recipe, so that ``nas report`` compares like with 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nas.config import check_fields
 from nas.distill.general import (
     cached_teacher_logits,
     load_weights,
@@ -27,6 +29,7 @@ from nas.distill.general import (
     token_lengths,
 )
 from nas.seeding import seed_stage, stage_seed
+from nas.train import TrainSettings
 
 log = logging.getLogger("nas.distill")
 
@@ -47,6 +50,23 @@ class DataSettings:
                 ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")):
             if not ok:
                 raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class PredictionSettings(TrainSettings):
+    """Prediction-layer distillation (TinyBERT §3.1 eq. 10, MobileBERT §3.4): soft
+    cross-entropy against the teacher's logits at ``temperature``. A recipe subclasses it
+    for its own defaults or switches."""
+
+    temperature: float = 1.0
+    lr: float = 5e-5
+    warmup_fraction: float = 0.05
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
 
 
 # --------------------------------------------------------------------- the context
@@ -211,5 +231,6 @@ def export_student(ctx: DistillContext, space: Any, arch: Any, model: torch.nn.M
                task=ctx.task, overwrite=True)
 
 
-__all__ = ["DataSettings", "DistillContext", "seeded_batches", "evaluate_student",
-           "export_student", "load_weights", "save_weights", "token_lengths"]
+__all__ = ["DataSettings", "DistillContext", "PredictionSettings", "seeded_batches",
+           "evaluate_student", "export_student", "load_weights", "save_weights",
+           "token_lengths"]
