@@ -126,14 +126,12 @@ class VocabSettings:
 
 
 @dataclass
-class StageOneSettings(TrainSettings):
-    """Stage I: the teacher's MLM on mixed-segmented text (the shared loop's settings)."""
+class MaskedLMSettings(TrainSettings):
+    """What both MLM stages share (the shared loop's settings, the masking, the length)."""
 
-    p_student: float = 0.5
     mask_probability: float = 0.15
     max_seq_len: int = 64
     seed: int = 0
-    lr: float = 5e-5
     batch_size: int = 32
     warmup_fraction: float = 0.05
     schedule: str = "linear"
@@ -141,13 +139,25 @@ class StageOneSettings(TrainSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_fields([("p_student", 0.0 <= self.p_student <= 1.0, "in [0, 1]"),
-                      ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
+        check_fields([("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
                       ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
-class StageTwoSettings(TrainSettings):
+class StageOneSettings(MaskedLMSettings):
+    """Stage I: the teacher's MLM on mixed-segmented text, each word cut by the student
+    vocabulary with probability ``p_student``."""
+
+    p_student: float = 0.5
+    lr: float = 5e-5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("p_student", 0.0 <= self.p_student <= 1.0, "in [0, 1]")], self)
+
+
+@dataclass
+class StageTwoSettings(MaskedLMSettings):
     """Stage II: the student's MLM on student-vocabulary input. ``init``: ``stage1`` (the
     stage-I student embeddings) or ``random`` (the ablation); ``distill_layers`` adds the
     MSE between each student layer (through a width map) and its uniformly mapped
@@ -156,21 +166,13 @@ class StageTwoSettings(TrainSettings):
     init: str = "stage1"
     distill_layers: bool = False
     distill_weight: float = 1.0
-    mask_probability: float = 0.15
-    max_seq_len: int = 64
-    seed: int = 0
     lr: float = 5e-4
-    batch_size: int = 32
-    warmup_fraction: float = 0.05
-    schedule: str = "linear"
-    grad_clip: float | None = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields([("init", self.init in INITS, " or ".join(INITS)),
-                      ("distill_weight", 0.0 < self.distill_weight < math.inf, "a number > 0"),
-                      ("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+                      ("distill_weight", 0.0 < self.distill_weight < math.inf, "a number > 0")],
+                     self)
 
 
 @dataclass
