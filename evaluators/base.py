@@ -181,6 +181,34 @@ def _one_line(text: str, limit: int = 300) -> str:
 # ---------------------------------------------------------------------------
 
 
+@dataclass(kw_only=True)
+class ScoringData:
+    """What every training evaluator's task gives for scoring a candidate.
+
+    val_batches: the batches the objective is measured on (the validation split).
+    metric: ``"accuracy"`` or ``"accuracy+f1"``; the objective is their mean.
+    latency_batches: batch size → batch for the latency measurement.
+    seq_len: the length FLOPs are counted at.
+    """
+
+    val_batches: list[Mapping[str, Any]]
+    metric: str = "accuracy"
+    latency_batches: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    seq_len: int = 128
+
+
+@dataclass(kw_only=True)
+class FullTrainingData(ScoringData):
+    """A full (stand-alone) training evaluator's task adds:
+
+    test_batches: batches of the report split (measured, never optimised), optional.
+    init(model): called on the freshly built child (e.g. teacher embeddings), optional.
+    """
+
+    test_batches: list[Mapping[str, Any]] | None = None
+    init: Any = None  # Callable[[model], None]
+
+
 class TrialPruned(Exception):  # noqa: N818  (named like optuna.TrialPruned on purpose)
     """Raised by an evaluator when its trial says to stop (``should_prune()``).
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from evaluators.base import (
     EVALUATORS,
     EvalResult,
     Evaluator,
+    FullTrainingData,
     NullTrial,
     Objective,
     Trial,
@@ -39,31 +40,20 @@ if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must 
 Batch = Mapping[str, Any]
 
 
-@dataclass
-class RetrainTask:
-    """What a recipe provides to retrain a candidate.
+@dataclass(kw_only=True)
+class RetrainTask(FullTrainingData):
+    """What a recipe provides to retrain a candidate (with :class:`FullTrainingData`'s
+    validation, report and latency batches and its ``init``).
 
     train_batches(epoch, start_batch): the epoch's training batches (seeded by epoch).
     steps_per_epoch: how many batches ``train_batches`` yields per epoch.
     loss(model, batch): the training loss (e.g. (1−γ)·CE + γ·probe KD) on ``model``'s
         output, or ``(loss, info)``.
-    val_batches: the batches the objective is measured on (validation split).
-    metric: ``"accuracy"`` or ``"accuracy+f1"``; the objective is their mean.
-    test_batches: batches of the report split (measured, never optimised), optional.
-    init(model): called on the freshly built child (e.g. teacher embeddings), optional.
-    latency_batches: batch size → batch for the latency measurement.
-    seq_len: the length FLOPs are counted at.
     """
 
     train_batches: Callable[[int, int], Iterable[Batch]]
     steps_per_epoch: int
     loss: Callable[[Any, Batch], Any]
-    val_batches: list[Batch]
-    metric: str = "accuracy"
-    test_batches: list[Batch] | None = None
-    init: Callable[[Any], None] | None = None
-    latency_batches: dict[int, Batch] = field(default_factory=dict)
-    seq_len: int = 128
 
 
 @EVALUATORS.register("distilled-retrain")

@@ -14,7 +14,7 @@ report-split metrics when given, and the costs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from evaluators.base import (
     EVALUATORS,
     EvalResult,
     Evaluator,
+    FullTrainingData,
     NullTrial,
     Objective,
     Trial,
@@ -36,9 +37,11 @@ if TYPE_CHECKING:  # listing evaluators must not import torch
 Batch = Mapping[str, Any]
 
 
-@dataclass
-class TransferTask:
-    """What the recipe provides to train a candidate by transfer.
+@dataclass(kw_only=True)
+class TransferTask(FullTrainingData):
+    """What the recipe provides to train a candidate by transfer (with
+    :class:`FullTrainingData`'s validation, report and latency batches and its ``init``:
+    teacher embeddings, copied head).
 
     teacher: the frozen teacher in the engine's ``bert`` design (records pre-softmax
         attention scores, hidden states and embeddings).
@@ -46,21 +49,12 @@ class TransferTask:
         has ``index`` (the row of ``logits``).
     steps_per_epoch: batches per epoch of every stage.
     logits: the teacher's logits on the training rows (N, C).
-    val_batches, metric, test_batches, latency_batches, seq_len: as
-        :class:`evaluators.retrain.RetrainTask`.
-    init(model): called on the freshly built child (teacher embeddings, copied head).
     """
 
     teacher: Any
     batches: Callable[[str], Callable[[int, int], Iterable[Batch]]]
     steps_per_epoch: int
     logits: Any
-    val_batches: list[Batch]
-    metric: str = "accuracy"
-    test_batches: list[Batch] | None = None
-    init: Callable[[Any], None] | None = None
-    latency_batches: dict[int, Batch] = field(default_factory=dict)
-    seq_len: int = 128
 
 
 @EVALUATORS.register("progressive-transfer")

@@ -24,7 +24,7 @@ own random initialisation: the "no warm-up" arm of the ranking audit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evaluators.base import (
@@ -33,6 +33,7 @@ from evaluators.base import (
     Evaluator,
     NullTrial,
     Objective,
+    ScoringData,
     Trial,
     TrialPruned,
 )
@@ -47,9 +48,11 @@ BatchSource = Callable[[int, int], Iterable[Batch]]
 LossFn = Callable[[Any, Batch], Any]
 
 
-@dataclass
-class WarmupKDTask:
-    """What a recipe provides to score a candidate by warm-up KD.
+@dataclass(kw_only=True)
+class WarmupKDTask(ScoringData):
+    """What a recipe provides to score a candidate by warm-up KD (with
+    :class:`ScoringData`'s validation and latency batches; the validation split is the
+    held-out part carved from train).
 
     supernet: ``() -> GraphNet`` giving the warmed-up supernet (called once, then kept),
         or ``None``: no inheritance (each candidate starts from its own initialisation).
@@ -57,23 +60,15 @@ class WarmupKDTask:
         KD phase on the training subset (e.g. hidden MSE + soft cross-entropy).
     text_batches, text_steps_per_epoch, text_loss: the KD phase on unlabeled text
         (hidden/attention MSE), run first; ``None`` skips it.
-    val_batches: the held-out split carved from train (the objective).
-    metric: ``"accuracy"`` or ``"accuracy+f1"``; the objective is their mean.
-    latency_batches: batch size → batch for the latency measurement.
-    seq_len: the length FLOPs are counted at.
     """
 
     supernet: Callable[[], Any] | None
     task_batches: BatchSource
     task_steps_per_epoch: int
     task_loss: LossFn
-    val_batches: list[Batch]
     text_batches: BatchSource | None = None
     text_steps_per_epoch: int = 0
     text_loss: LossFn | None = None
-    metric: str = "accuracy"
-    latency_batches: dict[int, Batch] = field(default_factory=dict)
-    seq_len: int = 128
 
 
 @EVALUATORS.register("warmup-kd")
