@@ -52,7 +52,7 @@ from torch.nn import functional as F
 from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
 from nas.distill.general import (
-    check_text_settings,
+    TextDistillSettings,
     exclusive,
     load_weights,
     save_weights,
@@ -128,31 +128,14 @@ class LossSettings:
 
 
 @dataclass
-class GeneralSettings(TrainSettings):
-    """General distillation: the shared loop's settings plus its data and its seed.
+class GeneralSettings(TextDistillSettings):
+    """General distillation (TinyBERT §3.2) on unlabeled text; ``enabled: false`` skips
+    it (the ablation)."""
 
-    ``corpus`` (a corpus name or a .txt path) in ``corpus_splits`` plus the task's
-    training sentences (``task_sentences``) without labels, cut into pieces of at most
-    ``max_seq_len`` tokens; ``max_texts`` keeps a seeded random subset of them.
-    """
+    no_text = "general distillation needs text"
 
     enabled: bool = True
-    corpus: str = "wikitext2"
-    corpus_splits: list = field(default_factory=lambda: ["valid", "test"])
-    task_sentences: bool = True
-    max_texts: int | None = None
-    max_seq_len: int = 64
-    seed: int = 0
-    lr: float = 5e-4
-    warmup_fraction: float = 0.05
-    schedule: str = "linear"
-    grad_clip: float | None = 1.0
     checkpoint_every: int = 200
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_text_settings(self, "general distillation needs text")
-        check_fields([("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass

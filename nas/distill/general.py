@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from nas.seeding import stage_seed
+from nas.train import TrainSettings
 
 log = logging.getLogger("nas.distill")
 
@@ -116,6 +118,38 @@ def check_text_settings(settings: Any, no_text: str) -> None:
                    "None or >= 1")], settings)
     if not settings.corpus_splits and not settings.task_sentences:
         raise ValueError(f"{no_text}: corpus_splits is empty and task_sentences is false")
+
+
+@dataclass
+class TextDistillSettings(TrainSettings):
+    """Distillation on unlabeled text (TinyBERT's general distillation, EfficientBERT's
+    warm-up): the shared loop's settings plus the text and the seed.
+
+    ``corpus`` (a corpus name or a .txt path) in ``corpus_splits`` plus the task's
+    training sentences (``task_sentences``) without labels, cut into pieces of at most
+    ``max_seq_len`` tokens; ``max_texts`` keeps a seeded random subset of them.
+    ``no_text`` starts the error when neither is asked for.
+    """
+
+    no_text = "distillation on text needs text"  # a class constant, not a setting
+
+    corpus: str = "wikitext2"
+    corpus_splits: list = field(default_factory=lambda: ["valid", "test"])
+    task_sentences: bool = True
+    max_texts: int | None = None
+    max_seq_len: int = 64
+    seed: int = 0
+    lr: float = 5e-4
+    warmup_fraction: float = 0.05
+    schedule: str = "linear"
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        from nas.config import check_fields
+
+        super().__post_init__()
+        check_text_settings(self, self.no_text)
+        check_fields([("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 def seeded_batches(data: Any, tokenizer: Any, batch_size: int, max_seq_len: int, seed: int,
@@ -265,6 +299,7 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
 
 __all__ = [
     "CachedTeacher",
+    "TextDistillSettings",
     "cached_teacher_logits",
     "check_text_settings",
     "chunk_texts",

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from nas.config import ConfigError
+from nas.distill.general import TextDistillSettings
 from nas.distill.tinybert import Terms, intermediate_loss
 from nas.errors import NasError
 from nas.seeding import seed_stage
@@ -148,33 +149,12 @@ def check_teacher_fits(space: Any, teacher: Mapping[str, Any]) -> None:
 
 
 @dataclass
-class WarmupSettings(TrainSettings):
-    """The warm-up: the shared loop's settings plus its text and its seed.
+class WarmupSettings(TextDistillSettings):
+    """The warm-up (SPEC §3): distillation of the largest supernet on unlabeled text."""
 
-    ``corpus`` (a corpus name or a .txt path) in ``corpus_splits`` plus the task's
-    training sentences (``task_sentences``) without labels, cut into pieces of at most
-    ``max_seq_len`` tokens; ``max_texts`` keeps a seeded random subset.
-    """
+    no_text = "the warm-up needs text"
 
-    corpus: str = "wikitext2"
-    corpus_splits: list = field(default_factory=lambda: ["valid", "test"])
-    task_sentences: bool = True
-    max_texts: int | None = None
-    max_seq_len: int = 64
-    seed: int = 0
-    lr: float = 5e-4
-    warmup_fraction: float = 0.05
-    schedule: str = "linear"
-    grad_clip: float | None = 1.0
     checkpoint_every: int = 100
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        from nas.distill.general import check_text_settings
-
-        check_text_settings(self, "the warm-up needs text")
-        if not 8 <= self.max_seq_len <= 512:
-            raise ValueError(f"max_seq_len must be in [8, 512], got {self.max_seq_len!r}")
 
     def train_settings(self) -> TrainSettings:
         return loop_settings(self)
