@@ -84,6 +84,24 @@ def teacher_costs(model_dir: str, num_labels: int, *, dev_metrics: Mapping[str, 
     return costs
 
 
+def cached_teacher_costs(run: Any, teacher: Any, num_labels: int, *, report_split: str,
+                         report: Any, tokenizer: Any, max_seq_len: int,
+                         latency_batches: Mapping[int, Mapping[str, Any]],
+                         latency_repeats: int) -> dict[str, Any]:
+    """:func:`teacher_costs` of a run's fine-tuned ``teacher`` (a
+    :class:`~nas.teacher.FinetuneResult`), measured once per run and kept in its
+    ``teacher.json`` (a resumed run reports the same row)."""
+    known = run.load_json("teacher.json")
+    if known is not None:
+        return known
+    costs = teacher_costs(teacher.model_dir, num_labels, dev_metrics=teacher.metrics,
+                          report_split=report_split, report=report, tokenizer=tokenizer,
+                          max_seq_len=max_seq_len, latency_batches=latency_batches,
+                          latency_repeats=latency_repeats)
+    run.save_json("teacher.json", costs)
+    return costs
+
+
 def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[str, Any]:
     """For each ``name → TaskData`` of ``evaluated``: how many of its texts overlap the
     training texts (exactly, or by a shared phrase); warns when more than 5% do."""
@@ -102,5 +120,5 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
     return found
 
 
-__all__ = ["HFAdapter", "LATENCY_BATCH_SIZES", "median_length_batches", "overlap_counts",
-           "teacher_costs"]
+__all__ = ["HFAdapter", "LATENCY_BATCH_SIZES", "cached_teacher_costs", "median_length_batches",
+           "overlap_counts", "teacher_costs"]

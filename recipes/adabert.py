@@ -307,18 +307,12 @@ class AdaBertContext:
         return batches
 
     def teacher_costs(self) -> dict[str, Any]:
-        from nas.measure import teacher_costs
+        from nas.measure import cached_teacher_costs
 
-        known = self.run.load_json("teacher.json")
-        if known is not None:
-            return known
-        costs = teacher_costs(
-            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
-            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
-            max_seq_len=self.cfg.data.max_seq_len, latency_batches=self.latency_batches,
-            latency_repeats=self.cfg.latency_repeats)
-        self.run.save_json("teacher.json", costs)
-        return costs
+        return cached_teacher_costs(
+            self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
+            report=self.report, tokenizer=self.tokenizer, max_seq_len=self.cfg.data.max_seq_len,
+            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
 
     def retrain_evaluator(self) -> DistilledRetrainEvaluator:
         """Stage 4's evaluator: the child trained from scratch on the whole training

@@ -454,18 +454,12 @@ class EfficientBertContext:
         return loss
 
     def teacher_costs(self) -> dict[str, Any]:
-        from nas.measure import teacher_costs
+        from nas.measure import cached_teacher_costs
 
-        known = self.run.load_json("teacher.json")
-        if known is not None:
-            return known
-        costs = teacher_costs(
-            self.teacher.model_dir, self.train.num_labels, dev_metrics=self.teacher.metrics,
-            report_split=self.report_split, report=self.report, tokenizer=self.tokenizer,
-            max_seq_len=self.seq_len, latency_batches=self.latency_batches,
-            latency_repeats=self.cfg.latency_repeats)
-        self.run.save_json("teacher.json", costs)
-        return costs
+        return cached_teacher_costs(
+            self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
+            report=self.report, tokenizer=self.tokenizer, max_seq_len=self.seq_len,
+            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
 
     # -- evaluators ----------------------------------------------------------------------
     def proxy_evaluator(self, warm: Any, inherit: bool | None = None,
