@@ -98,7 +98,9 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
              "|---|---|---|---|---|---|---|---|",
              _row("teacher", teacher, metric, teacher, split)]
     if "searched" in metrics:
-        lines.append(_row("searched", metrics["searched"], metric, teacher, split))
+        # a fixed-design recipe (TinyBERT, MobileBERT, mixed vocab) tags its row "student"
+        lines.append(_row(metrics["searched"].get("tag") or "searched", metrics["searched"],
+                          metric, teacher, split))
     if "random" in metrics:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):

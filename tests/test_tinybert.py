@@ -295,7 +295,7 @@ def test_smoke_run_report_evaluate_and_exports(smoke_run, capsys):
                                                               "intermediate.safetensors").exists()
 
     text, _ = write_report(smoke_run)
-    assert "| searched |" in text and "## TinyBERT recipe" in text
+    assert "| student |" in text and "## TinyBERT recipe" in text
 
     capsys.readouterr()
     assert main(["evaluate", str(smoke_run), "--json"]) == 0
