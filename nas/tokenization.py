@@ -138,8 +138,10 @@ def train_student_vocab(
     vocab_size: int = 5000,
     lowercase: bool = True,
     min_frequency: int = 2,
+    progress: bool = True,
 ) -> Path:
-    """Train a WordPiece vocabulary of about ``vocab_size`` tokens and save it in ``out_dir``.
+    """Train a WordPiece vocabulary of about ``vocab_size`` tokens and save it in ``out_dir``
+    (``progress``: the trainer's own progress bars).
 
     Every printable ASCII character is forced into the alphabet (and its ``##`` form
     into the vocabulary), so any ASCII word segments without ``[UNK]`` (SPEC §7). Writes
@@ -162,6 +164,7 @@ def train_student_vocab(
         # limit_alphabet keeps rare non-ASCII characters out of a 5K vocabulary; the ASCII
         # alphabet is added on top of it by initial_alphabet.
         limit_alphabet=len(ASCII_ALPHABET) + 100,
+        show_progress=progress,
     )
     tok.train_from_iterator(texts, trainer=trainer)
     # WordPiece continues words with "##x"; make sure each ASCII character has both forms

@@ -563,7 +563,8 @@ class MixedVocab(Method):
                      cfg.vocab.size, len(ctx.texts))
             train_student_vocab(ctx.texts, folder, vocab_size=cfg.vocab.size,
                                 lowercase=cfg.vocab.lowercase,
-                                min_frequency=cfg.vocab.min_frequency)
+                                min_frequency=cfg.vocab.min_frequency,
+                                progress=ctx.progress())
             return {"key": key, "texts": len(ctx.texts), "settings": asdict(cfg.vocab)}
 
         record, _ = _cached(folder, "stage 2/8: student vocabulary", train)
