@@ -156,6 +156,30 @@ def test_warm_up_trains_once_then_comes_from_the_cache_and_resumes(space, tiny_t
     assert not other.record["from_cache"] and other.weights != first.weights
 
 
+def test_warm_up_starts_from_the_teachers_word_embeddings_unless_told_not_to(space, tiny_teacher,
+                                                                             cache):
+    """``embedding_init: teacher`` (the default) copies the teacher's table, factorised to
+    the embedding width, before the first step; ``random`` keeps the fresh one."""
+    from nas.data import load_task
+    from nas.distill.init import teacher_embedding_init
+
+    train = load_task("sst2", "train").head(16)
+    # one step at a negligible learning rate: the weights are the starting ones
+    settings = dict(corpus_splits=["valid"], max_texts=16, max_seq_len=16, batch_size=16,
+                    max_steps=1, lr=1e-12)
+    width = space.config["embedding_size"]
+    table = teacher_embedding_init(str(tiny_teacher), width)
+
+    def words(init):
+        result = warmup_supernet(space, str(tiny_teacher),
+                                 WarmupSettings(**settings, embedding_init=init),
+                                 task="sst2", task_train=train)
+        return result.load(space).nodes["emb"].word_embeddings.weight.detach()
+
+    assert torch.allclose(words("teacher"), table, atol=1e-6)
+    assert not torch.allclose(words("random"), table, atol=1e-2)
+
+
 # ----------------------------------------------------------------- configuration
 
 
