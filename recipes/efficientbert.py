@@ -565,7 +565,9 @@ class EfficientBert(Method):
             arch = ctx.space.validate(found["best"])
         metrics["stages"] = stages
         metrics["budget"] = {"max_params": ctx.budget, "source": ctx.budget_source}
-        metrics["searched"] = self.retrain_and_export(ctx, warm, arch)
+        # with every stage skipped the retrained model is the seed (hand-designed) FFN
+        metrics["searched"] = self.retrain_and_export(ctx, warm, arch,
+                                                      "searched" if stages else "hand-designed")
         metrics.update(self.baselines(ctx, warm))
         metrics["metric"] = ctx.dev.metric
         metrics["warmup"] = {k: v for k, v in warm.record.items() if k != "history"}
@@ -754,8 +756,8 @@ class EfficientBert(Method):
             raise NasError(f"the retrain of {tag} {arch.id} {result.status}: {result.reason}")
         return report_row(tag, arch, result, ctx.report_split), evaluator
 
-    def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any
-                           ) -> dict[str, Any]:
+    def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any,
+                           tag: str = "searched") -> dict[str, Any]:
         from nas.export import export
 
         run = ctx.run
@@ -765,7 +767,7 @@ class EfficientBert(Method):
         t0 = time.time()
         log.info("retrain: %s with the full distillation, then %s", arch.id,
                  "dev" if ctx.report_split == "dev" else f"dev and {ctx.report_split}")
-        searched, evaluator = self.retrain(ctx, warm, arch, "searched")
+        searched, evaluator = self.retrain(ctx, warm, arch, tag)
         log.info("export: native and ONNX")
         export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
                fmt="onnx", labels=list(ctx.train.label_names), tokenizer=ctx.teacher.model_dir,
