@@ -19,9 +19,10 @@ Main entry points:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -380,5 +381,22 @@ def load_teacher_as_design(path: str | Path | None = None, num_labels: int | Non
     return space, model.eval()
 
 
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """``transformers`` with its progress bars off and its logging at errors only (no
+    multi-line load reports) inside the block; both restored after, however it ends."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 __all__ = ["FAMILIES", "from_hf", "hf_config", "load_from_hf", "load_teacher_as_design",
-           "module_map", "to_hf"]
+           "module_map", "quiet_transformers", "to_hf"]

@@ -520,22 +520,17 @@ def _load_hf(directory: Path) -> Any:
     """``transformers`` loading, quiet (no progress bar, no multi-line report) and with any
     failure as one ExportError line."""
     from transformers import AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
 
-    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    from nas.hf import quiet_transformers
+
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            str(directory), local_files_only=True)
+        with quiet_transformers():
+            return AutoModelForSequenceClassification.from_pretrained(
+                str(directory), local_files_only=True)
     except Exception as err:  # transformers and safetensors raise many kinds
         message = " ".join(str(err).split()) or type(err).__name__
         raise ExportError(f"{directory}: transformers cannot load it ({message[:300]})") \
             from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bar:
-            hf_logging.enable_progress_bar()
 
 
 def random_batch(model: ExportedModel, batch_size: int, seq_len: int, seed: int = 0

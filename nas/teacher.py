@@ -102,23 +102,17 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     by one log line: the encoder of a fine-tuned classifier always leaves its
     ``classifier`` tensors unused (debug), while tensors the model lacks and initialises
     fresh are worth a warning (a new task head is expected; anything else is not)."""
-    from transformers.utils import logging as hf_logging
+    from nas.hf import quiet_transformers
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        model, info = cls.from_pretrained(name, local_files_only=True, output_loading_info=True,
-                                          **kwargs)
+        with quiet_transformers():
+            model, info = cls.from_pretrained(name, local_files_only=True,
+                                              output_loading_info=True, **kwargs)
     except OSError as e:
         raise TeacherError(
             f"cannot load teacher {name!r} offline ({str(e)[:200]}); pass a local folder, "
             f"or download the model into the Hugging Face cache first"
         ) from e
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
     fresh = sorted(info.get("missing_keys") or ()) + [
         str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or ()]
     head = all(k.startswith("classifier.") for k in fresh)
