@@ -52,6 +52,7 @@ from typing import Any
 
 from nas.config import ConfigError, check_fields
 from nas.distill.general import load_weights, save_weights
+from nas.distill.init import EMBEDDING_INITS
 from nas.distill.mobilebert import TRANSFERS, PktWeights
 from nas.distill.task import (
     DataSettings,
@@ -69,7 +70,6 @@ from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
 
-INITS = ("teacher-pca", "random")
 #: ``mobilebert-tiny``'s block choices (h_intra, heads, stacked FFNs and their width,
 #: bottleneck attention), the default comparison arm at the student's depth and width.
 TINY_CHOICES: dict[str, Any] = dict(intra_bottleneck_size=128, num_attention_heads=4,
@@ -96,7 +96,7 @@ class StudentSettings:
 
     def __post_init__(self) -> None:
         check_fields([("space", bool(self.space.strip()), "a space name"),
-                      ("init", self.init in INITS, " or ".join(INITS))], self)
+                      ("init", self.init in EMBEDDING_INITS, " or ".join(EMBEDDING_INITS))], self)
 
     def build_space(self, num_labels: int, choices: dict[str, Any] | None = None) -> Any:
         """The space whose architectures are students: ``config``, with every grid

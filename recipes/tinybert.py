@@ -61,6 +61,7 @@ from nas.distill.general import (
     text_corpus,
     token_lengths,
 )
+from nas.distill.init import EMBEDDING_INITS
 from nas.distill.task import (
     DataSettings,
     DistillContext,
@@ -75,7 +76,6 @@ from nas.train import TrainSettings, loop_settings
 
 log = logging.getLogger("nas.tinybert")
 
-INITS = ("teacher-pca", "random")
 LAYER_MAPPINGS = ("uniform", "top", "bottom")
 #: Bump when general distillation changes, so that cached students are not reused.
 GENERAL_VERSION = 1
@@ -97,7 +97,7 @@ class StudentSettings:
 
     def __post_init__(self) -> None:
         check_fields([("space", bool(self.space.strip()), "a space name"),
-                      ("init", self.init in INITS, " or ".join(INITS))], self)
+                      ("init", self.init in EMBEDDING_INITS, " or ".join(EMBEDDING_INITS))], self)
 
     def build_space(self, num_labels: int) -> Any:
         from nas.space import get_space

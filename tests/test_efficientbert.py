@@ -158,7 +158,7 @@ def test_warm_up_trains_once_then_comes_from_the_cache_and_resumes(space, tiny_t
 
 def test_warm_up_starts_from_the_teachers_word_embeddings_unless_told_not_to(space, tiny_teacher,
                                                                              cache):
-    """``embedding_init: teacher`` (the default) copies the teacher's table, factorised to
+    """``embedding_init: teacher-pca`` (the default) copies the teacher's table, factorised to
     the embedding width, before the first step; ``random`` keeps the fresh one."""
     from nas.data import load_task
     from nas.distill.init import teacher_embedding_init
@@ -176,7 +176,7 @@ def test_warm_up_starts_from_the_teachers_word_embeddings_unless_told_not_to(spa
                                  task="sst2", task_train=train)
         return result.load(space).nodes["emb"].word_embeddings.weight.detach()
 
-    assert torch.allclose(words("teacher"), table, atol=1e-6)
+    assert torch.allclose(words("teacher-pca"), table, atol=1e-6)
     assert not torch.allclose(words("random"), table, atol=1e-2)
 
 

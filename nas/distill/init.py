@@ -13,6 +13,10 @@ from typing import Any
 
 import torch
 
+#: Where a student's word embeddings start: the teacher's table factorised by its
+#: principal components (:func:`teacher_embedding_init`), or the fresh initialisation.
+EMBEDDING_INITS = ("teacher-pca", "random")
+
 
 def teacher_embedding_init(teacher_dir: str | None, dim: int) -> torch.Tensor:
     """The teacher's word embeddings factorised to ``dim`` (principal components), at the
@@ -36,4 +40,4 @@ def init_embeddings(model: Any, table: torch.Tensor) -> None:
         emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
 
 
-__all__ = ["init_embeddings", "teacher_embedding_init"]
+__all__ = ["EMBEDDING_INITS", "init_embeddings", "teacher_embedding_init"]

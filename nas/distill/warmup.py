@@ -34,6 +34,7 @@ from torch import nn
 
 from nas.config import ConfigError, check_fields
 from nas.distill.general import TextDistillSettings
+from nas.distill.init import EMBEDDING_INITS
 from nas.distill.tinybert import Terms, intermediate_loss
 from nas.errors import NasError
 from nas.seeding import seed_stage
@@ -41,8 +42,6 @@ from nas.train import TrainSettings, loop_settings
 
 log = logging.getLogger("nas.warmup")
 
-#: Where the supernet's word embeddings start (:class:`WarmupSettings`).
-EMBEDDING_INITS = ("teacher", "random")
 #: Bump when the warm-up changes, so that cached supernets are not reused.
 WARMUP_VERSION = 1
 #: The warm-up's terms: attention and hidden MSE, no embedding loss (SPEC §3).
@@ -154,7 +153,7 @@ def check_teacher_fits(space: Any, teacher: Mapping[str, Any]) -> None:
 class WarmupSettings(TextDistillSettings):
     """The warm-up (SPEC §3): distillation of the largest supernet on unlabeled text.
 
-    ``embedding_init``: ``teacher`` starts the word embeddings from the teacher's,
+    ``embedding_init``: ``teacher-pca`` starts the word embeddings from the teacher's,
     factorised to the embedding width (:mod:`nas.distill.init`; an adaptation to a CPU
     budget, as AdaBERT and TinyBERT here: the paper's warm-up runs long enough on
     Wikipedia to learn a 30k-word table, a thousand steps on a CPU do not); ``random``
@@ -164,7 +163,7 @@ class WarmupSettings(TextDistillSettings):
     no_text = "the warm-up needs text"
 
     checkpoint_every: int = 100
-    embedding_init: str = "teacher"
+    embedding_init: str = "teacher-pca"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -256,7 +255,7 @@ def _train(space: Any, arch: Any, teacher_dir: str, settings: WarmupSettings, co
         p.requires_grad_(False)
     seed_stage(s.seed, "warmup")
     supernet = build_supernet(space)
-    if s.embedding_init == "teacher":
+    if s.embedding_init == "teacher-pca":
         from nas.distill.init import init_embeddings, teacher_embedding_init
 
         width = supernet.nodes["emb"].word_embeddings.weight.shape[1]
