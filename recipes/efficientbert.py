@@ -104,9 +104,10 @@ class BudgetSettings:
 class ProxySettings:
     """The ``warmup-kd`` proxy of stages 1–2: ``text_steps`` of attention + hidden KD on
     the warm-up text (0: none), then ``task_steps`` of hidden KD + soft cross-entropy on
-    the search-train part (at most ``max_task_examples``), scored every ``eval_every``
-    steps on the held-out part; the score is the best value. ``inherit: false`` starts
-    each candidate from scratch (the no-warm-up arm)."""
+    the search-train part (at most ``max_task_examples``), the soft cross-entropy weighted
+    by ``gamma`` (the paper's 1), scored every ``eval_every`` steps on the held-out part;
+    the score is the best value. ``inherit: false`` starts each candidate from scratch
+    (the no-warm-up arm)."""
 
     text_steps: int = 200
     task_steps: int = 200
@@ -115,6 +116,7 @@ class ProxySettings:
     eval_every: int | None = 50
     max_task_examples: int | None = None
     temperature: float = 1.0
+    gamma: float = 1.0
     inherit: bool = True
     cache_teacher: bool = True
 
@@ -126,7 +128,8 @@ class ProxySettings:
                       ("eval_every", self.eval_every is None or self.eval_every >= 1,
                        "None or >= 1"),
                       ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
-                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0")], self)
+                      ("temperature", 0.0 < self.temperature < math.inf, "a number > 0"),
+                      ("gamma", 0.0 < self.gamma < math.inf, "a number > 0")], self)
 
     def settings(self, steps: int) -> TrainSettings:
         return TrainSettings(epochs=10_000, max_steps=steps, batch_size=self.batch_size,
@@ -479,7 +482,8 @@ class EfficientBertContext:
             task_steps_per_epoch=math.ceil(len(self.proxy_train) / p.batch_size),
             task_loss=self.kd_loss(Terms(False, False, True),
                                    self.logits("proxy_train", self.proxy_train),
-                                   temperature=p.temperature, cached=p.cache_teacher),
+                                   gamma=p.gamma, temperature=p.temperature,
+                                   cached=p.cache_teacher),
             val_batches=self.val_batches,
             text_batches=self.train_batches(text, p.batch_size, "proxy-text"),
             text_steps_per_epoch=math.ceil(len(text) / p.batch_size),

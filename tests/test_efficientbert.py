@@ -193,6 +193,9 @@ def test_the_smoke_experiment_loads_and_bad_keys_are_named():
         load_experiment(SMOKE, ["warmup.max_seq_len=32"])
     with pytest.raises(ConfigError, match="space.num_labels comes from the task"):
         load_experiment(SMOKE, ["space.num_labels=3"])
+    with pytest.raises(ConfigError, match="proxy: gamma must be a number > 0"):
+        load_experiment(SMOKE, ["proxy.gamma=0"])
+    assert load_experiment(SMOKE, ["proxy.gamma=10"])[1].proxy.gamma == 10
     _, skipped = load_experiment(SMOKE, ["stage1.enabled=false", "stage3.enabled=false"])
     assert not skipped.stage1.enabled and not skipped.stage3.enabled
 
