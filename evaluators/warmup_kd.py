@@ -127,6 +127,9 @@ class WarmupKDEvaluator(Evaluator):
         trial = trial or NullTrial()
         task = self.task
         arch = self.space.validate(arch)
+        # load the supernet first: building it draws from the global RNG, which would
+        # otherwise shift the first candidate's dropout stream and not the others'
+        self.supernet()
         seed_stage(self.seed, f"warmup-kd:{arch.id}")
         child = self.child(arch)
         scores: list[float] = []

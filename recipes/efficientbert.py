@@ -606,6 +606,7 @@ class EfficientBert(Method):
 
         from nas.space import fix_choices
         from searchers.loop import StudySpec, run_study, study_evaluator
+        from searchers.report import outcome
         from searchers.results import best_trial, complete_trials
 
         s: SearchStage = getattr(ctx.cfg, name)
@@ -651,12 +652,12 @@ class EfficientBert(Method):
         trials = [{"number": t.number, "arch_id": t.user_attrs.get("arch_id"),
                    "value": t.values[0], "params": (t.user_attrs.get("costs") or {}).get(
                        "params")} for t in complete_trials(study)]
-        outcome = [t.user_attrs.get("outcome") for t in study.trials]
+        outcomes = [outcome(t) for t in study.trials]
         arch = space.validate(best.user_attrs["arch"])
         found = {"best": dict(arch), "id": arch.id, "value": best.values[0],
                  "trial": best.number, "fixed": fixed, "searcher": searcher,
                  "n_trials": spec.n_trials, "trials": trials,
-                 "outcomes": {o: outcome.count(o) for o in sorted(set(map(str, outcome)))},
+                 "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
                  "seconds": round(time.time() - t0, 1)}
         ctx.seconds[name] = found["seconds"]
         ctx.run.save_json(f"{name}.json", found)

@@ -182,11 +182,14 @@ class WarmupResult:
     record: dict[str, Any]
 
     def load(self, space: Any) -> nn.Module:
-        """The supernet of ``space`` with the warm-up weights, in eval mode."""
+        """The supernet of ``space`` with the warm-up weights, in eval mode. The global RNG
+        is left as it was (building draws initial weights that the load overwrites), so a
+        caller's seeded stage does not depend on whether it loaded the supernet."""
         from nas.builder import build_supernet
         from nas.distill.general import load_weights
 
-        net = build_supernet(space)
+        with torch.random.fork_rng(devices=[]):
+            net = build_supernet(space)
         load_weights(net, self.weights)
         return net.eval()
 
