@@ -354,3 +354,25 @@ def test_the_cached_teacher_gives_the_teachers_states_in_fp16(tiny_teacher, tmp_
     assert torch.allclose(again.logits, direct.logits, atol=1e-2)
     other = cached(batch, ("hidden_states",))  # other states asked: another entry
     assert cached.misses == 2 and "attention_scores" not in other.records
+
+
+def test_the_proxy_noise_script_scores_one_architecture_per_seed(smoke_run, monkeypatch, capsys):
+    """experiments/efficientbert_proxy_noise.py: a score per seed, then mean and sd; the
+    same seed gives the same score in a new evaluator (the warm-up comes from the cache)."""
+    import runpy
+
+    script = str(ROOT / "experiments" / "efficientbert_proxy_noise.py")
+    arch = str(smoke_run / "derived_arch.json")
+
+    def scores(*extra: str) -> list[dict]:
+        monkeypatch.setattr("sys.argv", [script, "--config", str(SMOKE), "--arch", arch,
+                                         *extra])
+        runpy.run_path(script, run_name="__main__")
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    first = scores("--seeds", "2")
+    assert [r.get("seed") for r in first] == [0, 1, None]
+    assert {r["status"] for r in first[:2]} == {"complete"}
+    assert first[2]["mean"] == pytest.approx((first[0]["score"] + first[1]["score"]) / 2)
+    again = scores("--seeds", "1")
+    assert again[0]["score"] == first[0]["score"]
