@@ -1,17 +1,19 @@
-"""The repeat noise of EfficientBERT's ``warmup-kd`` proxy: one architecture, scored
-several times with different candidate seeds (everything else as in the experiment).
+"""The repeat noise of EfficientBERT's scores: one architecture, scored several times
+with different candidate seeds (everything else as in the experiment), by the
+``warmup-kd`` proxy or, with ``--full``, by the final recipe (the ranking's reference).
 
-A ranking proxy is only as good as the gap between candidates relative to this noise: the
+A ranking is only as good as the gap between candidates relative to this noise: the
 ranking audit (``nas audit``) gives the spread across architectures, this script the spread
 within one.
 
 Run: ``python experiments/efficientbert_proxy_noise.py [--config
-experiments/efficientbert_sst2.yaml] [--arch ARCH_JSON] [--seeds 4] [--set KEY=VALUE ...]
-[--out runs/efficientbert_proxy_noise]``. Without ``--arch`` the architecture is the
-hand-designed FFN (the space's default). Candidate seed k is the run seed + k (each
-candidate's own seed derives from it and the architecture id). The teacher and the warm-up
-come from the cache that ``nas run`` of the same config fills. Prints one JSON line per
-seed, then the mean and standard deviation.
+experiments/efficientbert_sst2.yaml] [--arch ARCH_JSON] [--seeds 4] [--first-seed 0]
+[--full] [--set KEY=VALUE ...] [--out runs/efficientbert_proxy_noise]``. Without
+``--arch`` the architecture is the hand-designed FFN (the space's default). The seeds are
+``--first-seed``, +1, ... (each candidate's own seed derives from it and the architecture
+id; seed 0 is what ``nas run`` at ``seed: 0`` gives). The teacher and the warm-up come from
+the cache that ``nas run`` of the same config fills. Prints one JSON line per seed, then
+the mean and standard deviation.
 
 Results (2026-11-22, efficientbert_sst2.yaml, the hand-designed FFN, seeds 0-3; one CPU
 thread beside two other jobs, about 70 s per score): 81.88, 81.00, 82.50, 82.00 on the
@@ -41,6 +43,9 @@ def main() -> None:
     parser.add_argument("--config", default="experiments/efficientbert_sst2.yaml")
     parser.add_argument("--arch", help="architecture JSON (default: the hand-designed FFN)")
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--full", action="store_true",
+                        help="score by the final recipe (retrain, dev) instead of the proxy")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting of --config, as `nas run --set` does")
     parser.add_argument("--data-dir", default=None)
@@ -55,14 +60,17 @@ def main() -> None:
     options = RunOptions(run_dir=out, data_dir=args.data_dir, progress=False)
     run = RunDir(out, {"method": method.name, **asdict(config)}, resume=out.is_dir())
     ctx = EfficientBertContext(config, run, options).prepare()
-    evaluator = ctx.proxy_evaluator(method.warmup(ctx))
+    warm = method.warmup(ctx)
     arch = ctx.space.validate(load_architecture(args.arch) or ctx.space.default())
     scores = []
-    for k in range(args.seeds):
-        evaluator.seed = config.seed + k
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        # the retrain keeps each candidate's weights in its workdir: one per seed
+        evaluator = (ctx.retrain_evaluator(warm, workdir=out / f"retrain-seed{seed}")
+                     if args.full else ctx.proxy_evaluator(warm))
+        evaluator.seed = seed
         result = evaluator.evaluate(arch)
         scores.append(result.values[0] if result.ok else float("nan"))
-        print(json.dumps({"arch_id": arch.id, "seed": evaluator.seed, "score": scores[-1],
+        print(json.dumps({"arch_id": arch.id, "seed": seed, "score": scores[-1],
                           "status": str(result.status)}), flush=True)
     print(json.dumps({"arch_id": arch.id, "mean": statistics.mean(scores),
                       "sd": statistics.stdev(scores) if len(scores) > 1 else 0.0}))

@@ -358,7 +358,8 @@ def test_the_cached_teacher_gives_the_teachers_states_in_fp16(tiny_teacher, tmp_
 
 def test_the_proxy_noise_script_scores_one_architecture_per_seed(smoke_run, monkeypatch, capsys):
     """experiments/efficientbert_proxy_noise.py: a score per seed, then mean and sd; the
-    same seed gives the same score in a new evaluator (the warm-up comes from the cache)."""
+    same seed gives the same score in a new evaluator (the warm-up comes from the cache);
+    ``--full`` scores by the run's own final recipe."""
     import runpy
 
     script = str(ROOT / "experiments" / "efficientbert_proxy_noise.py")
@@ -376,3 +377,7 @@ def test_the_proxy_noise_script_scores_one_architecture_per_seed(smoke_run, monk
     assert first[2]["mean"] == pytest.approx((first[0]["score"] + first[1]["score"]) / 2)
     again = scores("--seeds", "1")
     assert again[0]["score"] == first[0]["score"]
+    # --full at seed 0 is the run's own retrain of that architecture, to the digit
+    [full, _] = scores("--seeds", "1", "--full")
+    searched = json.loads((smoke_run / "searched.json").read_text())
+    assert full["score"] == searched["dev"]["accuracy"]
