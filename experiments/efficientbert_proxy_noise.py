@@ -38,6 +38,7 @@ from pathlib import Path
 
 from nas.architecture import load_architecture
 from nas.data.files import resolve_task
+from nas.errors import NasError
 from nas.methods import RunOptions, load_experiment
 from nas.rundir import RunDir
 from recipes.efficientbert import EfficientBert, EfficientBertContext
@@ -56,29 +57,37 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     args = parser.parse_args()
+    try:
+        measure(args)
+    except NasError as err:  # a bad file or setting: one line, no traceback
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
 
+
+def measure(args: argparse.Namespace) -> None:
+    """Score the architecture once per seed and print the lines."""
     method, config = load_experiment(args.config, args.set)
     if not isinstance(method, EfficientBert):
-        parser.error(f"{args.config} is not an efficientbert experiment")
+        raise NasError(f"{args.config} is not an efficientbert experiment")
+    chosen = load_architecture(args.arch)  # read before the teacher and data: fail fast
     config = replace(config, task=resolve_task(config.task))
     out = Path(args.out or Path(tempfile.mkdtemp(prefix="efficientbert_proxy_noise_")) / "run")
     options = RunOptions(run_dir=out, data_dir=args.data_dir, progress=False)
     run = RunDir(out, {"method": method.name, **asdict(config)}, resume=out.is_dir())
     ctx = EfficientBertContext(config, run, options).prepare()
     warm = method.warmup(ctx)
-    arch = ctx.space.validate(load_architecture(args.arch) or ctx.space.default())
-    scores = []
+    arch = ctx.space.validate(chosen or ctx.space.default())
+    proxy = None if args.full else ctx.proxy_evaluator(warm)  # one supernet load for all
+    values = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         # the retrain keeps each candidate's weights in its workdir: one per seed
-        evaluator = (ctx.retrain_evaluator(warm, workdir=out / f"retrain-seed{seed}")
-                     if args.full else ctx.proxy_evaluator(warm))
+        evaluator = proxy or ctx.retrain_evaluator(warm, workdir=out / f"retrain-seed{seed}")
         evaluator.seed = seed
         result = evaluator.evaluate(arch)
-        scores.append(result.values[0] if result.ok else float("nan"))
-        print(json.dumps({"arch_id": arch.id, "seed": seed, "score": scores[-1],
+        values.append(result.values[0] if result.ok else float("nan"))
+        print(json.dumps({"arch_id": arch.id, "seed": seed, "score": values[-1],
                           "status": str(result.status)}), flush=True)
-    print(json.dumps({"arch_id": arch.id, "mean": statistics.mean(scores),
-                      "sd": statistics.stdev(scores) if len(scores) > 1 else 0.0}))
+    print(json.dumps({"arch_id": arch.id, "mean": statistics.mean(values),
+                      "sd": statistics.stdev(values) if len(values) > 1 else 0.0}))
 
 
 if __name__ == "__main__":

@@ -381,3 +381,10 @@ def test_the_proxy_noise_script_scores_one_architecture_per_seed(smoke_run, monk
     [full, _] = scores("--seeds", "1", "--full")
     searched = json.loads((smoke_run / "searched.json").read_text())
     assert full["score"] == searched["dev"]["accuracy"]
+    # a missing architecture file: one line naming it, before any teacher or data work
+    monkeypatch.setattr("sys.argv", [script, "--config", str(SMOKE), "--arch", "nope.json"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(script, run_name="__main__")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "architecture file 'nope.json' does not exist" in err
