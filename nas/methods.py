@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -52,7 +52,10 @@ class RunOptions:
     searcher: str | None = None  # None: the method's default
     resume: bool = False
     progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)  # method-specific flags
+    break_lock: bool = False  # take over a run folder whose lock a dead process left
+    # the multi-trial stage's settings from the command line (storage, n_trials, timeout,
+    # workers, attach: a ``searchers.loop.StudyOptions``; the core does not import it)
+    study: Any = None
 
 
 class Method(abc.ABC):

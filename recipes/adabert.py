@@ -438,7 +438,7 @@ class AdaBert(Method):
         resume = options.resume or (searcher == "random"
                                     and (Path(options.run_dir) / "config.yaml").is_file())
         run = RunDir(options.run_dir, snapshot(config), resume=resume,
-                     break_lock=bool(options.extra.get("break_lock")))
+                     break_lock=options.break_lock)
         config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
         ctx = AdaBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
@@ -526,7 +526,7 @@ class AdaBert(Method):
         cfg = ctx.cfg
         spec = StudySpec.for_run(
             searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
-            settings=cfg.multi_trial, options=ctx.options.extra.get("study"),
+            settings=cfg.multi_trial, options=ctx.options.study,
             default_trials=cfg.random_samples, resume=resume, seq_len=cfg.data.max_seq_len,
             progress=ctx.options.progress)
         spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,

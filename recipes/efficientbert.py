@@ -550,7 +550,7 @@ class EfficientBert(Method):
         task = resolve_task(config.task)
         searcher = self.check_searcher(options.searcher)
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+                     resume=options.resume, break_lock=options.break_lock)
         config = replace(config, task=task)
         ctx = EfficientBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = run.load_json("metrics.json") or {}
@@ -634,7 +634,7 @@ class EfficientBert(Method):
         spec = StudySpec.for_run(
             searcher=searcher, name=f"{ctx.cfg.name}-{name}", run_dir=folder,
             seed=stage_seed(ctx.cfg.seed, name), settings=settings,
-            options=ctx.options.extra.get("study"), default_trials=settings.n_trials or 16,
+            options=ctx.options.study, default_trials=settings.n_trials or 16,
             resume=(folder / "study.json").is_file(), seq_len=ctx.seq_len,
             progress=ctx.options.progress)
         spec.export = {"labels": list(ctx.train.label_names),
@@ -831,7 +831,7 @@ class EfficientBert(Method):
 
         task = resolve_task(config.task)
         run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},
-                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+                     resume=options.resume, break_lock=options.break_lock)
         config = replace(config, task=task)
         ctx = EfficientBertContext(config, run, options).prepare()
         warm = self.warmup(ctx)

@@ -521,7 +521,7 @@ class MixedVocab(Method):
     def run(self, config: MixedVocabConfig, options: RunOptions) -> dict[str, Any]:
         started = time.time()
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+                     resume=options.resume, break_lock=options.break_lock)
         ctx = Context(config, run, options).prepare()
         vocab = self.vocabulary(ctx)
         stage1 = self.stage_one(ctx, vocab)

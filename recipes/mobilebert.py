@@ -348,7 +348,7 @@ class MobileBert(Method):
         started = time.time()
         searcher = self.check_searcher(options.searcher or config.searcher)
         run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
+                     resume=options.resume, break_lock=options.break_lock)
         ctx = MobileBertContext(config, run, options).prepare()
         metrics: dict[str, Any] = {"teacher": ctx.teacher_costs(), "transfer": config.transfer}
         space, arch = ctx.space, config.student.default_arch(ctx.space)
@@ -382,7 +382,7 @@ class MobileBert(Method):
         space = cfg.student.build_space(ctx.train.num_labels, cfg.search.choices)
         spec = StudySpec.for_run(
             searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
-            settings=cfg.multi_trial, options=ctx.options.extra.get("study"),
+            settings=cfg.multi_trial, options=ctx.options.study,
             default_trials=12, resume=ctx.options.resume, seq_len=cfg.data.max_seq_len,
             progress=ctx.options.progress)
         spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,

@@ -37,10 +37,7 @@ stage is never redone, and ``--resume`` continues an unfinished one from its che
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +50,7 @@ from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
 from nas.distill.general import (
     TextDistillSettings,
-    exclusive,
+    cached_entry,
     load_weights,
     save_weights,
     seeded_batches,
@@ -62,17 +59,11 @@ from nas.distill.general import (
     token_lengths,
 )
 from nas.distill.init import EMBEDDING_INITS
-from nas.distill.task import (
-    DataSettings,
-    DistillContext,
-    PredictionSettings,
-    evaluate_student,
-    export_student,
-)
-from nas.methods import Method, RunOptions, load_experiment, register_method
-from nas.rundir import RunDir
+from nas.distill.task import PredictionSettings, evaluate_student, export_student
+from nas.methods import register_method
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
+from recipes.common import MethodConfig, Recipe, TaskContext, load_typed
 
 log = logging.getLogger("nas.tinybert")
 
@@ -157,13 +148,7 @@ class TinyBertPrediction(PredictionSettings):
 
 
 @dataclass
-class TinyBertConfig:
-    name: str
-    task: str
-    teacher: str | None = None
-    seed: int = 0
-    data: DataSettings = field(default_factory=DataSettings)
-    teacher_finetune: dict = field(default_factory=dict)
+class TinyBertConfig(MethodConfig):
     student: StudentSettings = field(default_factory=StudentSettings)
     layer_mapping: str = "uniform"
     general: GeneralSettings = field(default_factory=GeneralSettings)
@@ -171,32 +156,17 @@ class TinyBertConfig:
     losses: LossSettings = field(default_factory=LossSettings)
     intermediate: IntermediateSettings = field(default_factory=IntermediateSettings)
     prediction: TinyBertPrediction = field(default_factory=TinyBertPrediction)
-    latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import check_finetune_overrides
-
-        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
-                      ("task", bool(self.task.strip()), "a task name"),
-                      ("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
-                       " or ".join(LAYER_MAPPINGS)),
-                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        check_finetune_overrides(self.teacher_finetune)  # before any stage
+        super().__post_init__()
+        check_fields([("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
+                       " or ".join(LAYER_MAPPINGS))], self)
         self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
 
-    def finetune_config(self) -> Any:
-        from nas.teacher import FinetuneConfig
 
-        return FinetuneConfig(**self.teacher_finetune)
-
-
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
-                ) -> TinyBertConfig:
+def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
     """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
-    method, config = load_experiment(path, overrides)
-    if not isinstance(method, TinyBert):
-        raise ConfigError(f"{path}: method {method.name!r} is not tinybert")
-    return config
+    return load_typed(path, TinyBert, overrides)
 
 
 # ------------------------------------------------------------- general distillation
@@ -227,27 +197,15 @@ def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
         init=cfg.student.init, text=corpus.fingerprint, settings=settings,
         layer_mapping=cfg.layer_mapping, version=GENERAL_VERSION)
     folder = cache_root() / "general" / f"{cfg.student.space}-{key}"
-    weights, result_file = folder / "student.safetensors", folder / "result.json"
-    trained = False
-    if not result_file.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        # one writer per entry: a second run of the same settings (another seed or arm
-        # started meanwhile) waits here, then finds the result
-        with exclusive(folder / ".lock", f"general distillation {folder}"):
-            if not result_file.is_file():
-                _general_train(cfg, space, corpus, tokenizer, folder, key, teacher_id,
-                               settings, progress)
-                trained = True
-    if not trained:
-        log.info("stage 3/8: general distillation from the cache (%s)", folder)
-    return weights, {**json.loads(result_file.read_text()), "from_cache": not trained}
+    record, _ = cached_entry(folder, "stage 3/8: general distillation", lambda: _general_train(
+        cfg, space, corpus, tokenizer, folder, key, teacher_id, settings, progress))
+    return folder / "student.safetensors", record
 
 
 def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
                    folder: Path, key: str, teacher_id: str, settings: dict[str, Any],
-                   progress: bool) -> None:
-    """The training of stage 3 (see :func:`general_distillation`); writes the entry."""
-    from nas.checkpoint import atomic_write_json
+                   progress: bool) -> dict[str, Any]:
+    """The training of stage 3 (see :func:`general_distillation`); returns the record."""
     from nas.distill.losses import layer_map
     from nas.distill.tinybert import DistillStudent, Terms, intermediate_loss
     from nas.hf import load_teacher_as_design
@@ -255,7 +213,6 @@ def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
     from nas.train import Trainer
 
     g = cfg.general
-    weights, result_file = folder / "student.safetensors", folder / "result.json"
     seed_stage(g.seed, "general")
     teacher_space, teacher = load_teacher_as_design(resolve_teacher(cfg.teacher))
     model = _initial_student(cfg, space, teacher_space.config["hidden_size"])
@@ -265,7 +222,7 @@ def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
                         teacher_space.config["num_hidden_layers"], cfg.layer_mapping)
     terms = Terms()
     lengths = token_lengths(tokenizer, corpus, g.max_seq_len)
-    steps_per_epoch = math.ceil(len(corpus) / g.batch_size)
+    steps_per_epoch = -(-len(corpus) // g.batch_size)
 
     def loss(net: DistillStudent, batch: dict[str, torch.Tensor]) -> Any:
         with torch.no_grad():
@@ -276,16 +233,14 @@ def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
              len(corpus), corpus.sources[0], steps_per_epoch)
     result = Trainer(model, loop_settings(g),
                      seeded_batches(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
-                                 "general", lengths),
+                                    "general", lengths),
                      steps_per_epoch, loss, checkpoint=folder / "checkpoint.safetensors",
                      progress=progress, desc="general distillation").fit()
-    save_weights(model, weights)
-    record = {"key": key, "teacher": resolve_teacher(cfg.teacher), "teacher_id": teacher_id,
-              "texts": len(corpus), "tokens": int(lengths.sum()), "source": corpus.sources[0],
-              "steps": result.steps, "train_seconds": round(result.seconds, 1),
-              "history": result.history, "mapping": mapping, "settings": settings}
-    atomic_write_json(result_file, record)  # last: marks the entry complete
-    (folder / "checkpoint.safetensors").unlink(missing_ok=True)
+    save_weights(model, folder / "student.safetensors")
+    return {"key": key, "teacher": resolve_teacher(cfg.teacher), "teacher_id": teacher_id,
+            "texts": len(corpus), "tokens": int(lengths.sum()), "source": corpus.sources[0],
+            "steps": result.steps, "train_seconds": round(result.seconds, 1),
+            "history": result.history, "mapping": mapping, "settings": settings}
 
 
 def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
@@ -307,16 +262,13 @@ def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
 # --------------------------------------------------------------------- the context
 
 
-class TinyBertContext(DistillContext):
-    """Stages 1–2 (teacher, data; :class:`nas.distill.task.DistillContext`) and the
-    student's space."""
+class TinyBertContext(TaskContext):
+    """Stages 1–2 (:class:`recipes.common.TaskContext`) and the student's space."""
 
-    def __init__(self, config: TinyBertConfig, run: RunDir, options: RunOptions) -> None:
-        super().__init__(task=config.task, teacher=config.teacher, seed=config.seed,
-                         data=config.data, finetune=config.finetune_config(), run=run,
-                         options=options, eval_batch_size=config.prediction.batch_size,
-                         latency_repeats=config.latency_repeats, stages=8)
-        self.cfg = config
+    stage_count = 8
+
+    def __init__(self, config: TinyBertConfig, run: Any, options: Any) -> None:
+        super().__init__(config, run, options, eval_batch_size=config.prediction.batch_size)
 
     def prepare(self) -> TinyBertContext:
         self._check_teacher_shape()
@@ -353,51 +305,34 @@ class TinyBertContext(DistillContext):
 
 
 @register_method("tinybert")
-class TinyBert(Method):
+class TinyBert(Recipe):
     """``method: tinybert`` — general and task distillation of a fixed student shape."""
 
     config_class = TinyBertConfig
+    context_class = TinyBertContext
     searchers = ()  # a fixed design: nothing to search
 
-    def run(self, config: TinyBertConfig, options: RunOptions) -> dict[str, Any]:
-        started = time.time()
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=bool(options.extra.get("break_lock")))
-        ctx = TinyBertContext(config, run, options).prepare()
-        t0 = time.time()
-        metrics: dict[str, Any] = {"teacher": ctx.teacher_costs()}
-        ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
-        student = run.load_json("student.json")
-        if student is None or not (run.path / "export_hf" / "config.json").is_file():
-            general = self.general(ctx)
-            task_data = self.augment(ctx)
+    def stages(self, ctx: TinyBertContext) -> dict[str, Any]:
+        student = ctx.run.load_json("student.json")
+        if student is None or not (ctx.run.path / "export_hf" / "config.json").is_file():
+            with ctx.timed("general"):
+                general = self.general(ctx)
+            with ctx.timed("augment"):
+                task_data = self.augment(ctx)
             self.intermediate(ctx, task_data, general)
             self.prediction(ctx, task_data)
-            t0 = time.time()
-            student = self.evaluate_and_export(ctx, general, task_data)
-            ctx.seconds["evaluate_export"] = round(time.time() - t0, 1)
-        metrics["searched"] = student
-        metrics["metric"] = ctx.dev.metric
-        # wall time of the stages this process ran (a resumed run shows what it redid)
-        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
-        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
-            ctx.report.sources), "examples": len(ctx.report),
-            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
-        run.save_json("metrics.json", metrics)
-        run.log("done")
-        return metrics
+            with ctx.timed("evaluate_export"):
+                student = self.evaluate_and_export(ctx, general, task_data)
+        return {"searched": student}
 
     # -- stage 3 -------------------------------------------------------------------
     def general(self, ctx: TinyBertContext) -> dict[str, Any]:
         """The general-distilled student (cached), or a note that the arm skips it."""
-        cfg = ctx.cfg
-        if not cfg.general.enabled:
-            log.info("stage 3/8: general distillation off (general.enabled=false)")
+        if not ctx.cfg.general.enabled:
+            ctx.stage(3, "general distillation off (general.enabled=false)")
             return {"enabled": False}
-        t0 = time.time()
-        weights, record = general_distillation(cfg, ctx.space, ctx.full_train,
-                                               ctx.options.data_dir, ctx.options.progress)
-        ctx.seconds["general"] = round(time.time() - t0, 1)
+        weights, record = general_distillation(ctx.cfg, ctx.space, ctx.full_train,
+                                               ctx.options.data_dir, ctx.progress)
         ctx.run.log("general", **{k: v for k, v in record.items() if k != "history"})
         return {"enabled": True, "weights": str(weights), **record}
 
@@ -408,26 +343,22 @@ class TinyBert(Method):
 
         a = ctx.cfg.augment
         if not a.enabled:
-            log.info("stage 4/8: augmentation off: %d training examples", len(ctx.train))
+            ctx.stage(4, "augmentation off: %d training examples", len(ctx.train))
             return ctx.train
-        t0 = time.time()
-        log.info("stage 4/8: augmentation of %d examples x %d (cached)", len(ctx.train), a.n)
-        data, record = augmented_training_data(ctx.train, a, ctx.cfg.teacher,
-                                               ctx.cfg.data.max_seq_len, ctx.options.progress)
-        ctx.seconds["augment"] = round(time.time() - t0, 1)
+        ctx.stage(4, "augmentation of %d examples x %d (cached)", len(ctx.train), a.n)
+        data, record = augmented_training_data(ctx.train, a, ctx.cfg.teacher, ctx.max_seq_len,
+                                               ctx.progress)
         ctx.run.log("augment", **record)
         return data
 
     # -- stage 5 -------------------------------------------------------------------
     def intermediate(self, ctx: TinyBertContext, data: Any, general: dict[str, Any]) -> None:
-        """Task distillation of the intermediate layers; writes ``after_intermediate.safetensors``
-        (the student with its width maps)."""
+        """Task distillation of the intermediate layers; writes
+        ``after_intermediate.safetensors`` (the student with its width maps)."""
         from nas.distill.losses import layer_map
         from nas.distill.tinybert import intermediate_loss
-        from nas.train import Trainer
 
-        cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.intermediate
-        out = run.path / "after_intermediate.safetensors"
+        cfg, out = ctx.cfg, ctx.run.path / "after_intermediate.safetensors"
         if out.is_file():
             return
         teacher_space, teacher = ctx.task_teacher()
@@ -440,56 +371,37 @@ class TinyBert(Method):
             model = _initial_student(cfg, ctx.space, teacher_dim)
         terms = cfg.losses.terms()
         if not terms.any:
-            log.info("stage 5/8: intermediate-layer distillation off (no intermediate loss)")
+            ctx.stage(5, "intermediate-layer distillation off (no intermediate loss)")
             save_weights(model, out)
             return
-        seed_stage(cfg.seed, "intermediate")
         mapping = layer_map(ctx.space.config["num_hidden_layers"],
                             teacher_space.config["num_hidden_layers"], cfg.layer_mapping)
-        steps_per_epoch = math.ceil(len(data) / s.batch_size)
-        lengths = token_lengths(ctx.tokenizer, data, cfg.data.max_seq_len)
 
         def loss(net: Any, batch: dict[str, torch.Tensor]) -> Any:
             with torch.no_grad():
                 t = teacher(batch, record=terms.records)
             return intermediate_loss(net(batch, terms.records), t, model.fits, mapping, terms)
 
-        log.info("stage 5/8: intermediate-layer distillation (%s; layers %s), %d rows, "
-                 "%d steps per epoch", ", ".join(terms.records), mapping, len(data),
-                 steps_per_epoch)
-        t0 = time.time()
-        result = Trainer(model, loop_settings(s),
-                         seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
-                                     cfg.seed, "intermediate", lengths),
-                         steps_per_epoch, loss, checkpoint=run.checkpoint_path("intermediate"),
-                         progress=ctx.options.progress, desc="intermediate").fit()
-        save_weights(model, out)
-        ctx.seconds["intermediate"] = round(time.time() - t0, 1)
-        run.log("intermediate", steps=result.steps, seconds=round(result.seconds, 1),
-                history=result.history, mapping=mapping)
-        run.remove_checkpoint("intermediate")
+        ctx.stage(5, "intermediate-layer distillation (%s; layers %s), %d rows",
+                  ", ".join(terms.records), mapping, len(data))
+        ctx.fit_stage("intermediate", model, cfg.intermediate, data, loss, out=out,
+                      log_fields={"mapping": mapping})
 
     # -- stage 6 -------------------------------------------------------------------
     def prediction(self, ctx: TinyBertContext, data: Any) -> None:
         """Prediction-layer distillation (or, as the ablation, gold labels); writes
         ``student.safetensors`` (the student alone)."""
-        from evaluators.retrain import classify
         from nas.distill.tinybert import prediction_loss
-        from nas.train import Trainer
+        from nas.evaluate import classify
 
-        cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.prediction
-        out = run.path / "student.safetensors"
+        cfg, s, out = ctx.cfg, ctx.cfg.prediction, ctx.run.path / "student.safetensors"
         if out.is_file():
             return
-        teacher_space, _ = ctx.task_teacher()
-        model = _initial_student(cfg, ctx.space, teacher_space.config["hidden_size"],
+        model = _initial_student(cfg, ctx.space, ctx.task_teacher()[0].config["hidden_size"],
                                  pca_init=False)
-        load_weights(model, run.path / "after_intermediate.safetensors")
+        load_weights(model, ctx.run.path / "after_intermediate.safetensors")
         student = model.student
         logits = ctx.teacher_logits(data) if s.distill else None
-        seed_stage(cfg.seed, "prediction")
-        steps_per_epoch = math.ceil(len(data) / s.batch_size)
-        lengths = token_lengths(ctx.tokenizer, data, cfg.data.max_seq_len)
 
         def loss(net: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
             out = net(batch).logits
@@ -504,21 +416,10 @@ class TinyBert(Method):
             log.info("prediction epoch %d: loss %.4f, dev %s", epoch + 1, means["loss"], dev)
             return {"dev": dev}
 
-        log.info("stage 6/8: prediction-layer %s, %d rows, %d steps per epoch",
-                 "distillation" if s.distill else "training on gold labels (ablation)",
-                 len(data), steps_per_epoch)
-        t0 = time.time()
-        result = Trainer(student, loop_settings(s),
-                         seeded_batches(data, ctx.tokenizer, s.batch_size, cfg.data.max_seq_len,
-                                     cfg.seed, "prediction", lengths),
-                         steps_per_epoch, loss, checkpoint=run.checkpoint_path("prediction"),
-                         on_epoch_end=dev_score, progress=ctx.options.progress,
-                         desc="prediction").fit()
-        save_weights(student, out)
-        ctx.seconds["prediction"] = round(time.time() - t0, 1)
-        run.log("prediction", steps=result.steps, seconds=round(result.seconds, 1),
-                history=result.history, distill=s.distill)
-        run.remove_checkpoint("prediction")
+        ctx.stage(6, "prediction-layer %s, %d rows", "distillation" if s.distill
+                  else "training on gold labels (ablation)", len(data))
+        ctx.fit_stage("prediction", student, s, data, loss, out=out, on_epoch_end=dev_score,
+                      log_fields={"distill": s.distill})
 
     # -- stages 7 and 8 ---------------------------------------------------------------
     def evaluate_and_export(self, ctx: TinyBertContext, general: dict[str, Any],
@@ -526,15 +427,15 @@ class TinyBert(Method):
         from nas.builder import build_child
 
         cfg, run = ctx.cfg, ctx.run
-        log.info("stage 7/8: evaluation on %s", ctx.evaluated_splits)
+        ctx.stage(7, "evaluation on %s", ctx.evaluated_splits)
         student = build_child(ctx.space)
         load_weights(student, run.path / "student.safetensors")
-        row: dict[str, Any] = {
-            "tag": "student", **evaluate_student(ctx, ctx.space, None, student),
-            "shape": {k: ctx.space.config[k] for k in (
-                "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                "vocab_size")}}
-        row["space"] = cfg.student.space
+        shape = {k: ctx.space.config[k] for k in ("num_hidden_layers", "hidden_size",
+                                                  "num_attention_heads", "intermediate_size",
+                                                  "vocab_size")}
+        row: dict[str, Any] = {"tag": "student",
+                               **evaluate_student(ctx, ctx.space, None, student),
+                               "shape": shape, "space": cfg.student.space}
         # training time of the task stages, from their log rows (a resumed run logs each
         # stage once, when it finishes)
         stages = {e["stage"]: e["seconds"] for e in run.read_log()
@@ -548,7 +449,7 @@ class TinyBert(Method):
             "augmented": cfg.augment.enabled, "losses": asdict(cfg.losses),
             "prediction_distill": cfg.prediction.distill, "stage_seconds": stages,
         }
-        log.info("stage 8/8: export (native and hf)")
+        ctx.stage(8, "export (native and hf)")
         export_student(ctx, ctx.space, None, student, {"export": "native", "export_hf": "hf"})
         run.save_json("student.json", row)
         run.log("student", **{k: row[k] for k in ("dev", "params", "flops")},
@@ -556,14 +457,13 @@ class TinyBert(Method):
                    else {}))
         return row
 
-    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
-                                                                             list[Path]]:
+    def report_sections(self, run: Any, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                          list[Path]]:
         student = metrics.get("searched", {})
         recipe = student.get("recipe")
         if not recipe:
             return [], []
-        general = recipe["general"]
-        shape = student.get("shape", {})
+        general, shape = recipe["general"], student.get("shape", {})
         lines = ["", "## TinyBERT recipe", "",
                  f"- student: {student.get('space')} L{shape.get('num_hidden_layers')} "
                  f"H{shape.get('hidden_size')} A{shape.get('num_attention_heads')} "

@@ -87,4 +87,5 @@ def test_every_method_fulfils_the_contract(name):
 
 def test_run_options_defaults():
     options = RunOptions(run_dir=Path("r"))
-    assert options.searcher is None and options.progress and options.extra == {}
+    assert options.searcher is None and options.progress
+    assert options.study is None and not options.break_lock

@@ -154,25 +154,26 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
     from types import SimpleNamespace
 
     from nas.data import iter_batches, load_task
-    from nas.distill.task import DistillContext
     from nas.hf import load_teacher_as_design
     from nas.tokenization import load_tokenizer
+    from recipes.common import TaskContext
 
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
     _, teacher = load_teacher_as_design(tiny_teacher)
     calls = {"n": 0}
     ctx = SimpleNamespace(
         teacher=SimpleNamespace(model_dir=str(tiny_teacher)),
-        tokenizer=load_tokenizer(tiny_teacher), options=SimpleNamespace(progress=False),
-        max_seq_len=32,
+        tokenizer=load_tokenizer(tiny_teacher), progress=False, max_seq_len=32,
+        _teacher_logits={},
         task_teacher=lambda: (calls.__setitem__("n", calls["n"] + 1), teacher))
     data = load_task("sst2", "dev").head(150)
-    logits = np.asarray(DistillContext.teacher_logits(ctx, data))
+    logits = np.asarray(TaskContext.teacher_logits(ctx, data))
     with torch.no_grad():  # one example at a time, in data order: no padding at all
         expected = np.concatenate([teacher(b).logits.numpy() for b in
                                    iter_batches(data.head(12), ctx.tokenizer, 1, 32)])
     np.testing.assert_allclose(logits[:12], expected, atol=1e-5)
-    again = np.asarray(DistillContext.teacher_logits(ctx, data))
+    ctx._teacher_logits.clear()  # the second read comes from the disk cache
+    again = np.asarray(TaskContext.teacher_logits(ctx, data))
     assert np.array_equal(again, logits) and calls["n"] == 1
 
 

@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
-                         extra={"study": study, "break_lock": args.break_lock})
+                         study=study, break_lock=args.break_lock)
     metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0

@@ -280,6 +280,29 @@ def exclusive(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def cached_entry(folder: Path, what: str, train: Callable[[], dict[str, Any]]
+                 ) -> tuple[dict[str, Any], bool]:
+    """``(record, trained)`` of the cache entry in ``folder``: its ``result.json``, or,
+    under the entry's lock (two runs of the same settings train it once), ``train()``,
+    which writes the entry's files and returns its record. ``result.json`` is written
+    last and marks the entry complete; an interrupted ``train()`` resumes from the
+    entry's ``checkpoint.safetensors``, which is removed afterwards."""
+    from nas.checkpoint import atomic_write_json
+
+    result = folder / "result.json"
+    trained = False
+    if not result.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        with exclusive(folder / ".lock", f"{what} {folder}"):
+            if not result.is_file():
+                atomic_write_json(result, train())
+                (folder / "checkpoint.safetensors").unlink(missing_ok=True)
+                trained = True
+    if not trained:
+        log.info("%s from the cache (%s)", what, folder)
+    return {**json.loads(result.read_text()), "from_cache": not trained}, trained
+
+
 def save_weights(module: torch.nn.Module, path: Path) -> None:
     """A module's tensors as safetensors, written atomically."""
     from safetensors.torch import save_file
@@ -306,6 +329,7 @@ __all__ = [
     "exclusive",
     "load_weights",
     "save_weights",
+    "cached_entry",
     "seeded_batches",
     "settings_key",
     "text_corpus",

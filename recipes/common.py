@@ -1,0 +1,534 @@
+"""The run skeleton every recipe shares: the configuration header, the task data, the
+context the stages read, the run around them and the multi-trial stage.
+
+A method module holds its paper's steps and nothing else (as litgpt's ``finetune/*.py``
+do): it declares a :class:`MethodConfig` subclass with its own sections, a
+:class:`TaskContext` subclass when its stages share more than the task (a space, probe
+logits...), and a :class:`Recipe` subclass whose :meth:`Recipe.stages` runs the steps
+in order. :meth:`Recipe.run` does the rest the same way for every method::
+
+    task name resolved -> run folder opened (lock, configuration snapshot)
+      -> ctx = context(config).prepare()     # teacher, data, batches (cached)
+      -> metrics["teacher"] = the teacher's row
+      -> metrics |= stages(ctx)              # the method's steps
+      -> metrics.json (merged with what is on disk), log "done"
+
+What goes where: task data and batches live in :class:`TaskContext`; a stage that scores
+several architectures uses :func:`run_study_stage`; evaluators are built from the
+context's :meth:`TaskContext.scoring_data`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from nas.config import ConfigError, check_fields
+from nas.methods import Method, RunOptions, load_experiment
+from nas.rundir import RunDir
+from nas.seeding import seed_stage, stage_seed
+from nas.teacher import FinetuneConfig
+
+log = logging.getLogger("nas.recipe")
+
+DEV_SUBSETS = ("head", "seeded")
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@dataclass
+class DataSettings:
+    """The task data of a run (one meaning per cap, for every method).
+
+    ``max_train_examples``: a seeded random subset of train (``None``: all of it; the
+    seed is the run's, stage ``data``). ``max_dev_examples``: the dev split capped to its
+    first N rows (``dev_subset: head``) or to a seeded random N (``seeded``, for dev files
+    sorted by label such as SNIPS's). ``val_fraction``: the part of the training subset
+    held out to score candidates, for methods that search (never dev, never test).
+    ``max_seq_len``: the token length of every batch.
+    """
+
+    max_train_examples: int | None = None
+    max_dev_examples: int | None = None
+    dev_subset: str = "head"
+    max_seq_len: int = 64
+    val_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
+                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                      ("dev_subset", self.dev_subset in DEV_SUBSETS, " or ".join(DEV_SUBSETS)),
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
+                      ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
+
+
+@dataclass
+class MethodConfig:
+    """The fields every experiment file has: the run's ``name``, the ``task`` (a name, a
+    data file or a mapping: :mod:`nas.data.files`), the ``teacher`` (default: the packaged
+    MiniLM), the run's ``seed``, the ``data`` caps, the teacher's fine-tuning overrides
+    (``teacher_finetune``, a typed :class:`~nas.teacher.FinetuneConfig`: every key is
+    checked before any stage) and ``latency_repeats``."""
+
+    name: str
+    task: str | dict
+    teacher: str | None = None
+    seed: int = 0
+    data: DataSettings = field(default_factory=DataSettings)
+    teacher_finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    latency_repeats: int = 10
+
+    def __post_init__(self) -> None:
+        check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
+                      ("task", bool(self.task if isinstance(self.task, dict)
+                                    else str(self.task).strip()),
+                       "a task name, a data file or a mapping"),
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+
+    def finetune_config(self) -> FinetuneConfig:
+        return self.teacher_finetune
+
+
+def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
+    """The run folder's ``config.yaml``: the configuration as given. ``teacher_finetune``
+    is recorded as its overrides (the keys that differ from the defaults), as the file
+    states them, so that runs started before it was typed still resume."""
+    values = {"method": method, **asdict(config)}
+    defaults = asdict(FinetuneConfig())
+    values["teacher_finetune"] = {k: v for k, v in values["teacher_finetune"].items()
+                                  if v != defaults[k]}
+    return values
+
+
+def load_typed(path: str | Path, method_class: type[Method], overrides: Any = ()) -> Any:
+    """An experiment file's typed configuration, for a script that needs one method."""
+    method, config = load_experiment(path, overrides)
+    if not isinstance(method, method_class):
+        raise ConfigError(f"{path}: method {method.name!r} is not {method_class.name}")
+    return config
+
+
+# --------------------------------------------------------------------- the context
+
+
+class TaskContext:
+    """Stages 1–2 of every method and what the later stages share.
+
+    :meth:`prepare` fine-tunes (or finds) the teacher, reads the splits, takes the
+    subsets, checks dev and the report split for overlap with train, loads the teacher's
+    tokenizer and makes the evaluation and latency batches. A subclass adds what its
+    method's stages share (a space, probe logits...) by extending :meth:`prepare`.
+
+    ``pair_input``: ``joined`` (``[CLS] a [SEP] b [SEP]``, as the teacher reads a pair) or
+    ``separate`` (each sentence tokenised alone, AdaBERT §3.1). ``eval_batch_size``: the
+    batch size of the dev, report-split and latency batches.
+    """
+
+    pair_input: ClassVar[str] = "joined"
+    #: how many stages the method logs ("stage 2/8: data")
+    stage_count: ClassVar[int] = 0
+
+    def __init__(self, config: MethodConfig, run: RunDir, options: RunOptions,
+                 eval_batch_size: int = 32) -> None:
+        self.cfg, self.run, self.options = config, run, options
+        self.eval_batch_size = eval_batch_size
+        self.seconds: dict[str, float] = {}
+        self._teacher_logits: dict[str, np.ndarray] = {}
+
+    # -- settings shortcuts ----------------------------------------------------------
+    @property
+    def task(self) -> str:
+        return self.cfg.task  # type: ignore[return-value]  # a name once the run resolved it
+
+    @property
+    def seed(self) -> int:
+        return self.cfg.seed
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.cfg.data.max_seq_len
+
+    @property
+    def progress(self) -> bool:
+        return self.options.progress
+
+    def stage(self, number: int, text: str, *args: Any) -> None:
+        """One log line per stage: ``stage 2/8: data``."""
+        prefix = f"stage {number}/{self.stage_count}: " if self.stage_count else ""
+        log.info(prefix + text, *args)
+
+    @property
+    def evaluated_splits(self) -> str:
+        """The splits a model is scored on, for log lines: "dev and test", or "dev" when
+        the report split is dev (MRPC)."""
+        return " and ".join(dict.fromkeys(["dev", self.report_split]))
+
+    # -- stages 1 and 2 -----------------------------------------------------------------
+    def prepare(self) -> TaskContext:
+        self.prepare_teacher()
+        self.prepare_data()
+        self.prepare_batches()
+        return self
+
+    def prepare_teacher(self) -> None:
+        """Stage 1: the teacher fine-tuned on the task (cached by its settings)."""
+        from nas.teacher import finetune_teacher
+
+        t0 = time.time()
+        self.stage(1, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+        seed_stage(self.seed, "teacher")
+        self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
+                                        config=self.cfg.finetune_config(),
+                                        progress=self.progress)
+        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
+                     from_cache=self.teacher.from_cache)
+        self.seconds["teacher"] = round(time.time() - t0, 1)
+
+    def prepare_data(self) -> None:
+        """Stage 2: the training subset, dev (capped), the report split (``test`` where the
+        task has one), and their overlap with train (logged, warned above 5%)."""
+        from nas.data import load_task, report_split
+        from nas.measure import overlap_counts
+
+        d, data_dir = self.cfg.data, self.options.data_dir
+        self.stage(2, "data")
+        self.full_train = load_task(self.task, "train", data_dir)
+        self.train = seeded_subset(self.full_train, d.max_train_examples, self.seed, "data",
+                                   "data.max_train_examples")
+        full_dev = load_task(self.task, "dev", data_dir)
+        if d.dev_subset == "seeded":
+            self.dev = seeded_subset(full_dev, d.max_dev_examples, self.seed, "dev-subset",
+                                     "data.max_dev_examples")
+        else:
+            self.dev = full_dev.head(d.max_dev_examples)
+            _warn_lost_classes(full_dev, self.dev)
+        self.report_split = report_split(self.task)
+        self.report = (self.dev if self.report_split == "dev"
+                       else load_task(self.task, self.report_split, data_dir))
+        self.overlap = overlap_counts(self.task, self.full_train,
+                                      {"dev": self.dev, self.report_split: self.report})
+        self.run.log("overlap", **self.overlap)
+
+    def prepare_batches(self) -> None:
+        """The teacher's tokenizer, the dev and report-split batches, and the latency
+        batches (batch 1 and 32 at the report split's median length)."""
+        from nas.measure import median_length_batches
+        from nas.tokenization import load_tokenizer
+
+        self.tokenizer = load_tokenizer(self.teacher.model_dir)
+        bs = self.eval_batch_size
+        self.dev_batches = list(self.batches(self.dev, bs))
+        self.report_batches = list(self.batches(self.report, bs))
+        self.median_tokens, self.latency_batches = median_length_batches(
+            self.report, self.tokenizer, self.max_seq_len, self.batches)
+
+    def carve_validation(self) -> tuple[Any, Any]:
+        """``(search_train, search_val)``: ``data.val_fraction`` of the training subset held
+        out (seeded, stage ``split``) to score candidates; dev and test stay unseen."""
+        from nas.data import train_val_split
+
+        if not hasattr(self, "_carve"):
+            self._carve = train_val_split(self.train, self.cfg.data.val_fraction,
+                                          stage_seed(self.seed, "split"))
+        return self._carve
+
+    # -- batches --------------------------------------------------------------------------
+    def batches(self, data: Any, batch_size: int, *, shuffle: bool = False, seed: int = 0,
+                start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches of ``data`` with the teacher's tokenizer (in data order unless
+        ``shuffle``); pairs as ``pair_input`` says."""
+        from nas.data import iter_batches
+
+        separate = self.pair_input == "separate" and self.train.is_pair
+        for b in iter_batches(data, self.tokenizer, batch_size, self.max_seq_len,
+                              shuffle=shuffle, seed=seed, separate_b=separate,
+                              start_batch=start):
+            if separate:  # the first sentence is the model's input; the second rides along
+                b = {**b, "input_ids": b["input_ids_a"], "attention_mask": b["attention_mask_a"]}
+            yield b
+
+    def train_batches(self, data: Any, batch_size: int, stage: str
+                      ) -> Callable[[int, int], Iterator[Any]]:
+        """A stage's seeded training batch source over ``data`` (length-bucketed, the same
+        for every candidate and on resume: :func:`nas.distill.general.seeded_batches`)."""
+        from nas.distill.general import seeded_batches, token_lengths
+
+        return seeded_batches(data, self.tokenizer, batch_size, self.max_seq_len, self.seed,
+                              stage, token_lengths(self.tokenizer, data, self.max_seq_len))
+
+    def fit_stage(self, stage: str, model: torch.nn.Module, settings: Any, data: Any,
+                  loss: Callable[..., Any], *, out: Path, saved: torch.nn.Module | None = None,
+                  desc: str | None = None, log_fields: Mapping[str, Any] | None = None,
+                  **hooks: Any) -> Any:
+        """Train ``model`` for one stage of the run and keep the result.
+
+        Seeded from the run's seed and ``stage`` (:func:`nas.seeding.seed_stage`, just
+        before the loop, so the model is built first), on :meth:`train_batches` of
+        ``data``, checkpointed as ``RUN/<stage>.safetensors`` (``--resume`` continues
+        there); then the weights of ``saved`` (default ``model``) go to ``out``, and the
+        stage's steps, time and loss history to the run log. ``hooks``: the
+        :class:`nas.train.Trainer`'s (``on_epoch_end``, ``after_step``...).
+        """
+        from nas.distill.general import save_weights
+        from nas.train import Trainer, loop_settings
+
+        seed_stage(self.seed, stage)
+        t0 = time.time()
+        result = Trainer(model, loop_settings(settings),
+                         self.train_batches(data, settings.batch_size, stage),
+                         math.ceil(len(data) / settings.batch_size), loss,
+                         checkpoint=self.run.checkpoint_path(stage), progress=self.progress,
+                         desc=desc or stage, **hooks).fit()
+        save_weights(saved or model, out)
+        self.seconds[stage] = round(time.time() - t0, 1)
+        self.run.log(stage, steps=result.steps, seconds=round(result.seconds, 1),
+                     history=result.history, **(log_fields or {}))
+        self.run.remove_checkpoint(stage)
+        return result
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Record the wall time of a block in ``metrics.json``'s ``wall_seconds``."""
+        t0 = time.time()
+        yield
+        self.seconds[name] = round(time.time() - t0, 1)
+
+    @property
+    def latency_repeats(self) -> int:
+        return self.cfg.latency_repeats
+
+    # -- the teacher ------------------------------------------------------------------------
+    def task_teacher(self) -> tuple[Any, Any]:
+        """``(space, model)``: the fine-tuned teacher in the engine's ``bert`` design
+        (it records pre-softmax attention scores, which ``transformers`` 5.x does not
+        return), frozen, in eval mode."""
+        from nas.hf import load_teacher_as_design
+
+        if not hasattr(self, "_task_teacher"):
+            space, model = load_teacher_as_design(self.teacher.model_dir)
+            for p in model.parameters():
+                p.requires_grad_(False)
+            model.eval()
+            self._task_teacher = (space, model)
+        return self._task_teacher
+
+    def teacher_logits(self, data: Any) -> np.ndarray:
+        """The fine-tuned teacher's logits on ``data`` (N, C), cached on disk by the
+        data's fingerprint (:func:`nas.distill.general.cached_teacher_logits`)."""
+        from nas.distill.general import cached_teacher_logits
+
+        key = data.fingerprint
+        if key not in self._teacher_logits:
+            self._teacher_logits[key] = cached_teacher_logits(
+                self.teacher.model_dir, lambda: self.task_teacher()[1], data, self.tokenizer,
+                self.max_seq_len, self.progress)
+        return self._teacher_logits[key]
+
+    def teacher_costs(self) -> dict[str, Any]:
+        """The teacher's row of the report (kept in ``teacher.json``)."""
+        from nas.measure import cached_teacher_costs
+
+        return cached_teacher_costs(
+            self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
+            report=self.report, tokenizer=self.tokenizer, max_seq_len=self.max_seq_len,
+            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
+
+    # -- what evaluators, exports and the report read --------------------------------------
+    def scoring_data(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
+        """The keyword arguments of an evaluator task's scoring fields
+        (:class:`evaluators.base.ScoringData`): validation batches (dev unless given),
+        the metric, latency batches and the FLOPs length."""
+        return {"val_batches": self.dev_batches if val_batches is None else val_batches,
+                "metric": self.dev.metric, "latency_batches": self.latency_batches,
+                "seq_len": self.max_seq_len}
+
+    def report_batches_or_none(self) -> list[Any] | None:
+        """The report split's batches, or ``None`` when it is dev (scored once only)."""
+        return self.report_batches if self.report_split != "dev" else None
+
+    def export_info(self) -> dict[str, Any]:
+        """What an export of this run records: labels, tokenizer, length, task."""
+        return {"labels": list(self.train.label_names), "tokenizer": self.teacher.model_dir,
+                "max_length": self.max_seq_len, "task": self.task}
+
+    def evaluation(self) -> dict[str, Any]:
+        """``metrics.json``'s ``evaluation``: the report split, its files and size, the
+        latency length and the overlap with train."""
+        return {"split": self.report_split, "file": ", ".join(self.report.sources),
+                "examples": len(self.report), "latency_tokens": self.median_tokens,
+                "overlap_with_train": self.overlap}
+
+    @property
+    def metric(self) -> str:
+        return self.dev.metric
+
+
+def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str) -> Any:
+    """``n`` rows of ``data`` drawn with the run's seed for ``stage``, in file order; all
+    of it when ``n`` is ``None`` or not smaller. The cut is logged with the setting that
+    made it."""
+    if not n or n >= len(data):
+        return data
+    rng = np.random.default_rng(stage_seed(seed, stage))
+    log.info("%s: %d rows, using %d (%s)", data.split, len(data), n, setting)
+    return data.subset(np.sort(rng.permutation(len(data))[:n]).tolist())
+
+
+def _warn_lost_classes(full: Any, head: Any) -> None:
+    """The first N rows of a split sorted by label hold fewer classes than the split:
+    the score would then be of a few classes only. One warning line, with the fix."""
+    if len(head) == len(full) or not full.labels:
+        return
+    kept, present = len(set(head.labels)), len(set(full.labels))
+    if kept < present:
+        log.warning("data.max_dev_examples keeps the first %d dev rows, which hold %d of the "
+                    "%d classes; set data.dev_subset=seeded for a seeded sample", len(head),
+                    kept, present)
+
+
+# ------------------------------------------------------------------------- the run
+
+
+class Recipe(Method):
+    """A method whose run is the shared skeleton around its :meth:`stages`.
+
+    A subclass sets ``config_class`` (a :class:`MethodConfig` subclass), optionally
+    ``context_class`` (a :class:`TaskContext` subclass) and ``searchers``, and writes
+    :meth:`stages`. Everything else — the task's resolution, the run folder, stages 1–2,
+    the teacher's row, ``metrics.json`` and the log — is done here the same way for all.
+    """
+
+    context_class: ClassVar[type[TaskContext]] = TaskContext
+
+    def run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+        started = time.time()
+        config, run = self.open(config, options)
+        ctx = self.context(config, run, options).prepare()
+        metrics: dict[str, Any] = {}
+        if getattr(ctx, "teacher", None) is not None:
+            t0 = time.time()
+            metrics["teacher"] = ctx.teacher_costs()
+            ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
+        metrics.update(self.stages(ctx))
+        metrics.setdefault("metric", ctx.metric)
+        if getattr(ctx, "report", None) is not None:
+            metrics.setdefault("evaluation", ctx.evaluation())
+        # wall time of the stages this process ran (a resumed run shows what it redid)
+        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
+        # merged with what is on disk now: stages of one run folder may run in separate
+        # processes (AdaBERT's searched and random arms) and finish in either order
+        run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})
+        run.log("done", **self.done_fields(config, options))
+        return metrics
+
+    def open(self, config: MethodConfig, options: RunOptions,
+             **snapshot_extra: Any) -> tuple[MethodConfig, RunDir]:
+        """The task's files read and checked, then the run folder (locked, with the
+        configuration snapshot); returns the configuration with the task as a name."""
+        from nas.data.files import resolve_task
+
+        task = resolve_task(config.task)
+        run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
+                     resume=self.resumes(config, options), break_lock=options.break_lock)
+        return replace(config, task=task), run
+
+    def snapshot(self, config: MethodConfig) -> dict[str, Any]:
+        return snapshot(self.name, config)
+
+    def resumes(self, config: MethodConfig, options: RunOptions) -> bool:
+        """Whether the run folder is opened to resume (``--resume``, by default)."""
+        return options.resume
+
+    def context(self, config: MethodConfig, run: RunDir, options: RunOptions) -> TaskContext:
+        return self.context_class(config, run, options)
+
+    def done_fields(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+        """Extra fields of the log's ``done`` line."""
+        return {}
+
+    def stages(self, ctx: Any) -> dict[str, Any]:
+        """The method's steps after stages 1–2, in its paper's order; returns the metrics
+        they add to ``metrics.json`` (``searched``: the method's model)."""
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------ the multi-trial stage
+
+
+@dataclass
+class StudyStage:
+    """What a finished multi-trial stage gives its recipe."""
+
+    study: Any
+    spec: Any
+    trials: list[Any]  # the complete trials, in number order
+    seconds: float
+
+    def mean_std(self, scores: list[float]) -> dict[str, float]:
+        return {"mean": statistics.mean(scores),
+                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+
+
+def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: Any,
+                    settings: Any, parts: Callable[[], tuple[Any, Any]], name: str | None = None,
+                    run_dir: Path | None = None, seed: int | None = None,
+                    default_trials: int = 12, resume: bool | None = None) -> StudyStage:
+    """Run (or resume) one multi-trial stage on an Optuna study: ``evaluator`` (the
+    study's, :func:`searchers.loop.study_evaluator`) scores each candidate of ``space``
+    proposed by ``searcher``; ``parts`` builds a worker process's space and evaluator
+    (``--workers N``). The storage, trial count and timeout come from the command line
+    (``RunOptions.study``), else from ``settings``; the study lives in ``run_dir``
+    (default: the run folder)."""
+    from searchers.loop import StudySpec, run_study
+    from searchers.results import complete_trials
+
+    folder = run_dir or ctx.run.path
+    spec = StudySpec.for_run(
+        searcher=searcher, name=name or ctx.cfg.name, run_dir=folder,
+        seed=ctx.seed if seed is None else seed, settings=settings,
+        options=ctx.options.study, default_trials=default_trials,
+        resume=ctx.options.resume if resume is None else resume, seq_len=ctx.max_seq_len,
+        progress=ctx.progress)
+    spec.export = ctx.export_info()
+    t0 = time.time()
+    study = run_study(spec, space, evaluator, parts=parts)
+    return StudyStage(study=study, spec=spec, trials=complete_trials(study),
+                      seconds=round(time.time() - t0, 1))
+
+
+def worker_options(options: RunOptions) -> RunOptions:
+    """A worker process's options: no progress bars, the first process's run folder."""
+    return replace(options, progress=False)
+
+
+def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The teacher as the reference point of a study's Pareto plot."""
+    from nas.teacher import metric_score
+
+    teacher, metric = metrics.get("teacher") or {}, metrics.get("metric", "accuracy")
+    if not (teacher.get("dev") and teacher.get("latency")):
+        return {}
+    return {"teacher": {f"val_{metric}": metric_score(teacher["dev"], metric),
+                        "latency_ms": teacher["latency"]["batch1"]["median_ms"],
+                        "params": teacher["params"], "flops": teacher["flops"]}}
+
+
+def config_fields(cls: type) -> list[str]:
+    """The field names of a configuration dataclass (for messages and tests)."""
+    return [f.name for f in fields(cls)]
+
+
+__all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",
+           "config_fields", "load_typed", "report_reference", "run_study_stage",
+           "seeded_subset", "snapshot", "worker_options"]
