@@ -119,6 +119,9 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Me
             data["task"] = normalise_task(data["task"], Path(path).parent)
         except DataError as err:
             raise ConfigError(f"{path}: {err}") from None
+    if "random_samples" in data:  # merged into the study's own setting
+        raise ConfigError(f"{path}: random_samples is now multi_trial.n_trials; write "
+                          "`multi_trial: {n_trials: N}` instead")
     name = data.pop("method", None)
     if name is None:
         raise ConfigError(f"{path}: missing key 'method' (one of: "

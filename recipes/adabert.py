@@ -10,7 +10,7 @@ The method's steps, in order (:meth:`AdaBert.run`); each is a call into shared p
 3. **search** — a one-shot searcher (``differentiable``: hard Gumbel samples, loss
    (1−γ)·CE + γ·probe-KD + β·L_E) trains the supernet in the shared training loop and
    derives an architecture; or a multi-trial searcher on Optuna (``random``: the
-   baseline; ``lanas``, ``tpe``, ``nsga2``, ``gp``) runs ``random_samples`` trials;
+   baseline; ``lanas``, ``tpe``, ``nsga2``, ``gp``) runs ``multi_trial.n_trials`` trials;
 4. **retrain** — each candidate's child trained from scratch with the same distillation
    loss (evaluator ``distilled-retrain``), scored on ``dev`` and measured on the task's
    report split (``test`` when it has one: SST-2's sentences share no phrase with train);
@@ -26,11 +26,9 @@ from its checkpoint.
 from __future__ import annotations
 
 import logging
-import math
-import statistics
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -42,33 +40,28 @@ from torch.nn import functional as F
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_row
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
-from nas.config import ConfigError, check_fields
+from nas.config import check_fields
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
-from nas.methods import Method, RunOptions, load_experiment, register_method
+from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
-from nas.train import TrainSettings
+from nas.train import TrainSettings, loop_settings
+from recipes.common import (
+    MethodConfig,
+    Recipe,
+    TaskContext,
+    load_typed,
+    report_reference,
+    run_study_stage,
+    worker_options,
+)
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.adabert")
 
 
 # ---------------------------------------------------------------------------- config
-
-
-@dataclass
-class DataSettings:
-    max_train_examples: int | None = None  # a seeded random subset of train
-    max_dev_examples: int | None = None
-    val_fraction: float = 0.1  # carved from train for the architecture steps
-    max_seq_len: int = 64
-
-    def __post_init__(self) -> None:
-        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                      ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
 
 
 @dataclass
@@ -128,63 +121,27 @@ class RetrainSettings(TrainSettings):
                       ("kd_temperature", self.kd_temperature > 0.0, "a number > 0")], self)
 
     def train_settings(self) -> TrainSettings:
-        fields = {k: v for k, v in asdict(self).items() if k not in ("gamma", "kd_temperature")}
-        return TrainSettings(**fields)
+        return loop_settings(self)
 
 
 @dataclass
-class AdaBertConfig:
-    name: str
-    task: str | dict  # a task name, a data file, or a mapping (nas.data.files); run() names it
-    teacher: str | None = None
-    seed: int = 0
-    data: DataSettings = field(default_factory=DataSettings)
-    teacher_finetune: dict = field(default_factory=dict)
+class AdaBertConfig(MethodConfig):
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
     # TinyBERT's word-replacement augmentation of the retrain's data (issue 12, item 3);
     # off unless the file has an ``augment:`` section. The search keeps the plain subset.
     augment: AugmentSettings = field(default_factory=lambda: AugmentSettings(enabled=False))
-    random_samples: int = 3  # also the default n_trials of any multi-trial search
-    latency_repeats: int = 10
     searcher: str | None = None  # this experiment's searcher (default: differentiable)
     multi_trial: StudySettings = field(default_factory=StudySettings)
 
-    def __post_init__(self) -> None:
-        from nas.teacher import check_finetune_overrides
 
-        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
-                      ("task",
-                       bool(self.task if isinstance(self.task, dict) else self.task.strip()),
-                       "a task name, a data file or a mapping"),
-                      ("random_samples", self.random_samples >= 0, "an integer >= 0"),
-                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        check_finetune_overrides(self.teacher_finetune)  # before any stage
-
-    def finetune_config(self) -> Any:
-        from nas.teacher import FinetuneConfig
-
-        return FinetuneConfig(**self.teacher_finetune)
-
-
-def load_config(path: str | Path) -> AdaBertConfig:
+def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
     """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
-    method, config = load_experiment(path)
-    if not isinstance(method, AdaBert):
-        raise ConfigError(f"{path}: method {method.name!r} is not adabert")
-    return config
+    return load_typed(path, AdaBert, overrides)
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def _to_model_batch(batch: dict[str, torch.Tensor], pair: bool) -> dict[str, torch.Tensor]:
-    """AdaBERT feeds pairs as two separately tokenised sentences (SPEC §2)."""
-    if pair:
-        batch = {**batch, "input_ids": batch["input_ids_a"],
-                 "attention_mask": batch["attention_mask_a"]}
-    return batch
 
 
 def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
@@ -207,59 +164,38 @@ def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
 # --------------------------------------------------------------------- the context
 
 
-class AdaBertContext:
-    """Stages 1–2 (teacher, data, probes) and the batches every later stage uses."""
+class AdaBertContext(TaskContext):
+    """Stages 1–2 (teacher, data; :class:`recipes.common.TaskContext`), the teacher's
+    probes, the space, and the batches every later stage uses. Pairs are fed as two
+    separately tokenised sentences (AdaBERT §3.1)."""
+
+    pair_input = "separate"
+    stage_count = 5
 
     def __init__(self, config: AdaBertConfig, run: RunDir, options: RunOptions) -> None:
-        self.cfg, self.run, self.options = config, run, options
+        super().__init__(config, run, options, eval_batch_size=config.retrain.batch_size)
+
+    def prepare_data(self) -> None:
+        super().prepare_data()
+        self.search_train, self.search_val = self.carve_validation()
 
     def prepare(self) -> AdaBertContext:
-        from nas.data import load_task, report_split, train_val_split
         from nas.distill.cache import cached_probe_logits
         from nas.space import get_space
-        from nas.teacher import finetune_teacher
-        from nas.tokenization import load_tokenizer
 
-        cfg, progress = self.cfg, self.options.progress
-        log.info("stage 1/5: teacher (fine-tuned on %s; cached by its settings)", cfg.task)
-        seed_stage(cfg.seed, "teacher")
-        self.teacher = finetune_teacher(cfg.task, cfg.teacher, self.options.data_dir,
-                                        config=cfg.finetune_config(), progress=progress)
-        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
-                     from_cache=self.teacher.from_cache)
-
-        log.info("stage 2/5: data and teacher probes (cached)")
-        data_dir = self.options.data_dir
-        train = load_task(cfg.task, "train", data_dir)
-        if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
-            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
-            train = train.subset(np.sort(rng.permutation(len(train))
-                                         [: cfg.data.max_train_examples]).tolist())
-        self.train = train
-        self.search_train, self.search_val = train_val_split(
-            train, cfg.data.val_fraction, stage_seed(cfg.seed, "split"))
-        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
-        self.report_split = report_split(cfg.task)
-        self.report = (self.dev if self.report_split == "dev"
-                       else load_task(cfg.task, self.report_split, data_dir))
-        self.pair = train.is_pair
-        self.overlap = self._check_overlap(load_task(cfg.task, "train", data_dir))
-        self.tokenizer = load_tokenizer(self.teacher.model_dir)
-        kw = dict(max_seq_len=cfg.data.max_seq_len, progress=progress)
-        model_dir = self.teacher.model_dir
+        super().prepare()
+        log.info("stage 2/5: teacher probes (cached)")
+        kw = dict(max_seq_len=self.max_seq_len, progress=self.progress)
+        model_dir, train = self.teacher.model_dir, self.train
         self.probes = {
             "train": cached_probe_logits(model_dir, train, **kw),
             "search_train": cached_probe_logits(model_dir, train, self.search_train, **kw),
             "search_val": cached_probe_logits(model_dir, train, self.search_val, **kw),
         }
         self.retrain_data, self.probes["retrain"] = self._retrain_data(kw)
-        self.space = get_space("adabert", num_labels=train.num_labels, pair=self.pair,
-                               **cfg.space)
+        self.space = get_space("adabert", num_labels=train.num_labels, pair=train.is_pair,
+                               **self.cfg.space)
         self.embedding_init = teacher_embedding_init(model_dir, self.space.config["hidden"])
-        bs = cfg.retrain.batch_size
-        self.dev_batches = list(self.batches(self.dev, bs, shuffle=False))
-        self.report_batches = list(self.batches(self.report, bs, shuffle=False))
-        self.latency_batches = self._median_length_batches()
         return self
 
     def _retrain_data(self, kw: dict[str, Any]) -> tuple[Any, np.ndarray]:
@@ -274,45 +210,9 @@ class AdaBertContext:
         log.info("stage 2/5: augmentation of %d retrain examples x %d (cached)",
                  len(self.train), a.n)
         data, record = augmented_training_data(self.train, a, self.cfg.teacher,
-                                               self.cfg.data.max_seq_len, self.options.progress)
+                                               self.max_seq_len, self.progress)
         self.run.log("augment", **record)
         return data, cached_probe_logits(self.teacher.model_dir, self.train, data, **kw)
-
-    def _check_overlap(self, train: Any) -> dict[str, dict[str, Any]]:
-        """Count (and warn about) dev and report texts that overlap the training texts."""
-        from nas.measure import overlap_counts
-
-        found = overlap_counts(self.cfg.task, train,
-                               {"dev": self.dev, self.report_split: self.report})
-        self.run.log("overlap", **found)
-        return found
-
-    def batches(self, data: Any, batch_size: int, shuffle: bool, seed: int = 0,
-                start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-        from nas.data import iter_batches
-
-        for b in iter_batches(data, self.tokenizer, batch_size, self.cfg.data.max_seq_len,
-                              shuffle=shuffle, seed=seed, separate_b=self.pair,
-                              start_batch=start):
-            yield _to_model_batch(b, self.pair)
-
-    def _median_length_batches(self) -> dict[int, dict[str, torch.Tensor]]:
-        """Batches of 1 and 32 report-split examples at the split's median token length:
-        the speed ratios hold for typical inputs, not for the first (shortest) one."""
-        from nas.measure import median_length_batches
-
-        self.median_tokens, batches = median_length_batches(
-            self.report, self.tokenizer, self.cfg.data.max_seq_len,
-            lambda data, bs: self.batches(data, bs, shuffle=False))
-        return batches
-
-    def teacher_costs(self) -> dict[str, Any]:
-        from nas.measure import cached_teacher_costs
-
-        return cached_teacher_costs(
-            self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
-            report=self.report, tokenizer=self.tokenizer, max_seq_len=self.cfg.data.max_seq_len,
-            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
 
     def retrain_evaluator(self) -> DistilledRetrainEvaluator:
         """Stage 4's evaluator: the child trained from scratch on the whole training
@@ -331,15 +231,14 @@ class AdaBertContext:
             return distillation_loss(model, out, batch, probes, r.gamma, r.kd_temperature)
 
         task = RetrainTask(
-            train_batches=train_batches, steps_per_epoch=math.ceil(len(data) / r.batch_size),
-            loss=loss, val_batches=self.dev_batches, metric=self.dev.metric,
-            test_batches=self.report_batches if self.report_split != "dev" else None,
+            train_batches=train_batches, steps_per_epoch=-(-len(data) // r.batch_size),
+            loss=loss, test_batches=self.report_batches_or_none(),
             init=lambda model: init_embeddings(model, self.embedding_init),
-            latency_batches=self.latency_batches, seq_len=cfg.data.max_seq_len)
+            **self.scoring_data())
         return DistilledRetrainEvaluator(
             self.space, task, r.train_settings(), seed=cfg.seed,
             workdir=self.run.path / "retrain", latency_repeats=cfg.latency_repeats,
-            progress=self.options.progress)
+            progress=self.progress)
 
 
 # ----------------------------------------------------------------- the search stage
@@ -354,7 +253,7 @@ class AdaBertSupernetTrainer:
 
         self.ctx, s = ctx, ctx.cfg.search
         self.epochs = s.epochs
-        self.steps_per_epoch = math.ceil(len(ctx.search_train) / s.batch_size)
+        self.steps_per_epoch = -(-len(ctx.search_train) // s.batch_size)
         self.supernet = build_supernet(ctx.space)
         init_embeddings(self.supernet, ctx.embedding_init)
 
@@ -391,72 +290,55 @@ class AdaBertSupernetTrainer:
 
         run_steps(self, search, checkpoint=run.checkpoint_path("search"),
                   after_step=log_alpha, on_epoch_end=log_epoch,
-                  progress=self.ctx.options.progress, desc="search",
+                  progress=self.ctx.progress, desc="search",
                   find_unused_parameters=True)
-
-
-def snapshot(config: AdaBertConfig) -> dict[str, Any]:
-    """The run folder's ``config.yaml``. Augmentation, when off (the default), is left out,
-    so that runs started before the option existed still resume."""
-    values = {"method": "adabert", **asdict(config)}
-    if not config.augment.enabled:
-        del values["augment"]
-    return values
 
 
 def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None = None,
              resume: bool = False, progress: bool = False) -> AdaBertContext:
     """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
     ``ctx.retrain_evaluator()``)."""
-    from nas.data.files import resolve_task
-
-    task = resolve_task(config.task)  # files are read and checked before the run folder
-    run = RunDir(run_dir, snapshot(config), resume=resume)
-    config = replace(config, task=task)
-    options = RunOptions(run_dir=Path(run_dir), data_dir=data_dir, resume=resume,
-                         progress=progress)
-    return AdaBertContext(config, run, options).prepare()
+    return AdaBert().prepared(config, RunOptions(run_dir=Path(run_dir), data_dir=data_dir,
+                                                 resume=resume, progress=progress))
 
 
 # ------------------------------------------------------------------------- method
 
 
 @register_method("adabert")
-class AdaBert(Method):
+class AdaBert(Recipe):
     """``method: adabert`` — the differentiable search, or a multi-trial baseline."""
 
     config_class = AdaBertConfig
+    context_class = AdaBertContext
     searchers = ("differentiable", "random", "lanas", "tpe", "nsga2", "gp")
 
-    def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
-        from nas.data.files import resolve_task
+    def snapshot(self, config: AdaBertConfig) -> dict[str, Any]:  # type: ignore[override]
+        """Augmentation, when off (the default), is left out of ``config.yaml``, so that
+        runs started before the option existed still resume."""
+        values = super().snapshot(config)
+        if not config.augment.enabled:
+            del values["augment"]
+        return values
+
+    def searcher_of(self, config: AdaBertConfig, options: RunOptions) -> str:
+        return self.check_searcher(options.searcher or config.searcher)  # type: ignore
+
+    def resumes(self, config: AdaBertConfig, options: RunOptions) -> bool:  # type: ignore
+        # the random baseline adds a stage to an existing run: no --resume needed for that
+        return options.resume or (self.searcher_of(config, options) == "random"
+                                  and (Path(options.run_dir) / "config.yaml").is_file())
+
+    def done_fields(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
+        return {"searcher": self.searcher_of(config, options)}  # type: ignore[arg-type]
+
+    def stages(self, ctx: AdaBertContext) -> dict[str, Any]:
         from searchers.base import SEARCHERS
 
-        task = resolve_task(config.task)  # files are read and checked before any stage
-        searcher = self.check_searcher(options.searcher or config.searcher)
-        # the random baseline adds a stage to an existing run: no --resume needed for that
-        resume = options.resume or (searcher == "random"
-                                    and (Path(options.run_dir) / "config.yaml").is_file())
-        run = RunDir(options.run_dir, snapshot(config), resume=resume,
-                     break_lock=options.break_lock)
-        config = replace(config, task=task)  # the snapshot keeps the files; stages use the name
-        ctx = AdaBertContext(config, run, options).prepare()
-        metrics: dict[str, Any] = run.load_json("metrics.json") or {}
-        metrics["teacher"] = ctx.teacher_costs()
+        searcher = self.searcher_of(ctx.cfg, ctx.options)
         if SEARCHERS.kind_of(searcher) == "one-shot":
-            arch = self.search(ctx, searcher)
-            metrics["searched"] = self.retrain_and_export(ctx, arch)
-        else:
-            metrics[searcher] = self.multi_trial(ctx, searcher, resume)
-        metrics["metric"] = ctx.dev.metric
-        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
-            ctx.report.sources), "examples": len(ctx.report),
-            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
-        # Merge with what is on disk now: the searched and random runs may share a run
-        # directory and finish in either order.
-        run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})
-        run.log("done", searcher=searcher)
-        return metrics
+            return {"searched": self.retrain_and_export(ctx, self.search(ctx, searcher))}
+        return {searcher: self.multi_trial(ctx, searcher)}
 
     # -- stage 3 -------------------------------------------------------------------
     def search(self, ctx: AdaBertContext, name: str) -> Architecture:
@@ -465,13 +347,13 @@ class AdaBert(Method):
 
         done = ctx.run.load_json("derived_arch.json")
         if done is not None:
-            log.info("stage 3/5: search already finished, derived %s", done["choices"])
+            ctx.stage(3, "search already finished, derived %s", done["choices"])
             return ctx.space.validate(done["choices"])
         s = ctx.cfg.search
         seed = seed_stage(ctx.cfg.seed, "search")
         trainer = AdaBertSupernetTrainer(ctx)
-        log.info("stage 3/5: %s search, %d epochs × %d steps", name, s.epochs,
-                 trainer.steps_per_epoch)
+        ctx.stage(3, "%s search, %d epochs × %d steps", name, s.epochs,
+                  trainer.steps_per_epoch)
         searcher = SEARCHERS.get(name)(
             seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
             arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
@@ -490,11 +372,12 @@ class AdaBert(Method):
     # -- stages 4 and 5 --------------------------------------------------------------
     def retrain_and_export(self, ctx: AdaBertContext, arch: Architecture) -> dict[str, Any]:
         from evaluators.base import run_evaluation
+        from nas.export import export
 
         searched = ctx.run.load_json("searched.json")
         if searched is not None and (ctx.run.path / "export" / "config.json").is_file():
             return searched
-        log.info("stage 4/5: retrain the derived architecture")
+        ctx.stage(4, "retrain the derived architecture")
         evaluator = ctx.retrain_evaluator()
         result = run_evaluation(evaluator, arch)
         if not result.ok:
@@ -502,85 +385,61 @@ class AdaBert(Method):
                            f"{result.status}: {result.reason}")
         searched = report_row("searched", arch, result, ctx.report_split)
         ctx.run.log("retrained", **searched)
-        log.info("stage 5/5: export")
-        from nas.export import export
-
+        ctx.stage(5, "export")
         export(ctx.space, arch, ctx.run.path / "export", weights=evaluator.weights_path(arch),
-               labels=list(ctx.train.label_names), tokenizer=ctx.teacher.model_dir,
-               max_length=ctx.cfg.data.max_seq_len, task=ctx.cfg.task, overwrite=True)
+               overwrite=True, **ctx.export_info())
         ctx.run.save_json("searched.json", searched)
         return searched
 
-    def multi_trial(self, ctx: AdaBertContext, name: str, resume: bool = False
-                    ) -> dict[str, Any]:
+    def multi_trial(self, ctx: AdaBertContext, name: str) -> dict[str, Any]:
         """Stage 3 as a multi-trial search on Optuna (:mod:`searchers.loop`): the random
         baseline, LaNAS, TPE, NSGA-II or GP, each candidate scored by the same retrain
         (scalarised with ``multi_trial.targets``, or with ``extra_objectives`` as more
-        objectives); ``n_trials`` defaults to ``random_samples``."""
+        objectives); ``multi_trial.n_trials`` (default 3) trials."""
         from functools import partial
 
         from nas.teacher import metric_score
-        from searchers.loop import StudySpec, run_study
-        from searchers.results import complete_trials
 
-        cfg = ctx.cfg
-        spec = StudySpec.for_run(
-            searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
-            settings=cfg.multi_trial, options=ctx.options.study,
-            default_trials=cfg.random_samples, resume=resume, seq_len=cfg.data.max_seq_len,
-            progress=ctx.options.progress)
-        spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,
-                       "max_length": cfg.data.max_seq_len, "task": cfg.task}
-        log.info("stage 3-4/5: %s search, each candidate retrained", name)
-        study = run_study(spec, ctx.space, _study_evaluator(ctx.cfg, ctx, name),
-                          parts=partial(_study_parts, cfg, ctx.options, name))
+        ctx.stage(3, "%s search, each candidate retrained (stages 3-4)", name)
+        found = run_study_stage(ctx, searcher=name, space=ctx.space,
+                                evaluator=_study_evaluator(ctx, name),
+                                settings=ctx.cfg.multi_trial, default_trials=3,
+                                parts=partial(_study_parts, ctx.cfg, ctx.options, name))
         runs = [report_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
                            SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
                                            costs=t.user_attrs["costs"]), ctx.report_split)
-                for t in complete_trials(study)]
-        outcome = {t.number: t.user_attrs.get("outcome") for t in study.trials}
-        summary = {"study": spec.study_name, "n_trials": spec.n_trials, "runs": runs,
-                   "failed": [n for n, o in outcome.items() if o == "failed"],
+                for t in found.trials]
+        outcome = {t.number: t.user_attrs.get("outcome") for t in found.study.trials}
+        summary = {"study": found.spec.study_name, "n_trials": found.spec.n_trials,
+                   "runs": runs, "failed": [n for n, o in outcome.items() if o == "failed"],
                    "pruned": [n for n, o in outcome.items() if o == "pruned"]}
         if not runs:
             return summary
-        scores = [metric_score(r[ctx.report_split], ctx.dev.metric) for r in runs]
-        return {**summary, "metric": ctx.dev.metric, "split": ctx.report_split,
-                "mean": statistics.mean(scores),
-                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+        scores = [metric_score(r[ctx.report_split], ctx.metric) for r in runs]
+        return {**summary, "metric": ctx.metric, "split": ctx.report_split,
+                **found.mean_std(scores)}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
-        from nas.teacher import metric_score
         from searchers.report import study_sections
 
-        teacher = metrics.get("teacher") or {}
-        reference = {}
-        if teacher.get("dev") and teacher.get("latency"):
-            reference["teacher"] = {
-                f"val_{metrics.get('metric', 'accuracy')}": metric_score(
-                    teacher["dev"], metrics.get("metric", "accuracy")),
-                "latency_ms": teacher["latency"]["batch1"]["median_ms"],
-                "params": teacher["params"], "flops": teacher["flops"]}
-        lines, pictures = study_sections(run.path, reference)
+        lines, pictures = study_sections(run.path, report_reference(metrics))
         return lines, _plots(run) + pictures
 
 
-def _study_evaluator(config: AdaBertConfig, ctx: AdaBertContext, searcher: str) -> Any:
+def _study_evaluator(ctx: AdaBertContext, searcher: str) -> Any:
     from searchers.loop import study_evaluator
 
-    return study_evaluator(ctx.retrain_evaluator(), ctx.space, config.multi_trial, searcher,
-                           seq_len=config.data.max_seq_len)
+    return study_evaluator(ctx.retrain_evaluator(), ctx.space, ctx.cfg.multi_trial, searcher,
+                           seq_len=ctx.max_seq_len)
 
 
 def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
     """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
     caches, in the run folder the first process holds (read-only here)."""
-    options = replace(options, progress=False)
+    options = worker_options(options)
     ctx = AdaBertContext(config, RunDir(options.run_dir), options).prepare()
-    return ctx.space, _study_evaluator(config, ctx, searcher)
-
-
+    return ctx.space, _study_evaluator(ctx, searcher)
 
 
 # -------------------------------------------------------------------------- report
@@ -624,3 +483,6 @@ def _plots(run: RunDir) -> list[Path]:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return [path]
+
+
+__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "load_config", "open_run"]

@@ -413,8 +413,9 @@ class Recipe(Method):
 
     def run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
         started = time.time()
-        config, run = self.open(config, options)
-        ctx = self.context(config, run, options).prepare()
+        options = replace(options, resume=self.resumes(config, options))
+        ctx = self.prepared(config, options)
+        config, run = ctx.cfg, ctx.run
         metrics: dict[str, Any] = {}
         if getattr(ctx, "teacher", None) is not None:
             t0 = time.time()
@@ -440,14 +441,22 @@ class Recipe(Method):
 
         task = resolve_task(config.task)
         run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
-                     resume=self.resumes(config, options), break_lock=options.break_lock)
+                     resume=options.resume, break_lock=options.break_lock)
         return replace(config, task=task), run
+
+    def prepared(self, config: MethodConfig, options: RunOptions, **snapshot_extra: Any
+                 ) -> Any:
+        """The run opened and stages 1–2 done: the method's context (also for scripts
+        and ``nas audit``, which go on with single stages)."""
+        config, run = self.open(config, options, **snapshot_extra)
+        return self.context(config, run, options).prepare()
 
     def snapshot(self, config: MethodConfig) -> dict[str, Any]:
         return snapshot(self.name, config)
 
     def resumes(self, config: MethodConfig, options: RunOptions) -> bool:
-        """Whether the run folder is opened to resume (``--resume``, by default)."""
+        """Whether the run folder is opened to resume (``--resume``, by default); the
+        stages see the decision as ``ctx.options.resume``."""
         return options.resume
 
     def context(self, config: MethodConfig, run: RunDir, options: RunOptions) -> TaskContext:

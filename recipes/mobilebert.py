@@ -2,7 +2,7 @@
 feature-map width, trained by progressive knowledge transfer, its bottleneck chosen by
 a grid search under a parameter budget.
 
-The method's steps, in order (:meth:`MobileBert.run`); each is a call into shared parts:
+The method's steps, in order (:meth:`MobileBert.stages`); each is a call into shared parts:
 
 1. **teacher** — the teacher fine-tuned on the task (:func:`nas.teacher.finetune_teacher`,
    cached: AdaBERT and TinyBERT runs with the same settings share it). It must have the
@@ -43,9 +43,6 @@ stage is never redone, and ``--resume`` continues an unfinished one from its che
 from __future__ import annotations
 
 import logging
-import math
-import statistics
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -54,18 +51,22 @@ from nas.config import ConfigError, check_fields
 from nas.distill.general import load_weights, save_weights
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.mobilebert import TRANSFERS, PktWeights
-from nas.distill.task import (
-    DataSettings,
-    DistillContext,
-    PredictionSettings,
-    evaluate_student,
-    export_student,
-)
+from nas.distill.task import PredictionSettings, evaluate_student, export_student
 from nas.errors import NasError
-from nas.methods import Method, RunOptions, load_experiment, register_method
+from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
+from recipes.common import (
+    MethodConfig,
+    Recipe,
+    TaskContext,
+    load_typed,
+    report_reference,
+    run_study_stage,
+    seeded_subset,
+    worker_options,
+)
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -187,14 +188,8 @@ class ArmSettings:
 
 
 @dataclass
-class MobileBertConfig:
-    name: str
-    task: str
-    teacher: str | None = None
-    seed: int = 0
+class MobileBertConfig(MethodConfig):
     searcher: str | None = None  # a multi-trial searcher: the grid search runs first
-    data: DataSettings = field(default_factory=DataSettings)
-    teacher_finetune: dict = field(default_factory=dict)
     student: StudentSettings = field(default_factory=StudentSettings)
     transfer: str = "progressive"
     pkt: PktSettings = field(default_factory=PktSettings)
@@ -203,16 +198,10 @@ class MobileBertConfig:
     multi_trial: StudySettings = field(default_factory=StudySettings)
     compare: list = field(default_factory=lambda: [
         {"tag": "mobilebert-tiny-shaped", "arch": dict(TINY_CHOICES)}])
-    latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import check_finetune_overrides
-
-        check_fields([("name", bool(self.name.strip()), "a non-empty name"),
-                      ("task", bool(self.task.strip()), "a task name"),
-                      ("transfer", self.transfer in TRANSFERS, " or ".join(TRANSFERS)),
-                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        check_finetune_overrides(self.teacher_finetune)  # before any stage
+        super().__post_init__()
+        check_fields([("transfer", self.transfer in TRANSFERS, " or ".join(TRANSFERS))], self)
         if self.pkt.batch_size != self.prediction.batch_size:
             raise ValueError(f"pkt.batch_size ({self.pkt.batch_size}) and prediction.batch_size "
                              f"({self.prediction.batch_size}) must agree: every stage reads "
@@ -231,37 +220,26 @@ class MobileBertConfig:
         if self.searcher is not None:
             self.student.build_space(2, self.search.choices)
 
-    def finetune_config(self) -> Any:
-        from nas.teacher import FinetuneConfig
-
-        return FinetuneConfig(**self.teacher_finetune)
-
     def arm_space(self, arch: dict, num_labels: int) -> Any:
         return replace(self.student, arch={**self.student.arch, **arch}).build_space(num_labels)
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()
-                ) -> MobileBertConfig:
+def load_config(path: str | Path, overrides: Any = ()) -> MobileBertConfig:
     """A MobileBERT experiment file's typed configuration (``method: mobilebert``)."""
-    method, config = load_experiment(path, overrides)
-    if not isinstance(method, MobileBert):
-        raise ConfigError(f"{path}: method {method.name!r} is not mobilebert")
-    return config
+    return load_typed(path, MobileBert, overrides)
 
 
 # --------------------------------------------------------------------- the context
 
 
-class MobileBertContext(DistillContext):
-    """Stages 1–2 (:class:`nas.distill.task.DistillContext`) plus the student's parts:
+class MobileBertContext(TaskContext):
+    """Stages 1–2 (:class:`recipes.common.TaskContext`) plus the student's parts:
     initialisation from the teacher and the transfer's batch sources."""
 
-    def __init__(self, config: MobileBertConfig, run: RunDir, options: RunOptions) -> None:
-        super().__init__(task=config.task, teacher=config.teacher, seed=config.seed,
-                         data=config.data, finetune=config.finetune_config(), run=run,
-                         options=options, eval_batch_size=config.prediction.batch_size,
-                         latency_repeats=config.latency_repeats, stages=8)
-        self.cfg = config
+    stage_count = 8
+
+    def __init__(self, config: MobileBertConfig, run: Any, options: Any) -> None:
+        super().__init__(config, run, options, eval_batch_size=config.prediction.batch_size)
 
     def prepare(self) -> MobileBertContext:
         super().prepare()
@@ -303,12 +281,11 @@ class MobileBertContext(DistillContext):
         lengths = token_lengths(self.tokenizer, data, self.max_seq_len)
         return TransferTask(
             teacher=self.task_teacher()[1],
-            batches=lambda stage: seeded_batches(data, self.tokenizer, batch_size, self.max_seq_len,
-                                             self.seed, stage, lengths),
-            steps_per_epoch=math.ceil(len(data) / batch_size), logits=self.teacher_logits(data),
-            val_batches=self.dev_batches, metric=self.dev.metric,
+            batches=lambda stage: seeded_batches(data, self.tokenizer, batch_size,
+                                                 self.max_seq_len, self.seed, stage, lengths),
+            steps_per_epoch=-(-len(data) // batch_size), logits=self.teacher_logits(data),
             test_batches=self.report_batches if with_test else None, init=self.init_student,
-            latency_batches=self.latency_batches, seq_len=self.max_seq_len)
+            **self.scoring_data())
 
     def evaluator(self, space: Any, data: Any, workdir: Path, *, transfer_epochs: int | None = None,
                   prediction_epochs: int | None = None, with_test: bool = False) -> Any:
@@ -334,23 +311,21 @@ class MobileBertContext(DistillContext):
 
 
 @register_method("mobilebert")
-class MobileBert(Method):
+class MobileBert(Recipe):
     """``method: mobilebert`` — progressive knowledge transfer into a bottleneck student,
     optionally after a grid search under a parameter budget."""
 
     config_class = MobileBertConfig
+    context_class = MobileBertContext
     searchers = ("tpe", "random", "nsga2", "lanas", "gp")
 
     def default_searcher(self) -> str | None:
         return None  # without --searcher (or ``searcher:``) the student is ``student.arch``
 
-    def run(self, config: MobileBertConfig, options: RunOptions) -> dict[str, Any]:
-        started = time.time()
-        searcher = self.check_searcher(options.searcher or config.searcher)
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=options.break_lock)
-        ctx = MobileBertContext(config, run, options).prepare()
-        metrics: dict[str, Any] = {"teacher": ctx.teacher_costs(), "transfer": config.transfer}
+    def stages(self, ctx: MobileBertContext) -> dict[str, Any]:
+        config = ctx.cfg
+        searcher = self.check_searcher(ctx.options.searcher or config.searcher)
+        metrics: dict[str, Any] = {"transfer": config.transfer}
         space, arch = ctx.space, config.student.default_arch(ctx.space)
         if searcher is not None:
             summary, space, arch = self.grid_search(ctx, searcher)
@@ -361,40 +336,28 @@ class MobileBert(Method):
                                                                     ctx.train.num_labels),
                                               None, a["tag"])
                            for a in config.compare]
-        metrics["metric"] = ctx.dev.metric
-        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
-        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
-            ctx.report.sources), "examples": len(ctx.report),
-            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
-        run.save_json("metrics.json", metrics)
-        run.log("done", searcher=searcher, transfer=config.transfer)
         return metrics
+
+    def done_fields(self, config: MobileBertConfig, options: Any) -> dict[str, Any]:
+        return {"searcher": self.check_searcher(options.searcher or config.searcher),
+                "transfer": config.transfer}
 
     # -- step 3 --------------------------------------------------------------------
     def grid_search(self, ctx: MobileBertContext, name: str) -> tuple[dict[str, Any], Any, Any]:
         """The grid search: every trial is this recipe's transfer on a reduced budget."""
         from functools import partial
 
-        from searchers.loop import StudySpec, run_study
-        from searchers.results import complete_trials
-
         cfg = ctx.cfg
         space = cfg.student.build_space(ctx.train.num_labels, cfg.search.choices)
-        spec = StudySpec.for_run(
-            searcher=name, name=cfg.name, run_dir=ctx.run.path, seed=cfg.seed,
-            settings=cfg.multi_trial, options=ctx.options.study,
-            default_trials=12, resume=ctx.options.resume, seq_len=cfg.data.max_seq_len,
-            progress=ctx.options.progress)
-        spec.export = {"labels": list(ctx.train.label_names), "tokenizer": ctx.teacher.model_dir,
-                       "max_length": cfg.data.max_seq_len, "task": cfg.task}
-        log.info("stage 3/8: %s grid search over %s (%d architectures), each trial a %s "
-                 "transfer on %d examples", name, ", ".join(cfg.search.choices), space.size(),
-                 cfg.transfer, cfg.search.max_train_examples)
-        t0 = time.time()
-        study = run_study(spec, space, _search_evaluator(ctx, space, name),
-                          parts=partial(_search_parts, cfg, ctx.options, name))
-        ctx.seconds["search"] = round(time.time() - t0, 1)
-        done = complete_trials(study)
+        ctx.stage(3, "%s grid search over %s (%d architectures), each trial a %s transfer on "
+                  "%d examples", name, ", ".join(cfg.search.choices), space.size(),
+                  cfg.transfer, cfg.search.max_train_examples)
+        found = run_study_stage(ctx, searcher=name, space=space,
+                                evaluator=_search_evaluator(ctx, space, name),
+                                settings=cfg.multi_trial,
+                                parts=partial(_search_parts, cfg, ctx.options, name))
+        ctx.seconds["search"] = found.seconds
+        done = found.trials
         if not done:
             raise NasError(f"the {name} search finished no trial (see {ctx.run.path}/trials); "
                            "loosen multi_trial.max_params or add trials")
@@ -404,13 +367,10 @@ class MobileBert(Method):
         runs = [{"trial": t.number, "arch": t.user_attrs["arch"],
                  "dev": t.user_attrs.get("metrics") or {}, "costs": t.user_attrs["costs"]}
                 for t in done]
-        scores = [t.values[0] for t in done]
-        summary = {"searcher": name, "study": spec.study_name, "n_trials": spec.n_trials,
-                   "runs": runs,
-                   "best_trial": best.number, "best_arch": dict(arch),
-                   "mean": statistics.mean(scores),
-                   "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
-        ctx.run.log("search", best=best.number, arch=dict(arch), seconds=ctx.seconds["search"])
+        summary = {"searcher": name, "study": found.spec.study_name,
+                   "n_trials": found.spec.n_trials, "runs": runs, "best_trial": best.number,
+                   "best_arch": dict(arch), **found.mean_std([t.values[0] for t in done])}
+        ctx.run.log("search", best=best.number, arch=dict(arch), seconds=found.seconds)
         return summary, space, arch
 
     # -- steps 4 to 7 ----------------------------------------------------------------
@@ -447,8 +407,8 @@ class MobileBert(Method):
                 run.log("transfer", tag=tag, name=stage.name, steps=result.steps,
                         seconds=round(result.seconds, 1), history=result.history)
 
-            log.info("stage 4/8 (%s): %s transfer, %d stage(s) of %d steps per epoch", tag,
-                     cfg.transfer, len(stages), task.steps_per_epoch)
+            ctx.stage(4, "(%s) %s transfer, %d stage(s) of %d steps per epoch", tag,
+                      cfg.transfer, len(stages), task.steps_per_epoch)
             run_transfer(model, task.teacher, stages, evaluator.transfer_settings, task.batches,
                          task.steps_per_epoch, weights=cfg.pkt.weights,
                          lower_lr_scale=cfg.pkt.lower_lr_scale, seed=cfg.seed, workdir=folder,
@@ -461,7 +421,7 @@ class MobileBert(Method):
                          means["loss"], dev)
                 return {"dev": dev}
 
-            log.info("stage 5/8 (%s): prediction-layer distillation", tag)
+            ctx.stage(5, "(%s) prediction-layer distillation", tag)
             result = run_prediction(
                 model, task.logits, evaluator.prediction_settings, task.batches("prediction"),
                 task.steps_per_epoch, temperature=cfg.prediction.temperature, seed=cfg.seed,
@@ -475,7 +435,7 @@ class MobileBert(Method):
                     history=result.history)
         else:
             load_weights(model, weights)
-        log.info("stage 6/8 (%s): evaluation on %s", tag, ctx.evaluated_splits)
+        ctx.stage(6, "(%s) evaluation on %s", tag, ctx.evaluated_splits)
         row = {"tag": tag, **evaluate_student(ctx, space, arch, model),
                "shape": {k: v for k, v in {**space.config, **arch}.items()
                          if k not in ("family", "num_labels")}}
@@ -487,7 +447,7 @@ class MobileBert(Method):
                          "lower_lr_scale": cfg.pkt.lower_lr_scale,
                          "weights": asdict(cfg.pkt.weights)}
         if export:
-            log.info("stage 7/8: export (native and hf)")
+            ctx.stage(7, "export (native and hf)")
             export_student(ctx, space, arch, model, {"export": "native", "export_hf": "hf"})
         run.save_json("student.json" if tag == "student" else f"arms/{tag}/student.json", row)
         run.log("student", tag=tag, **{k: row[k] for k in ("dev", "params", "flops")},
@@ -505,7 +465,6 @@ class MobileBert(Method):
             return [], []
         metric, split = metrics.get("metric", "accuracy"), metrics.get(
             "evaluation", {}).get("split", "dev")
-        teacher = metrics["teacher"]
         lines = ["", "## MobileBERT recipe", "",
                  f"- transfer: {student['recipe']['transfer']} (stages: "
                  f"{', '.join(student['recipe']['stages']) or 'none'}), then prediction-layer "
@@ -518,15 +477,17 @@ class MobileBert(Method):
             lines.append(f"| {row['tag']} | {_shape_line(v)} | {100 * score:.2f} | "
                          f"{row['params'] / 1e6:.2f}M | {row['flops'] / 1e6:.1f} | "
                          f"{lat['batch1']['median_ms']:.2f} / {lat['batch32']['median_ms']:.1f} |")
-        reference = {}
-        if teacher.get("dev") and teacher.get("latency"):
-            reference["teacher"] = {
-                f"val_{metric}": metric_score(teacher["dev"], metric),
-                "latency_ms": teacher["latency"]["batch1"]["median_ms"],
-                "params": teacher["params"], "flops": teacher["flops"]}
-        more, pictures = study_sections(run.path, reference) if (
+        more, pictures = study_sections(run.path, report_reference(metrics)) if (
             run.path / "study.json").is_file() else ([], [])
         return lines + more, pictures
+
+
+def _shape_line(v: dict[str, Any]) -> str:
+    """``L6 H384 intra 192 A12 F4×512 shared_bottleneck no_norm relu``."""
+    return (f"L{v['num_hidden_layers']} H{v['hidden_size']} intra {v['intra_bottleneck_size']} "
+            f"A{v['num_attention_heads']} F{v['num_feedforward_networks']}×"
+            f"{v['intermediate_size']} {v['attention_input']} {v['normalization_type']} "
+            f"{v['hidden_act']}")
 
 
 def _shape_line(v: dict[str, Any]) -> str:
@@ -540,17 +501,11 @@ def _shape_line(v: dict[str, Any]) -> str:
 def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
     """The study's evaluator: this recipe's transfer on the search subset, plus the cost
     objectives ``multi_trial`` asks for."""
-    import numpy as np
-
-    from nas.seeding import stage_seed
     from searchers.loop import study_evaluator
 
     cfg = ctx.cfg
-    data = ctx.train
-    if cfg.search.max_train_examples < len(data):
-        rng = np.random.default_rng(stage_seed(cfg.seed, "search-data"))
-        data = data.subset(np.sort(rng.permutation(len(data))
-                                   [: cfg.search.max_train_examples]).tolist())
+    data = seeded_subset(ctx.train, cfg.search.max_train_examples, cfg.seed, "search-data",
+                         "search.max_train_examples")
     inner = ctx.evaluator(space, data, ctx.run.path / "trial_weights",
                           transfer_epochs=cfg.search.transfer_epochs,
                           prediction_epochs=cfg.search.prediction_epochs)
@@ -558,11 +513,10 @@ def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
                            seq_len=cfg.data.max_seq_len)
 
 
-def _search_parts(config: MobileBertConfig, options: RunOptions, searcher: str
-                  ) -> tuple[Any, Any]:
+def _search_parts(config: MobileBertConfig, options: Any, searcher: str) -> tuple[Any, Any]:
     """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
     caches, in the run folder the first process holds."""
-    options = replace(options, progress=False)
+    options = worker_options(options)
     ctx = MobileBertContext(config, RunDir(options.run_dir), options).prepare()
     space = config.student.build_space(ctx.train.num_labels, config.search.choices)
     return space, _search_evaluator(ctx, space, searcher)

@@ -255,8 +255,8 @@ CASES = {
                                     r"bad\.yaml.*checkpoint_every"),
     "yaml-teacher-finetune-typo": Case(_yaml(_set("teacher_finetune.epocs", 1)), 2,
                                        r"bad\.yaml.*teacher_finetune.*epocs"),
-    "yaml-random-samples-neg": Case(_yaml(_set("random_samples", -3)), 2,
-                                    r"bad\.yaml.*random_samples"),
+    "yaml-random-samples-old": Case(_yaml(_set("random_samples", 3)), 2,
+                                    r"bad\.yaml.*random_samples is now multi_trial\.n_trials"),
     "yaml-lr-nan": Case(_yaml(_set("search.lr", float("nan"))), 2,
                         r"bad\.yaml\.search\.lr: expected a finite number, got nan"),
     # data
