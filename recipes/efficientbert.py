@@ -421,8 +421,9 @@ class EfficientBertContext:
 
     def cached_teacher(self) -> Any:
         """The teacher with its states stored per batch on disk (the proxy's batches)."""
+        from nas.cache import cache_root
         from nas.distill.general import CachedTeacher
-        from nas.teacher import cache_root, teacher_identity
+        from nas.teacher import teacher_identity
 
         if not hasattr(self, "_cached_teacher"):
             folder = (cache_root() / "teacher_states"
@@ -672,8 +673,8 @@ class EfficientBert(Method):
         weights without any per-candidate training (SPEC §3)."""
         from evaluators.retrain import classify
         from nas.builder import extract_child
+        from nas.cache import load_weights, save_weights
         from nas.cost import count_costs
-        from nas.distill.general import load_weights, save_weights
         from nas.distill.tinybert import Terms
         from nas.distill.warmup import sample_under_budget
         from nas.teacher import metric_score

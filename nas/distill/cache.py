@@ -25,7 +25,6 @@ BERT implementation loaded with the teacher's weights) is passed in by the calle
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.cache import cache_root, json_key
 from nas.checkpoint import atomic_target, atomic_write_json, atomic_write_text
 from nas.data.tasks import TaskData
 from nas.errors import NasError
@@ -46,10 +46,6 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
     """``np.save`` through a temporary file: a reader never sees a half-written array."""
     with atomic_target(path) as tmp, open(tmp, "wb") as f:  # a file object: no ".npy" added
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-
-
-def _short_hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def hf_hidden_states(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +74,7 @@ class TeacherOutputCache:
         teacher_id: str | None = None,
         batch_size: int = 64,
     ) -> None:
-        from nas.teacher import cache_root, resolve_teacher, teacher_identity
+        from nas.teacher import resolve_teacher, teacher_identity
 
         self.teacher = resolve_teacher(teacher)
         self.teacher_id = teacher_id or teacher_identity(self.teacher)
@@ -234,7 +230,7 @@ class TeacherOutputCache:
 
         idx = np.asarray(list(indices), dtype=np.int64)
         pname = producer_name or getattr(producer, "__name__", "producer")
-        folder = f"layers-{pname}-{_short_hash(idx.tolist())}"
+        folder = f"layers-{pname}-{json_key([idx.tolist()], 12)}"
         meta = self.path / folder / "names.json"
         if meta.is_file():
             names = json.loads(meta.read_text())
@@ -280,7 +276,7 @@ def cached_probe_logits(
 
     data = data or train
     out = TeacherOutputCache(teacher, data, max_seq_len, cache_dir)
-    probes_id = _short_hash(train.fingerprint, pooling, l2)
+    probes_id = json_key([train.fingerprint, pooling, l2], 12)
     if out.has(f"probe_logits-{probes_id}"):
         return out.load(f"probe_logits-{probes_id}")
     train_cache = out if data is train else TeacherOutputCache(

@@ -10,9 +10,7 @@ This module holds what they share; each recipe keeps its own loss and model.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -256,58 +254,13 @@ class CachedTeacher:
             kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})
 
 
-def settings_key(**parts: Any) -> str:
-    """A 16-hex cache key of JSON-able settings."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def exclusive(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (released when the process ends, however): one
-    writer per cache entry; a second run of the same settings waits, then finds it."""
-    import fcntl
-
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process running %s", what)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def save_weights(module: torch.nn.Module, path: Path) -> None:
-    """A module's tensors as safetensors, written atomically."""
-    from safetensors.torch import save_file
-
-    from nas.checkpoint import atomic_target
-
-    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-    with atomic_target(path) as tmp:
-        save_file(state, str(tmp))
-
-
-def load_weights(module: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    module.load_state_dict(load_file(str(path)))
-
-
 __all__ = [
     "CachedTeacher",
     "TextDistillSettings",
     "cached_teacher_logits",
     "check_text_settings",
     "chunk_texts",
-    "exclusive",
-    "load_weights",
-    "save_weights",
     "seeded_batches",
-    "settings_key",
     "text_corpus",
     "token_lengths",
     "unlabeled",
