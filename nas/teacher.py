@@ -334,8 +334,7 @@ def finetune_teacher(
     epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
     permutation per epoch), same dropout draws, same weights as an unbroken run.
     """
-    from nas.data import load_task  # light: no torch
-    from nas.data.files import resolve_task
+    from nas.data import load_task, resolve_task  # light: no torch
 
     task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
     config = config or FinetuneConfig()

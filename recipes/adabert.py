@@ -408,7 +408,7 @@ def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None
              resume: bool = False, progress: bool = False) -> AdaBertContext:
     """Stages 1–2 of a run, for scripts that go on with single stages (``AdaBert().search``,
     ``ctx.retrain_evaluator()``)."""
-    from nas.data.files import resolve_task
+    from nas.data import resolve_task
 
     task = resolve_task(config.task)  # files are read and checked before the run folder
     run = RunDir(run_dir, snapshot(config), resume=resume)
@@ -429,7 +429,7 @@ class AdaBert(Method):
     searchers = ("differentiable", "random", "lanas", "tpe", "nsga2", "gp")
 
     def run(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
         from searchers.base import SEARCHERS
 
         task = resolve_task(config.task)  # files are read and checked before any stage

@@ -545,7 +545,7 @@ class EfficientBert(Method):
     searchers = ("lanas", "random", "tpe")  # the sampler of stages 1 and 2
 
     def run(self, config: EfficientBertConfig, options: RunOptions) -> dict[str, Any]:
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
 
         started = time.time()
         task = resolve_task(config.task)
@@ -828,7 +828,7 @@ class EfficientBert(Method):
         steps, same data; the second starts each candidate from scratch) against the
         stand-alone full-KD retrain, candidates drawn within the budget."""
         from evaluators.audit import AuditParts
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
 
         task = resolve_task(config.task)
         run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},
