@@ -381,10 +381,6 @@ def finetune_teacher(
     ckpt = run_dir / CHECKPOINT_FILE
     if force:
         ckpt.unlink(missing_ok=True)
-    legacy = run_dir / "checkpoint.pt"
-    if legacy.is_file():  # pickle checkpoints of earlier versions are never loaded
-        log.warning("%s: old pickle checkpoint format, refused; fine-tuning starts over", legacy)
-        legacy.unlink()
 
     def batches(epoch: int, start: int) -> Any:  # one seeded permutation per epoch
         return iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,

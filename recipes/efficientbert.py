@@ -671,12 +671,12 @@ class EfficientBert(Method):
         """N and r only, expressions fixed: train one unfrozen supernet sampling (N, r)
         uniformly under the budget at every step, then score candidates by inherited
         weights without any per-candidate training (SPEC §3)."""
-        from evaluators.retrain import classify
         from nas.builder import extract_child
         from nas.cache import load_weights, save_weights
         from nas.cost import count_costs
         from nas.distill.tinybert import Terms
         from nas.distill.warmup import sample_under_budget
+        from nas.evaluate import classify
         from nas.teacher import metric_score
         from nas.train import GeneratorState, Trainer
 

@@ -864,8 +864,8 @@ class MixedVocab(Method):
                 log.info("task epoch %d: loss %.4f, dev %s", epoch + 1, means["loss"], score)
                 return {"dev": score}
         else:
-            from evaluators.retrain import classify
             from nas.distill.losses import soft_cross_entropy
+            from nas.evaluate import classify
 
             logits = self._teacher_logits(ctx, teacher, data) if use_teacher else None
             batches = self._class_batches(ctx, data, s.batch_size, seed)
@@ -993,7 +993,7 @@ class MixedVocab(Method):
             t_batches = {bs: _model_batch(next(tagged_batches(t_seg, ex, bs)))
                          for bs, ex in examples.items()}
         else:
-            from evaluators.retrain import classify
+            from nas.evaluate import classify
             from nas.hf import load_teacher_as_design
 
             dev = classify(student, list(self._eval_batches(ctx, ctx.dev)), ctx.dev.metric)
@@ -1041,7 +1041,7 @@ class MixedVocab(Method):
                          "latency_batch1": latency["batch1"]["median_ms"]
                          / t_latency["batch1"]["median_ms"]}
         if split != "dev":  # SST-2: dev shares phrases with train, test does not
-            from evaluators.retrain import classify
+            from nas.evaluate import classify
 
             log.info("evaluation on %s (%d examples)", split, len(data))
             row[split] = classify(student, list(self._eval_batches(ctx, data)), data.metric)

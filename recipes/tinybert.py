@@ -466,8 +466,8 @@ class TinyBert(Method):
     def prediction(self, ctx: TinyBertContext, data: Any) -> None:
         """Prediction-layer distillation (or, as the ablation, gold labels); writes
         ``student.safetensors`` (the student alone)."""
-        from evaluators.retrain import classify
         from nas.distill.tinybert import prediction_loss
+        from nas.evaluate import classify
         from nas.train import Trainer
 
         cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.prediction
