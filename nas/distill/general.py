@@ -1,11 +1,12 @@
 """Shared pieces of task-agnostic distillation on unlabeled text: the corpus, its batches,
-and the cache entries that hold a distilled model.
+and the teacher's cached outputs on them.
 
 TinyBERT's general distillation (SPEC §5) and EfficientBERT's supernet warm-up (SPEC §3)
 both train a student against a teacher on unlabeled text (WikiText-2 plus the task's
 training sentences without their labels), cut into pieces of at most ``max_seq_len``
 tokens, and cache the result by its settings so that every later run starts from it.
-This module holds what they share; each recipe keeps its own loss and model.
+This module holds what they share; each recipe keeps its own loss and model. The cache
+entry's key, lock and weight files are :mod:`nas.cache`'s.
 """
 
 from __future__ import annotations
