@@ -32,7 +32,7 @@ from evaluators.base import (
     TrialPruned,
 )
 from nas.architecture import Architecture
-from nas.evaluate import classify  # noqa: F401  (re-exported: recipes import it from here)
+from nas.evaluate import classify
 
 if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
     from nas.space import SearchSpace

@@ -94,7 +94,7 @@ class TransferEvaluator(Evaluator):
 
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
         from nas.builder import build_child
-        from nas.distill.general import save_weights
+        from nas.cache import save_weights
         from nas.distill.mobilebert import (
             remove_stage_weights,
             run_prediction,

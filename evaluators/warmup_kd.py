@@ -37,8 +37,9 @@ from evaluators.base import (
     Trial,
     TrialPruned,
 )
-from evaluators.retrain import classify, measured_costs
+from evaluators.retrain import measured_costs
 from nas.architecture import Architecture
+from nas.evaluate import classify
 
 if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
     from nas.space import SearchSpace

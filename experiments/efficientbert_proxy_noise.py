@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from nas.architecture import load_architecture
-from nas.data.files import resolve_task
+from nas.data import resolve_task
 from nas.errors import NasError
 from nas.methods import RunOptions, load_experiment
 from nas.rundir import RunDir

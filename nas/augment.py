@@ -22,8 +22,6 @@ depend on batching or on how many examples are processed. Results are cached by
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -33,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from nas.cache import cache_root, json_key
 from nas.checkpoint import atomic_target
 from nas.data.tasks import TaskData
 from nas.errors import DataError, NasError
@@ -229,16 +228,14 @@ def augment_task(
     first, then its N new versions (pairs: both sentences augmented). Returns a summary
     with the cache path and whether it was a cache hit.
     """
-    from nas.teacher import cache_root, resolve_teacher, teacher_identity
+    from nas.teacher import resolve_teacher, teacher_identity
 
     config = config or AugmentConfig()
     if data.kind not in ("single", "pair"):
         raise DataError(f"augmentation supports single-sentence and pair tasks, not {data.kind}")
     tid = teacher_identity(teacher)
-    key = hashlib.sha256(json.dumps(
-        {"teacher": tid, "data": data.fingerprint, "config": asdict(config),
-         "source": source.name if source is not None else "auto", "version": 1},
-        sort_keys=True).encode()).hexdigest()[:16]
+    key = json_key({"teacher": tid, "data": data.fingerprint, "config": asdict(config),
+                    "source": source.name if source is not None else "auto", "version": 1})
     cached = cache_root(cache_dir) / "augment" / f"{data.task.replace('/', '_')}-{key}.tsv"
     summary = {"task": data.task, "split": data.split, "examples": len(data),
                "rows": len(data) * (config.n + 1), "config": asdict(config),

@@ -21,14 +21,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import torch
 from torch import nn
 
 from nas.architecture import Architecture
 from nas.errors import NasError
-from nas.graph import plan
+from nas.graph import check_seq_len, plan, position_limit
 from nas.ops import OPS
 from nas.space import SearchSpace
 
@@ -55,22 +54,6 @@ class Costs:
         d["units"] = {"params": "count", "macs": "multiply-adds per example",
                       "flops": "2 x MACs per example"}
         return d
-
-
-def position_limit(graph: nx.DiGraph) -> int | None:
-    """The longest sequence a network of ``graph`` can read: the smallest position table of
-    its embeddings (``None``: no position embeddings, any length)."""
-    sizes = [attrs.get("params", {}).get("max_positions") for _, attrs in graph.nodes(data=True)]
-    return min((s for s in sizes if isinstance(s, int) and s > 0), default=None)
-
-
-def check_seq_len(seq_len: int, limit: int | None, what: str) -> None:
-    """A one-line error for a sequence length the model cannot read."""
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-        raise NasError(f"sequence length must be a positive integer, got {seq_len!r}")
-    if limit is not None and seq_len > limit:
-        raise NasError(f"sequence length {seq_len} is beyond the {limit} positions of {what}; "
-                       f"use --seq-len {limit} or less")
 
 
 def count_costs(space: SearchSpace, arch: Mapping[str, Any] | None = None,

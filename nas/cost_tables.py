@@ -40,7 +40,7 @@ import networkx as nx
 from nas.architecture import Architecture
 from nas.choices import Scalar
 from nas.errors import SpaceDefinitionError
-from nas.graph import ActiveIf, ChoiceRef, ChoiceValue, Dim
+from nas.graph import ActiveIf, ChoiceRef, ChoiceValue, Dim, check_seq_len, position_limit
 from nas.ops import OPS
 from nas.space import SearchSpace
 
@@ -754,8 +754,6 @@ def tables_for(space: SearchSpace, seq_len: int) -> CostTables:
         entry = _CACHE[space] = (_Analysis(_Structure(space)), {})
     analysis, by_len = entry
     if seq_len not in by_len:
-        from nas.cost import check_seq_len, position_limit
-
         check_seq_len(seq_len, position_limit(space.graph), f"space {space.name!r}")
         by_len[seq_len] = CostTables(space, seq_len, analysis)
     return by_len[seq_len]

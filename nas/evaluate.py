@@ -33,7 +33,7 @@ def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
 
 def export_dir_of(path: str | Path) -> tuple[Path, str | dict | None]:
     """``(export directory, task)`` for a run directory or an export directory; a run's
-    task may be a file or a ``task:`` mapping (:func:`nas.data.files.resolve_task`)."""
+    task may be a file or a ``task:`` mapping (:func:`nas.data.resolve.resolve_task`)."""
     path = Path(path)
     if (path / "config.yaml").is_file():  # a run directory
         from nas.rundir import RunDir
@@ -60,8 +60,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     task's report split, ``test`` when it has one)."""
     import numpy as np
 
-    from nas.data import load_task, report_split
-    from nas.data.files import resolve_task
+    from nas.data import load_task, report_split, resolve_task
     from nas.runtime import load
     from nas.teacher import classification_metrics
 

@@ -713,7 +713,7 @@ def _quietly(fn: Any, *args: Any) -> Any:
 
 
 def _max_positions(child: GraphNet) -> int | None:
-    from nas.cost import position_limit
+    from nas.graph import position_limit
 
     return position_limit(child.graph)
 

@@ -22,6 +22,8 @@ Edge attributes: ``op`` (name or ChoiceRef), ``arg`` (input position), ``params`
 :func:`plan` resolves the graph against (possibly partial) choice values; the
 supernet runs plans, :func:`resolve` turns a full plan into the child's graph, the
 cost model sums the ops of a plan, and the drawings show a resolved graph.
+:func:`position_limit` reads the longest input a graph's position tables allow, and
+:func:`check_seq_len` refuses a longer one (cost counting, tables, exported models).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import networkx as nx
 
 from nas.choices import Categorical, Scalar
-from nas.errors import ArchitectureError, SpaceDefinitionError
+from nas.errors import ArchitectureError, NasError, SpaceDefinitionError
 from nas.ops import OPS
 from nas.ops.basic import scale_width
 
@@ -339,3 +341,22 @@ def from_json(data: Mapping[str, Any]) -> nx.DiGraph:
         if attrs.get("op") not in OPS:
             raise SpaceDefinitionError(OPS._unknown_message(attrs.get("op")) + f" (edge {u}->{v})")
     return graph
+
+
+# ------------------------------------------------------------------ positions
+
+
+def position_limit(graph: nx.DiGraph) -> int | None:
+    """The longest sequence a network of ``graph`` can read: the smallest position table of
+    its embeddings (``None``: no position embeddings, any length)."""
+    sizes = [attrs.get("params", {}).get("max_positions") for _, attrs in graph.nodes(data=True)]
+    return min((s for s in sizes if isinstance(s, int) and s > 0), default=None)
+
+
+def check_seq_len(seq_len: int, limit: int | None, what: str) -> None:
+    """A one-line error for a sequence length the model cannot read."""
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise NasError(f"sequence length must be a positive integer, got {seq_len!r}")
+    if limit is not None and seq_len > limit:
+        raise NasError(f"sequence length {seq_len} is beyond the {limit} positions of {what}; "
+                       f"use --seq-len {limit} or less")

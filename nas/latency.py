@@ -49,12 +49,12 @@ import numpy as np
 import torch
 from scipy.optimize import nnls
 
+from nas.cache import cache_root
 from nas.checkpoint import atomic_write_json
 from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS, Context, SelectOp
 from nas.space import SearchSpace
-from nas.teacher import cache_root
 
 TABLE_FORMAT = 1
 

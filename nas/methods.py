@@ -63,7 +63,7 @@ class Method(abc.ABC):
 
     name: ClassVar[str] = ""
     #: the configuration dataclass; it must have ``name: str`` and ``task`` (a name,
-    #: a path, or a mapping: :func:`nas.data.files.resolve_task` turns it into a name)
+    #: a path, or a mapping: :func:`nas.data.resolve.resolve_task` turns it into a name)
     config_class: ClassVar[type]
     #: searcher names this method accepts; the first is the default
     searchers: ClassVar[tuple[str, ...]] = ()

@@ -133,14 +133,6 @@ class Registry(Generic[T]):
         if self._conflict is not None:
             raise self._conflict
 
-    def reset_plugins(self) -> None:
-        """Forget that plug-ins were loaded, so the next lookup loads them again (tests).
-
-        Names already registered stay; a module already imported is not imported again.
-        """
-        self._loaded = self.entry_point_group is None
-        self._conflict = None
-
     # ------------------------------------------------------------------ lookups
     def get(self, name: str) -> T:
         self._ensure_loaded()

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nas.cli.common import human
 from nas.errors import NasError
 from nas.methods import method_of_run
 from nas.rundir import RunDir
 from nas.teacher import metric_parts, metric_score
+from nas.units import human
 
 
 def _ms(value: float) -> str:

@@ -47,18 +47,15 @@ from typing import Any
 import yaml
 
 from nas.checkpoint import (
-    CheckpointError,
     atomic_write_json,
     atomic_write_text,
     load_state,
-    save_state,
 )
 from nas.errors import NasError
 
 log = logging.getLogger("nas.rundir")
 
 CHECKPOINT_SUFFIX = ".safetensors"
-LEGACY_SUFFIX = ".pt"  # pickle checkpoints of earlier versions: refused, never loaded
 SNAPSHOT = "config.yaml"
 LOG_FILE = "log.jsonl"
 LOCK_FILE = ".lock"
@@ -288,15 +285,13 @@ class RunDir:
         for p in self.path.iterdir():
             if p.name == SNAPSHOT or p.name.startswith("."):
                 continue  # the snapshot, the lock, temporary files
-            if p.suffix in (".json", CHECKPOINT_SUFFIX, LEGACY_SUFFIX) or p.is_dir():
+            if p.suffix in (".json", CHECKPOINT_SUFFIX) or p.is_dir():
                 return True
         return False
 
     def _check_checkpoints(self) -> None:
-        """Refuse unreadable or pickle checkpoints before any stage runs (a resume would
-        otherwise fail at them only after the earlier stages)."""
-        for p in sorted(self.path.glob("*" + LEGACY_SUFFIX)):
-            raise CheckpointError(_legacy_message(p))
+        """Refuse unreadable checkpoints before any stage runs (a resume would otherwise fail
+        at them only after the earlier stages)."""
         from safetensors import safe_open
 
         for p in sorted(self.path.glob("*" + CHECKPOINT_SUFFIX)):
@@ -399,34 +394,9 @@ class RunDir:
                 from None
 
     def checkpoint_path(self, name: str = "checkpoint") -> Path:
-        """``RUN/<name>.safetensors``; a ``.pt`` suffix in ``name`` (older callers) is dropped."""
-        stem = name.removesuffix(LEGACY_SUFFIX).removesuffix(CHECKPOINT_SUFFIX)
-        return self.path / (stem + CHECKPOINT_SUFFIX)
-
-    def save_checkpoint(self, state: dict[str, Any], name: str = "checkpoint") -> Path:
-        """Write ``state`` (nested dicts of state dicts, numbers...) as a checkpoint."""
-        path = self.checkpoint_path(name)
-        save_state(path, state)
-        return path
-
-    def load_checkpoint(self, name: str = "checkpoint") -> dict[str, Any] | None:
-        """The state saved under ``name``, or ``None`` when there is none.
-
-        A leftover pickle checkpoint (``<name>.pt``) of an earlier version is an error:
-        unpickling can run code, so it is never loaded.
-        """
-        path = self.checkpoint_path(name)
-        if path.is_file():
-            return load_state(path)
-        legacy = path.with_suffix(LEGACY_SUFFIX)
-        if legacy.is_file():
-            raise CheckpointError(_legacy_message(legacy))
-        return None
+        """``RUN/<name>.safetensors``: where a stage's :class:`nas.train.Trainer` keeps its
+        checkpoint (:mod:`nas.checkpoint` format)."""
+        return self.path / (name.removesuffix(CHECKPOINT_SUFFIX) + CHECKPOINT_SUFFIX)
 
     def remove_checkpoint(self, name: str = "checkpoint") -> None:
         self.checkpoint_path(name).unlink(missing_ok=True)
-
-
-def _legacy_message(path: Path) -> str:
-    return (f"{path}: a checkpoint in the old pickle format, which is refused (loading it "
-            "could run code); delete it and run the stage again")

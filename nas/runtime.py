@@ -314,7 +314,7 @@ class ExportedModel:
         if self.is_hf:
             n = self.config.get("max_position_embeddings")
             return n if _is_int(n) and n > 0 else None
-        from nas.cost import position_limit
+        from nas.graph import position_limit
 
         return position_limit(self.network.graph) if self.runtime == "torch" else \
             position_limit(_graph_of(self.config))
@@ -331,7 +331,7 @@ class ExportedModel:
 
     def check_seq_len(self, seq_len: int) -> None:
         """A one-line error when ``seq_len`` is beyond the model's positions."""
-        from nas.cost import check_seq_len
+        from nas.graph import check_seq_len
 
         check_seq_len(seq_len, self.max_positions, f"the model in {self.directory}")
 

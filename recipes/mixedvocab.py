@@ -61,8 +61,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from nas.cache import cache_root, exclusive, load_weights, save_weights
 from nas.config import ConfigError, check_fields
-from nas.distill.general import check_text_settings, exclusive, load_weights, save_weights
+from nas.distill.general import check_text_settings
 from nas.methods import Method, RunOptions, load_experiment, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
@@ -542,7 +543,6 @@ class MixedVocab(Method):
     # -- stage 2 ---------------------------------------------------------------------
     def vocabulary(self, ctx: Context) -> dict[str, Any]:
         """The student vocabulary folder (cached), or the teacher's for the ablation."""
-        from nas.teacher import cache_root
         from nas.tokenization import load_tokenizer, train_student_vocab
 
         cfg = ctx.cfg
@@ -581,7 +581,6 @@ class MixedVocab(Method):
     def stage_one(self, ctx: Context, vocab: dict[str, Any]) -> dict[str, Any]:
         """Stage I (cached): the teacher's MLM on mixed-segmented text; writes the whole
         :class:`~nas.mixedvocab.MixedVocabMLM` (``weights.safetensors``)."""
-        from nas.teacher import cache_root
 
         cfg, s = ctx.cfg, ctx.cfg.stage1
         if cfg.student.vocabulary == "teacher" or (cfg.stage2.init == "random"
@@ -635,7 +634,6 @@ class MixedVocab(Method):
                   ) -> dict[str, Any]:
         """Stage II (cached): the student's MLM on student-vocabulary input; writes the
         student (``student.safetensors``, the classifier head unused)."""
-        from nas.teacher import cache_root
 
         cfg, s = ctx.cfg, ctx.cfg.stage2
         space = cfg.student.build_space(vocab_size=vocab["size"])
@@ -748,7 +746,6 @@ class MixedVocab(Method):
                          num_tags=len(ctx.train.tag_names))
 
     def _joint_teacher(self, ctx: Context) -> dict[str, Any]:
-        from nas.teacher import cache_root
 
         cfg, s = ctx.cfg, ctx.cfg.teacher_task
         settings = asdict(s)
@@ -867,8 +864,8 @@ class MixedVocab(Method):
                 log.info("task epoch %d: loss %.4f, dev %s", epoch + 1, means["loss"], score)
                 return {"dev": score}
         else:
-            from evaluators.retrain import classify
             from nas.distill.losses import soft_cross_entropy
+            from nas.evaluate import classify
 
             logits = self._teacher_logits(ctx, teacher, data) if use_teacher else None
             batches = self._class_batches(ctx, data, s.batch_size, seed)
@@ -996,7 +993,7 @@ class MixedVocab(Method):
             t_batches = {bs: _model_batch(next(tagged_batches(t_seg, ex, bs)))
                          for bs, ex in examples.items()}
         else:
-            from evaluators.retrain import classify
+            from nas.evaluate import classify
             from nas.hf import load_teacher_as_design
 
             dev = classify(student, list(self._eval_batches(ctx, ctx.dev)), ctx.dev.metric)
@@ -1044,7 +1041,7 @@ class MixedVocab(Method):
                          "latency_batch1": latency["batch1"]["median_ms"]
                          / t_latency["batch1"]["median_ms"]}
         if split != "dev":  # SST-2: dev shares phrases with train, test does not
-            from evaluators.retrain import classify
+            from nas.evaluate import classify
 
             log.info("evaluation on %s (%d examples)", split, len(data))
             row[split] = classify(student, list(self._eval_batches(ctx, data)), data.metric)

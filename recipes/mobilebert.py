@@ -47,8 +47,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
-from nas.distill.general import load_weights, save_weights
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.mobilebert import TRANSFERS, PktWeights
 from nas.distill.task import PredictionSettings, evaluate_student, export_student

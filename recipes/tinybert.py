@@ -47,17 +47,9 @@ import torch
 from torch.nn import functional as F
 
 from nas.augment import AugmentSettings
+from nas.cache import cached_entry, load_weights, save_weights, settings_key
 from nas.config import ConfigError, check_fields
-from nas.distill.general import (
-    TextDistillSettings,
-    cached_entry,
-    load_weights,
-    save_weights,
-    seeded_batches,
-    settings_key,
-    text_corpus,
-    token_lengths,
-)
+from nas.distill.general import TextDistillSettings, seeded_batches, text_corpus, token_lengths
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.task import PredictionSettings, evaluate_student, export_student
 from nas.methods import register_method
@@ -181,7 +173,8 @@ def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
     student's shape and initialisation, the text and the settings; a finished entry is
     found again without loading anything, an interrupted one resumes from its checkpoint.
     """
-    from nas.teacher import cache_root, resolve_teacher, teacher_identity
+    from nas.cache import cache_root
+    from nas.teacher import resolve_teacher, teacher_identity
     from nas.tokenization import load_tokenizer
 
     g = cfg.general

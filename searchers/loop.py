@@ -43,6 +43,7 @@ from evaluators.base import EvalResult, Evaluator, Objective, run_evaluation
 from evaluators.penalty import COSTS, PenaltyEvaluator
 from nas.checkpoint import atomic_write_json
 from nas.errors import NasError
+from nas.units import human
 from searchers.base import SEARCHERS, Candidate, SearcherError
 from searchers.optuna_bridge import Budget
 from searchers.optuna_searchers import EVALUATED, OptunaSearcher
@@ -484,19 +485,12 @@ def trial_line(number: int, candidate: Candidate, result: EvalResult,
                                                               strict=True))
     else:
         what = f"{result.status}: {result.reason}"
-    costs = [f"{k} {_human(result.costs[k])}" for k in ("params", "flops")
+    costs = [f"{k} {human(result.costs[k])}" for k in ("params", "flops")
              if k in result.costs]
     if "latency_ms" in result.costs:
         costs.append(f"latency {result.costs['latency_ms']:.3g} ms")
     return (f"trial {number} [pid {os.getpid()}] arch {candidate.arch.id}: {what}"
             + (f" | {', '.join(costs)}" if costs else "") + f" | {result.seconds:.1f} s")
-
-
-def _human(n: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return f"{n:.0f}"
 
 
 @contextlib.contextmanager

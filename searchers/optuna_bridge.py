@@ -160,7 +160,8 @@ class Budget:
         return self.max_params is not None or self.max_flops is not None
 
     def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, int]:
-        from nas.cost import count_costs, position_limit
+        from nas.cost import count_costs
+        from nas.graph import position_limit
 
         seq_len = self.seq_len or min(128, position_limit(space.graph) or 128)
         c = count_costs(space, arch, seq_len)

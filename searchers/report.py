@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from nas.units import human
 from searchers.loop import read_pointer
 from searchers.results import best_trial, complete_trials, open_run_study, pareto_front, signs
 from searchers.storage import masked
@@ -37,12 +38,7 @@ def outcome(t: FrozenTrial) -> str:
 
 
 def _fmt(value: Any) -> str:
-    if not isinstance(value, int | float):
-        return "-"
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f}{unit}"
-    return f"{value:.4g}"
+    return human(value, small=".4g") if isinstance(value, int | float) else "-"
 
 
 def pruning_savings(study: optuna.Study) -> dict[str, Any] | None:

@@ -32,7 +32,8 @@ def extreme_architecture(space: SearchSpace, largest: bool, budget: Budget | Non
                          seq_len: int = 128, max_passes: int = 5) -> Architecture:
     """The architecture with the most (``largest``) or fewest parameters, by coordinate
     search from the default (module docstring)."""
-    from nas.cost import count_costs, position_limit
+    from nas.cost import count_costs
+    from nas.graph import position_limit
 
     seq_len = min(seq_len, position_limit(space.graph) or seq_len)
     sign = 1 if largest else -1

@@ -120,22 +120,6 @@ def truncated_checkpoint(ctx: Ctx) -> list[str]:
     return resume(ctx, run)
 
 
-class _Payload:
-    marker = ""
-
-    def __reduce__(self) -> tuple:
-        return (os.system, (f"touch {self.marker}",))
-
-
-def pickle_checkpoint(ctx: Ctx) -> list[str]:
-    import torch
-
-    run = fake_run(ctx)
-    _Payload.marker = str(ctx.tmp / "pwned")
-    torch.save({"search": _Payload()}, run / "checkpoint.pt")
-    return resume(ctx, run)
-
-
 def locked_by_live_process(ctx: Ctx) -> list[str]:
     run = fake_run(ctx)
     sleeper = subprocess.Popen(["sleep", "60"])  # noqa: S607 (a stand-in live process)
@@ -312,9 +296,6 @@ CASES = {
                               r"run is in use by process \d+ on .*; wait for it or stop it"),
     "run-other-host-lock": Case(locked_on_other_host, 2,
                                 r"locked by process 4242 on node-b.*pass --break-lock"),
-    "run-pickle-checkpoint": Case(pickle_checkpoint, 2,
-                                  r"checkpoint\.pt: a checkpoint in the old pickle format, "
-                                  r"which is refused"),
     # command-line values
     "cost-seq-len-beyond": Case(_cli("cost", "adabert", "--seq-len", "100000"), 2,
                                 r"sequence length 100000 is beyond the 512 positions"),

@@ -190,24 +190,16 @@ def test_atomic_writes_leave_no_temporary(tmp_path: Path) -> None:
 
 def test_rundir_checkpoints(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run", {"a": 1})
-    assert run.load_checkpoint() is None
     state = {"search": {"opt": torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
                         .state_dict(), "step": 3}, "sums": {}}
-    path = run.save_checkpoint(state)
-    assert path.name == "checkpoint.safetensors"
-    assert _same(run.load_checkpoint(), state)
-    # older callers name the file with .pt: same checkpoint, new format
-    run.save_checkpoint({"epoch": 1}, "retrain_x.pt")
-    assert run.load_checkpoint("retrain_x.pt") == {"epoch": 1}
-    assert (run.path / "retrain_x.safetensors").is_file()
-    run.remove_checkpoint("retrain_x")
-    assert run.load_checkpoint("retrain_x") is None
-
-    marker = tmp_path / "pwned"
-    torch.save({"x": _Exploit(marker)}, run.path / "old.pt")
-    with pytest.raises(CheckpointError, match="old pickle format, which is refused"):
-        run.load_checkpoint("old.pt")
-    assert not marker.exists()
+    path = run.checkpoint_path()
+    assert path == run.path / "checkpoint.safetensors"
+    assert run.checkpoint_path("retrain_x.safetensors") == run.path / "retrain_x.safetensors"
+    save_state(path, state)
+    assert _same(load_state(path), state)
+    run.remove_checkpoint()
+    assert not path.exists()
+    run.remove_checkpoint()  # nothing to remove: no error
 
 
 def test_many_writers_never_collide(tmp_path: Path) -> None:

@@ -120,9 +120,9 @@ def cache(tmp_path, monkeypatch):
 
 def test_warm_up_trains_once_then_comes_from_the_cache_and_resumes(space, tiny_teacher, cache,
                                                                    monkeypatch):
-    import nas.distill.general as general
+    import nas.cache
+    from nas.cache import load_weights
     from nas.data import load_task
-    from nas.distill.general import load_weights
 
     train = load_task("sst2", "train").head(16)
     settings = WarmupSettings(corpus_splits=["valid"], max_texts=32, max_seq_len=16,
@@ -132,7 +132,7 @@ def test_warm_up_trains_once_then_comes_from_the_cache_and_resumes(space, tiny_t
     def interrupted(module, path):  # the training finished, the entry was not written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(general, "save_weights", interrupted)
+    monkeypatch.setattr(nas.cache, "save_weights", interrupted)
     with pytest.raises(KeyboardInterrupt):
         warmup_supernet(space, str(tiny_teacher), settings, **kw)
     [entry] = (cache / "warmup").iterdir()

@@ -12,8 +12,8 @@ import yaml
 
 from nas.cli import main
 from nas.config import ConfigError, apply_overrides
-from nas.data import load_task, report_split
-from nas.data.files import normalise_task, resolve_task
+from nas.data import load_task, report_split, resolve_task
+from nas.data.files import normalise_task
 from nas.errors import DataError, RegistryError
 from nas.methods import load_experiment
 

@@ -10,7 +10,7 @@ import torch
 
 import nas.teacher
 from nas.data import iter_batches, load_task
-from nas.distill.cache import TeacherOutputCache, cached_probe_logits, hf_hidden_states
+from nas.distill.cache import TeacherOutputCache, cached_probe_logits
 from nas.distill.losses import probe_distillation_loss
 from nas.distill.probes import ProbeSet, pool_hidden_states, probe_accuracy, train_probes
 from nas.errors import NasError
@@ -112,34 +112,6 @@ def test_search_loop_reads_cached_probe_logits_without_teacher(
         opt.step()
         losses.append(loss.item())
     assert len(losses) == 4 and all(np.isfinite(losses))
-
-
-def test_layer_arrays_generic_producer_and_reload(tiny_teacher: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    data = load_task("mrpc", "dev").head(10)
-    cache = TeacherOutputCache(str(tiny_teacher), data, max_seq_len=48, cache_dir=tmp_path,
-                               batch_size=4)
-    subset = [7, 2, 5]
-    arrays = cache.layer_arrays(subset)
-    assert arrays["hidden_states"].shape == (3, 3, 48, 32)
-    assert arrays["hidden_states"].dtype == np.float16
-    assert arrays["index"].tolist() == subset
-
-    def fake_scores(model: object, batch: dict) -> dict:  # a pluggable producer
-        b, n = batch["input_ids"].shape
-        scores = batch["input_ids"].float()[None, :, None, :, None].expand(2, b, 2, n, n)
-        return {"attention_scores": scores}
-
-    scores = cache.layer_arrays(subset, fake_scores)["attention_scores"]
-    assert scores.shape == (2, 3, 2, 48, 48)
-
-    block_teacher(monkeypatch)
-    again = TeacherOutputCache(str(tiny_teacher), data, max_seq_len=48, cache_dir=tmp_path)
-    np.testing.assert_array_equal(again.layer_arrays(subset)["hidden_states"],
-                                  arrays["hidden_states"])
-    assert again.layer_arrays(subset, fake_scores)["attention_scores"].shape[0] == 2
-    folders = sorted(p.name.rsplit("-", 1)[0] for p in again.path.glob("layers-*"))
-    assert folders == ["layers-fake_scores", f"layers-{hf_hidden_states.__name__}"]
 
 
 def test_cache_keys_differ_by_data_and_length(tiny_teacher: Path, tmp_path: Path) -> None:

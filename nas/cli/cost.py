@@ -8,10 +8,10 @@ from nas.cli.common import (
     add_space_config_option,
     arch_from_args,
     emit,
-    human,
     positive_int,
     space_from_args,
 )
+from nas.units import human
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,11 +1,12 @@
 """Tasks and data: GLUE TSV, SNIPS, your own files, hub names, corpora, seeded split.
 
-See :mod:`nas.data.tasks` for the task table and :func:`load_task`, and
-:mod:`nas.data.files` for tasks read from a user's files (:func:`resolve_task`).
+See :mod:`nas.data.tasks` for the task table, :mod:`nas.data.files` for tasks read from
+a user's files, and :mod:`nas.data.resolve` for :func:`resolve_task` and :func:`load_task`,
+which take a task in any of its forms.
 """
 
 from nas.data.batching import batch_order, iter_batches
-from nas.data.files import resolve_task
+from nas.data.resolve import load_task, report_split, resolve_task
 from nas.data.tasks import (
     CORPORA,
     DATA_DIR_ENV,
@@ -14,8 +15,6 @@ from nas.data.tasks import (
     TaskSpec,
     file_digest,
     load_corpus,
-    load_task,
-    report_split,
     resolve_data_dir,
     train_val_split,
 )

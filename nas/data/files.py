@@ -2,7 +2,7 @@
 folder, with no Python (issue 19).
 
 ``task:`` in an experiment and ``--task`` on the command line name a task in one of
-these ways, tried in this order (:func:`resolve_task`):
+these ways, tried in this order (:func:`nas.data.resolve.resolve_task`):
 
 1. an existing path: a data file, or a folder written by ``datasets``' ``save_to_disk``
    (absolute, relative to the current directory, or relative to the experiment file);
@@ -63,7 +63,7 @@ from nas.data.tasks import (
     register_task,
     train_val_split,
 )
-from nas.errors import DataError, RegistryError
+from nas.errors import DataError
 
 log = logging.getLogger("nas.data")
 
@@ -420,31 +420,14 @@ def register_files(spec: FileTask) -> str:
     return name
 
 
-def resolve_task(task: Any, base_dir: str | Path | None = None) -> str:
-    """The registered task name for whatever ``task`` is (see the module docstring).
-
-    Files are read, checked and registered on the first call; a registered name is
-    returned as it is (its data is read by :func:`~nas.data.tasks.load_task`).
-    """
-    parsed = parse_task(task, base_dir)
-    if isinstance(parsed, FileTask):
-        return register_files(parsed)
-    if parsed in TASKS:
-        return parsed
+def refuse_unreadable_path(text: str, base_dir: str | Path | None = None) -> None:
+    """Raise the one-line error for a task ``text`` that names a path but no readable data:
+    a folder that ``datasets`` did not write, or a path-like name that does not exist."""
     base = Path(base_dir) if base_dir is not None else None
-    found = _find(parsed, base)
+    found = _find(text, base)
     if found is not None and found.is_dir():
         raise DataError(f"task: {found} is a folder but not one written by datasets' "
                         f"save_to_disk (no dataset_dict.json or state.json); name a data "
                         f"file in it (train.csv) or a mapping with train: FILE")
-    if _looks_like_path(parsed):
-        raise _missing_path(parsed, base)
-    if "/" in parsed:
-        return parsed  # a hub name
-    try:
-        TASKS.get(parsed)
-    except RegistryError as err:
-        raise RegistryError(f"{err.args[0]}; or give a data file (train.csv), a saved "
-                            f"datasets folder, or a hub name with a slash (glue/sst2)"
-                            ) from None
-    return parsed  # pragma: no cover - TASKS.get raised above
+    if _looks_like_path(text):
+        raise _missing_path(text, base)

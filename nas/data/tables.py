@@ -63,7 +63,7 @@ def _format_of(path: Path, given: str | None) -> str:
 
 
 def _datasets_cache() -> str:
-    from nas.teacher import cache_root  # light: no torch at import
+    from nas.cache import cache_root
 
     return str(cache_root() / "datasets")
 

@@ -1,11 +1,12 @@
 """Task definitions and loaders: GLUE TSV, SNIPS, your own files, hub names, corpora.
 
 A task is declared once as a :class:`TaskSpec` in :data:`TASKS` (name → files, columns,
-label set); :func:`load_task` turns a task name and a split into a typed
-:class:`TaskData`. Names containing a ``/`` (``glue/sst2``) are read from the Hugging
+label set); :func:`load_registered` turns a registered task name and a split into a
+typed :class:`TaskData`. Names containing a ``/`` (``glue/sst2``) are read from the Hugging
 Face hub with ``datasets`` and fail with a clear message when offline. A path to a data
 file (CSV, TSV, JSONL, Parquet, a saved ``datasets`` folder) or a ``task:`` mapping is
-registered as a task of its own by :func:`nas.data.files.resolve_task`.
+registered as a task of its own by :mod:`nas.data.files`; :mod:`nas.data.resolve`
+(``load_task``) takes any of these forms.
 
 Splits are ``train``, ``validation`` and, when a task has one, ``test``. ``dev`` is
 the same split as ``validation`` (the built-in tasks call it ``dev``, which keeps their
@@ -401,33 +402,17 @@ def _load_hub(name: str, split: str) -> TaskData:
     )
 
 
-def load_task(
-    name: str | dict, split: str, data_dir: str | os.PathLike[str] | None = None
+def load_registered(
+    name: str, split: str, data_dir: str | os.PathLike[str] | None = None
 ) -> TaskData:
-    """Load split ``split`` (``train``, ``validation`` alias ``dev``, ``test``) of a task.
-
-    ``name`` is a registered task (``sst2``, ``mrpc``, ``snips``, plug-ins) read from the
-    data directory, a path to your own data file or a ``task:`` mapping (read where it
-    is, :mod:`nas.data.files`), or a hub name with a slash (``glue/sst2``).
-    """
-    from nas.data.files import resolve_task
-
-    name = resolve_task(name)
+    """Split ``split`` (``train``, ``validation`` alias ``dev``, ``test``) of a task by the
+    name :func:`nas.data.resolve.resolve_task` gives: a registered task read from the data
+    directory (or its own loader), or a hub name with a slash (``glue/sst2``)."""
     if name not in TASKS and "/" in name:
         return _load_hub(name, split)
     spec = TASKS.get(name)
     root = None if spec.loader is not None else resolve_data_dir(data_dir)
     return _load_local(spec, split, root)
-
-
-def report_split(name: str | dict) -> str:
-    """The split results are reported on: ``test`` when the task has one, else ``dev``."""
-    from nas.data.files import resolve_task
-
-    name = resolve_task(name)
-    if name not in TASKS and "/" in name:
-        return "dev"
-    return "test" if "test" in TASKS.get(name).files else "dev"
 
 
 def load_corpus(

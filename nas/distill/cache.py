@@ -1,4 +1,4 @@
-"""Teacher-output cache: logits, AdaBERT probe logits, per-layer arrays, memory-mapped.
+"""Teacher-output cache: logits and AdaBERT probe logits, memory-mapped.
 
 A teacher forward pass costs more than a student's, and a search evaluates thousands
 of students against the same teacher outputs, so they are computed once and stored on
@@ -13,53 +13,31 @@ Layout under ``<cache>/outputs/<teacher_id>/<data fingerprint>-L<max_seq_len>/``
     logits.npy                 (N, C) float32   the teacher classifier's logits
     features-<pool>.npy        (J+1, N, D) fp16  pooled per-layer features (probe input)
     probe_logits-<probes>.npy  (J+1, N, C) float32
-    layers-<producer>-<subset>/<name>.npy + index.npy   per-layer arrays of a subset, fp16
     meta.json
 
-Per-layer arrays (hidden states, pre-softmax attention scores) come from a *producer*:
-any function ``(model, batch) -> {name: tensor (layers, B, ...)}``. The default,
-:func:`hf_hidden_states`, asks Hugging Face for ``output_hidden_states``; HF 5.x cannot
-return pre-softmax attention scores, so a producer for those (e.g. from the engine's own
-BERT implementation loaded with the teacher's weights) is passed in by the caller.
+The cache root and the keys' hash are :mod:`nas.cache`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nas.checkpoint import atomic_target, atomic_write_json, atomic_write_text
+from nas.cache import cache_root, json_key
+from nas.checkpoint import atomic_target, atomic_write_json
 from nas.data.tasks import TaskData
 from nas.errors import NasError
-
-# (model, batch) -> {array name: (layers, B, ...) tensor}
-LayerProducer = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
     """``np.save`` through a temporary file: a reader never sees a half-written array."""
     with atomic_target(path) as tmp, open(tmp, "wb") as f:  # a file object: no ".npy" added
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-
-
-def _short_hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def hf_hidden_states(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
-    """Default producer: HF hidden states (embedding output + each layer), (J+1, B, L, D)."""
-    import torch
-
-    base = getattr(model, "base_model", model)
-    out = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-               token_type_ids=batch.get("token_type_ids"), output_hidden_states=True)
-    return {"hidden_states": torch.stack(out.hidden_states)}
 
 
 class TeacherOutputCache:
@@ -78,7 +56,7 @@ class TeacherOutputCache:
         teacher_id: str | None = None,
         batch_size: int = 64,
     ) -> None:
-        from nas.teacher import cache_root, resolve_teacher, teacher_identity
+        from nas.teacher import resolve_teacher, teacher_identity
 
         self.teacher = resolve_teacher(teacher)
         self.teacher_id = teacher_id or teacher_identity(self.teacher)
@@ -140,24 +118,22 @@ class TeacherOutputCache:
             self._tokenizer = AutoTokenizer.from_pretrained(self.teacher, local_files_only=True)
         return self._model, self._tokenizer
 
-    def _batches(self, indices: Sequence[int], pad_to_max: bool) -> Any:
+    def _batches(self, indices: Sequence[int]) -> Any:
         """Batches over ``indices`` sorted by length (less padding), with their positions."""
         from nas.tokenization import encode
 
         _, tok = self._teacher()
         idx = np.asarray(indices, dtype=np.int64)
-        if not pad_to_max:
-            texts_b = self.data.texts_b
-            # character length approximates token length well enough to group batches
-            lengths = np.array([len(self.data.texts_a[i]) + (len(texts_b[i]) if texts_b else 0)
-                                for i in idx])
-            idx = idx[np.argsort(lengths, kind="stable")]
+        texts_b = self.data.texts_b
+        # character length approximates token length well enough to group batches
+        lengths = np.array([len(self.data.texts_a[i]) + (len(texts_b[i]) if texts_b else 0)
+                            for i in idx])
+        idx = idx[np.argsort(lengths, kind="stable")]
         for start in range(0, len(idx), self.batch_size):
             part = idx[start : start + self.batch_size]
             a = [self.data.texts_a[i] for i in part]
             b = [self.data.texts_b[i] for i in part] if self.data.texts_b is not None else None
-            yield part, encode(tok, a, b, max_length=self.max_seq_len, pad_to_max=pad_to_max,
-                               separate_b=False)
+            yield part, encode(tok, a, b, max_length=self.max_seq_len, separate_b=False)
 
     def compute_logits_and_features(self, pooling: str = "mean", progress: bool = False) -> None:
         """One forward pass over the data: classifier logits (if the teacher has a head) and
@@ -173,7 +149,7 @@ class TeacherOutputCache:
         logits: np.ndarray | None = None
         total = (n + self.batch_size - 1) // self.batch_size
         with torch.inference_mode():
-            for part, batch in tqdm(self._batches(range(n), pad_to_max=False), total=total,
+            for part, batch in tqdm(self._batches(range(n)), total=total,
                                     desc="teacher forward", disable=not progress):
                 out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                             token_type_ids=batch["token_type_ids"], output_hidden_states=True)
@@ -215,50 +191,6 @@ class TeacherOutputCache:
             self.save(name, probes.logits(self.features(pooling, progress=progress)))
         return self.load(name)
 
-    def layer_arrays(
-        self,
-        indices: Sequence[int],
-        producer: LayerProducer = hf_hidden_states,
-        producer_name: str | None = None,
-        progress: bool = False,
-    ) -> dict[str, np.ndarray]:
-        """Per-layer arrays for a chosen subset of examples, stored in fp16.
-
-        ``producer(model, batch)`` returns ``{name: (layers, B, ...)}`` (hidden states,
-        pre-softmax attention scores...). Every batch is padded to ``max_seq_len`` so
-        the arrays have one shape. Returns ``{name: memmap (layers, n, ...)}`` plus
-        ``"index"``: the example positions in the order of the arrays' axis 1.
-        """
-        import torch
-        from tqdm.auto import tqdm
-
-        idx = np.asarray(list(indices), dtype=np.int64)
-        pname = producer_name or getattr(producer, "__name__", "producer")
-        folder = f"layers-{pname}-{_short_hash(idx.tolist())}"
-        meta = self.path / folder / "names.json"
-        if meta.is_file():
-            names = json.loads(meta.read_text())
-            return {n: self.load(f"{folder}/{n}") for n in [*names, "index"]}
-        model, _ = self._teacher()
-        arrays: dict[str, np.ndarray] = {}
-        pos = 0
-        total = (len(idx) + self.batch_size - 1) // self.batch_size
-        with torch.inference_mode():
-            for part, batch in tqdm(self._batches(idx, pad_to_max=True), total=total,
-                                    desc=f"teacher {pname}", disable=not progress):
-                for name, value in producer(model, batch).items():
-                    v = value.float().numpy().astype(np.float16)  # (layers, b, ...)
-                    if name not in arrays:
-                        arrays[name] = np.zeros((v.shape[0], len(idx), *v.shape[2:]), np.float16)
-                    arrays[name][:, pos : pos + len(part)] = v
-                pos += len(part)
-        (self.path / folder).mkdir(parents=True, exist_ok=True)
-        for name, arr in arrays.items():
-            self.save(f"{folder}/{name}", arr)
-        self.save(f"{folder}/index", idx)
-        atomic_write_text(meta, json.dumps(sorted(arrays)))  # last: marks the subset complete
-        return {n: self.load(f"{folder}/{n}") for n in [*sorted(arrays), "index"]}
-
 
 def cached_probe_logits(
     teacher: str | None,
@@ -280,7 +212,7 @@ def cached_probe_logits(
 
     data = data or train
     out = TeacherOutputCache(teacher, data, max_seq_len, cache_dir)
-    probes_id = _short_hash(train.fingerprint, pooling, l2)
+    probes_id = json_key([train.fingerprint, pooling, l2], 12)
     if out.has(f"probe_logits-{probes_id}"):
         return out.load(f"probe_logits-{probes_id}")
     train_cache = out if data is train else TeacherOutputCache(

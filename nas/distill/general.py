@@ -1,18 +1,17 @@
 """Shared pieces of task-agnostic distillation on unlabeled text: the corpus, its batches,
-and the cache entries that hold a distilled model.
+and the teacher's cached outputs on them.
 
 TinyBERT's general distillation (SPEC §5) and EfficientBERT's supernet warm-up (SPEC §3)
 both train a student against a teacher on unlabeled text (WikiText-2 plus the task's
 training sentences without their labels), cut into pieces of at most ``max_seq_len``
 tokens, and cache the result by its settings so that every later run starts from it.
-This module holds what they share; each recipe keeps its own loss and model.
+This module holds what they share; each recipe keeps its own loss and model. The cache
+entry's key, lock and weight files are :mod:`nas.cache`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -256,82 +255,13 @@ class CachedTeacher:
             kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})
 
 
-def settings_key(**parts: Any) -> str:
-    """A 16-hex cache key of JSON-able settings."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def exclusive(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (released when the process ends, however): one
-    writer per cache entry; a second run of the same settings waits, then finds it."""
-    import fcntl
-
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process running %s", what)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def cached_entry(folder: Path, what: str, train: Callable[[], dict[str, Any]]
-                 ) -> tuple[dict[str, Any], bool]:
-    """``(record, trained)`` of the cache entry in ``folder``: its ``result.json``, or,
-    under the entry's lock (two runs of the same settings train it once), ``train()``,
-    which writes the entry's files and returns its record. ``result.json`` is written
-    last and marks the entry complete; an interrupted ``train()`` resumes from the
-    entry's ``checkpoint.safetensors``, which is removed afterwards."""
-    from nas.checkpoint import atomic_write_json
-
-    result = folder / "result.json"
-    trained = False
-    if not result.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        with exclusive(folder / ".lock", f"{what} {folder}"):
-            if not result.is_file():
-                atomic_write_json(result, train())
-                (folder / "checkpoint.safetensors").unlink(missing_ok=True)
-                trained = True
-    if not trained:
-        log.info("%s from the cache (%s)", what, folder)
-    return {**json.loads(result.read_text()), "from_cache": not trained}, trained
-
-
-def save_weights(module: torch.nn.Module, path: Path) -> None:
-    """A module's tensors as safetensors, written atomically."""
-    from safetensors.torch import save_file
-
-    from nas.checkpoint import atomic_target
-
-    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-    with atomic_target(path) as tmp:
-        save_file(state, str(tmp))
-
-
-def load_weights(module: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    module.load_state_dict(load_file(str(path)))
-
-
 __all__ = [
     "CachedTeacher",
     "TextDistillSettings",
     "cached_teacher_logits",
     "check_text_settings",
     "chunk_texts",
-    "exclusive",
-    "load_weights",
-    "save_weights",
-    "cached_entry",
     "seeded_batches",
-    "settings_key",
     "text_corpus",
     "token_lengths",
     "unlabeled",

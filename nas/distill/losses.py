@@ -227,60 +227,6 @@ def grouped_attention_kl(
     return (kl * m).sum() / m.sum().clamp_min(1.0)
 
 
-def pkt_loss(
-    student_hidden: torch.Tensor,
-    teacher_hidden: torch.Tensor,
-    student_attn: torch.Tensor,
-    teacher_attn: torch.Tensor,
-    weights: tuple[float, float, float, float] = (1.0, 100.0, 5000.0, 5.0),
-) -> torch.Tensor:
-    """One progressive-transfer stage: λ·L_AT + μ·L_FMT + β·L_μ + γ·L_σ (SPEC §4).
-
-    ``weights`` = (λ, μ, β, γ), the paper's (1, 100, 5000, 5) by default; attention
-    inputs are pre-softmax scores.
-    """
-    lam, mu, beta, gamma = weights
-    return (
-        lam * attention_kl(student_attn, teacher_attn)
-        + mu * feature_map_loss(student_hidden, teacher_hidden)
-        + beta * mean_loss(student_hidden, teacher_hidden)
-        + gamma * variance_loss(student_hidden, teacher_hidden)
-    )
-
-
-# ------------------------------------------------------------------- MLM distillation §4
-
-
-def mlm_kd_loss(
-    student_logits: torch.Tensor,
-    teacher_logits: torch.Tensor,
-    labels: torch.Tensor,
-    alpha: float = 0.5,
-    temperature: float = 1.0,
-    ignore_index: int = -100,
-) -> torch.Tensor:
-    """α·L_MLM + (1−α)·L_MLM-KD over the masked positions (SPEC §4, pre-training PD).
-
-    ``student_logits``/``teacher_logits`` (B, L, V), ``labels`` (B, L) with
-    ``ignore_index`` at unmasked positions. L_MLM is the cross-entropy with the true
-    token; L_MLM-KD is KL(softmax(z_T/t) ‖ softmax(z_S/t)) per masked token (the soft
-    cross-entropy minus the teacher's entropy: same gradient, 0 when the two agree),
-    both averaged over masked tokens.
-    """
-    if not 0.0 <= alpha <= 1.0:
-        raise NasError(f"alpha must be in [0, 1], got {alpha}")
-    sel = labels != ignore_index  # (B, L)
-    if not bool(sel.any()):
-        return student_logits.sum() * 0.0  # keeps the graph; nothing was masked
-    s = student_logits[sel]  # (N, V)
-    t = teacher_logits[sel].to(s.dtype)
-    mlm = F.cross_entropy(s, labels[sel])
-    log_s = F.log_softmax(s / temperature, dim=-1)
-    log_t = F.log_softmax(t / temperature, dim=-1)
-    kd = (log_t.exp() * (log_t - log_s)).sum(-1).mean()
-    return alpha * mlm + (1.0 - alpha) * kd
-
-
 # ---------------------------------------------------------------------- AdaBERT §2
 
 

@@ -243,7 +243,7 @@ def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage]
     not run again (its weights are loaded), and an unfinished one resumes from its
     checkpoint. ``on_stage(stage, result)`` is called after each stage that ran.
     """
-    from nas.distill.general import load_weights, save_weights
+    from nas.cache import load_weights, save_weights
 
     weights = weights or PktWeights()
     teacher.eval()

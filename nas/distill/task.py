@@ -23,8 +23,6 @@ import torch
 from nas.config import check_fields
 from nas.distill.general import (
     cached_teacher_logits,
-    load_weights,
-    save_weights,
     seeded_batches,
     token_lengths,
 )
@@ -226,5 +224,4 @@ def export_student(ctx: DistillContext, space: Any, arch: Any, model: torch.nn.M
 
 
 __all__ = ["DataSettings", "DistillContext", "PredictionSettings", "seeded_batches",
-           "evaluate_student", "export_student", "load_weights", "save_weights",
-           "token_lengths"]
+           "evaluate_student", "export_student", "token_lengths"]

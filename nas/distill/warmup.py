@@ -186,7 +186,7 @@ class WarmupResult:
         is left as it was (building draws initial weights that the load overwrites), so a
         caller's seeded stage does not depend on whether it loaded the supernet."""
         from nas.builder import build_supernet
-        from nas.distill.general import load_weights
+        from nas.cache import load_weights
 
         with torch.random.fork_rng(devices=[]):
             net = build_supernet(space)
@@ -214,8 +214,8 @@ def warmup_supernet(space: Any, teacher_dir: str, settings: WarmupSettings, *, t
     architecture, the text's fingerprint and ``settings``; an interrupted warm-up resumes
     from its checkpoint, and one process at a time trains an entry (others wait).
     """
-    from nas.distill.general import exclusive, settings_key
-    from nas.teacher import cache_root, teacher_identity
+    from nas.cache import cache_root, exclusive, settings_key
+    from nas.teacher import teacher_identity
     from nas.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(teacher_dir)
@@ -245,8 +245,9 @@ def warmup_supernet(space: Any, teacher_dir: str, settings: WarmupSettings, *, t
 def _train(space: Any, arch: Any, teacher_dir: str, settings: WarmupSettings, corpus: Any,
            tokenizer: Any, folder: Path, record: dict[str, Any], progress: bool) -> None:
     from nas.builder import build_supernet
+    from nas.cache import save_weights
     from nas.checkpoint import atomic_write_json
-    from nas.distill.general import save_weights, seeded_batches, token_lengths
+    from nas.distill.general import seeded_batches, token_lengths
     from nas.distill.losses import layer_map
     from nas.hf import load_teacher_as_design
     from nas.train import Trainer
