@@ -437,7 +437,7 @@ class Recipe(Method):
              **snapshot_extra: Any) -> tuple[MethodConfig, RunDir]:
         """The task's files read and checked, then the run folder (locked, with the
         configuration snapshot); returns the configuration with the task as a name."""
-        from nas.data.files import resolve_task
+        from nas.data import resolve_task
 
         task = resolve_task(config.task)
         run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
