@@ -1,8 +1,8 @@
-"""Evaluators: score candidate architectures (cost model, efficiency penalties; the
-warm-up-KD supernet evaluator plugs in the same way).
+"""Evaluators: score candidate architectures (cost model, efficiency penalties, and the
+training evaluators on one template, :mod:`evaluators.training`).
 
 Importing the package registers the built-in evaluators in ``EVALUATORS``; none of
-these modules imports torch at import time.
+these modules imports torch at import time. :func:`build_evaluator` builds one by name.
 """
 
 from evaluators import costs, penalty, retrain, transfer, warmup_kd  # noqa: F401  (registration)
@@ -19,6 +19,9 @@ from evaluators.base import (
     TrialPruned,
     run_evaluation,
 )
+from evaluators.build import build_evaluator
+from evaluators.training import Trained, TrainingEvaluator
 
 __all__ = ["EVALUATORS", "EvalResult", "Evaluator", "EvaluatorError", "NullTrial", "Objective",
-           "OptunaTrial", "Status", "Trial", "TrialPruned", "run_evaluation"]
+           "OptunaTrial", "Status", "Trained", "Trial", "TrainingEvaluator", "TrialPruned",
+           "build_evaluator", "run_evaluation"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import inspect
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -324,6 +325,32 @@ class Evaluator(abc.ABC):
     @property
     def objective_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.objectives)
+
+    # -- building by name (evaluators.build.build_evaluator) -----------------------------
+    @classmethod
+    def settings_type(cls) -> type | None:
+        """The dataclass of this evaluator's settings in an experiment file (``None``: it
+        takes none). A method, so that a type whose module imports torch is imported only
+        when an evaluator is built."""
+        return None
+
+    @classmethod
+    def from_settings(cls, settings: Any, data: ScoringData, **parts: Any) -> Evaluator:
+        """This evaluator from its typed ``settings`` (``None`` without a
+        :meth:`settings_type`), the task's scoring ``data`` and the run's ``parts``
+        (:meth:`parts` names them). Default: ``cls(**parts)``."""
+        return cls(**parts)
+
+    @classmethod
+    def parts(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(required, optional)``: the names of the parts :meth:`from_settings` takes,
+        read from its keyword parameters (from ``__init__``'s with the default one)."""
+        own = cls.from_settings.__func__ is not Evaluator.from_settings.__func__  # type: ignore[attr-defined]
+        params = list(inspect.signature(cls.from_settings if own else cls).parameters.values())
+        named = [p for p in params[2 if own else 0:]
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        return (tuple(p.name for p in named if p.default is p.empty),
+                tuple(p.name for p in named if p.default is not p.empty))
 
 
 def run_evaluation(evaluator: Evaluator, arch: Architecture,

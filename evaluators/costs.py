@@ -17,6 +17,7 @@ from evaluators.base import (
     Evaluator,
     EvaluatorError,
     Objective,
+    ScoringData,
     Trial,
     TrialPruned,
     check_objectives,
@@ -65,6 +66,18 @@ class CostEvaluator(Evaluator):
         self.latency_fn = latency_fn
         self.objectives = check_objectives([Objective(n, "minimize") for n in objectives],
                                            "cost evaluator")
+
+    @classmethod
+    def settings_type(cls) -> type:
+        from evaluators.settings import CostSettings
+
+        return CostSettings
+
+    @classmethod
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+                      latency_fn: LatencyFn | None = None) -> CostEvaluator:
+        """Counts at the task's ``seq_len``."""
+        return cls(space, settings.objectives, seq_len=data.seq_len, latency_fn=latency_fn)
 
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
         costs = counted_costs(self.space, arch, self.seq_len)

@@ -33,6 +33,7 @@ from evaluators.base import (
     Evaluator,
     EvaluatorError,
     Objective,
+    ScoringData,
     Trial,
     TrialPruned,
     check_objectives,
@@ -114,6 +115,22 @@ class PenaltyEvaluator(Evaluator):
             base = (Objective(f"penalized_{base[0].name}", base[0].direction),)
         self.objectives = check_objectives(
             base + tuple(Objective(n, "minimize") for n in self.extra), "penalty evaluator")
+
+    @classmethod
+    def settings_type(cls) -> type:
+        from evaluators.settings import PenaltySettings
+
+        return PenaltySettings
+
+    @classmethod
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+                      inner: Evaluator, latency_fn: LatencyFn | None = None
+                      ) -> PenaltyEvaluator:
+        """Wraps the ``inner`` part; counts at the task's ``seq_len``."""
+        return cls(inner, space, seq_len=data.seq_len, max_params=settings.max_params,
+                   max_flops=settings.max_flops, max_latency_ms=settings.max_latency_ms,
+                   targets=settings.targets, penalty_weight=settings.penalty_weight,
+                   extra_objectives=settings.extra_objectives, latency_fn=latency_fn)
 
     def _needs_latency(self) -> bool:
         return "latency_ms" in {*self.ceilings, *self.targets, *self.extra}

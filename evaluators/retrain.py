@@ -3,11 +3,13 @@ distillation loss in the shared training loop, then scored (AdaBERT §3.3's fina
 stage; every random-baseline sample is scored the same way).
 
 The recipe supplies what is method-specific through :class:`RetrainTask` (the batches,
-the loss, the embedding initialisation); this evaluator owns the rest: a seed per
-candidate, checkpoints and resume, a validation score after every epoch (reported to
-the trial, so a pruner can stop a weak candidate), the final metrics on the validation
-split and, when given, on the report split, the costs (parameters and FLOPs from the
-graph, latency measured on the built child) and the trained weights.
+the loss, the embedding initialisation). This evaluator writes only the training: a seed
+per candidate, the child built and initialised, the loop with its checkpoint (an
+interrupted retrain resumes) and a validation score after every epoch.
+:class:`~evaluators.training.TrainingEvaluator` does the rest: the trial reports and
+pruning, the metrics on the validation split and, when given, on the report split, the
+trained weights and the costs (parameters and FLOPs from the graph, latency measured on
+the built child).
 
 The objective is the validation score: a search never sees the report split, which
 is only measured.
@@ -15,24 +17,14 @@ is only measured.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluators.base import (
-    EVALUATORS,
-    EvalResult,
-    Evaluator,
-    FullTrainingData,
-    NullTrial,
-    Objective,
-    Trial,
-    TrialPruned,
-)
+from evaluators.base import EVALUATORS, FullTrainingData, Trial
+from evaluators.training import Trained, TrainingEvaluator
 from nas.architecture import Architecture
-from nas.evaluate import classify
 
 if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
     from nas.space import SearchSpace
@@ -57,7 +49,7 @@ class RetrainTask(FullTrainingData):
 
 
 @EVALUATORS.register("distilled-retrain")
-class DistilledRetrainEvaluator(Evaluator):
+class DistilledRetrainEvaluator(TrainingEvaluator):
     """Train each candidate from scratch with distillation and score it on validation.
 
     ``settings``: the training loop's :class:`~nas.train.TrainSettings`. ``workdir``: a
@@ -67,94 +59,41 @@ class DistilledRetrainEvaluator(Evaluator):
     architecture id, so a candidate trains the same whichever order it comes in.
     """
 
+    task_type = RetrainTask
+
     def __init__(self, space: SearchSpace, task: RetrainTask, settings: Any, *, seed: int = 0,
                  workdir: str | Path | None = None, latency_repeats: int = 10,
                  progress: bool = False) -> None:
-        from nas.teacher import metric_parts
+        super().__init__(space, task, seed=seed, workdir=workdir,
+                         latency_repeats=latency_repeats, progress=progress)
+        self.task: RetrainTask = task
+        self.settings = settings
 
-        self.space, self.task, self.settings, self.seed = space, task, settings, seed
-        self.workdir = Path(workdir) if workdir is not None else None
-        self.latency_repeats = latency_repeats
-        self.progress = progress
-        name = "+".join(metric_parts(task.metric))
-        self.objectives = (Objective(f"val_{name}", "maximize"),)
-
-    def weights_path(self, arch: Architecture) -> Path | None:
-        """Where the trained weights of ``arch`` are written (``None`` without a workdir)."""
-        return None if self.workdir is None else self.workdir / arch.id / "model.safetensors"
-
-    def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
-        from nas.builder import build_child
-        from nas.checkpoint import atomic_target
+    def train(self, arch: Architecture, trial: Trial, folder: Path | None) -> Trained:
         from nas.seeding import seed_stage
-        from nas.teacher import metric_score
         from nas.train import Trainer
 
-        trial = trial or NullTrial()
         task = self.task
-        arch = self.space.validate(arch)
         seed_stage(self.seed, f"retrain:{arch.id}")
-        child = build_child(self.space, arch)
-        if task.init is not None:
-            task.init(child)
-
-        def after_epoch(epoch: int, means: dict[str, float]) -> dict[str, Any]:
-            metrics = classify(child, task.val_batches, task.metric)
-            trial.report(epoch + 1, metric_score(metrics, task.metric))
-            if trial.should_prune():
-                raise TrialPruned(f"pruned after epoch {epoch + 1} at validation "
-                                  f"{metric_score(metrics, task.metric):.4f}")
-            return {"val": metrics}
-
-        folder = None if self.workdir is None else self.workdir / arch.id
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+        child = self.build(arch)
         checkpoint = None if folder is None else folder / "checkpoint.safetensors"
         result = Trainer(child, self.settings, task.train_batches, task.steps_per_epoch,
-                         task.loss, checkpoint=checkpoint, on_epoch_end=after_epoch,
-                         progress=self.progress, desc=f"retrain {arch.id}").fit()
-        val = result.history[-1]["val"]
-        costs = self._costs(child, arch)
-        metrics: dict[str, Any] = {f"val_{k}": v for k, v in val.items()}
-        if task.test_batches:
-            metrics.update({f"test_{k}": v for k, v in
-                            classify(child, task.test_batches, task.metric).items()})
-        if folder is not None:
-            from safetensors.torch import save_file
+                         task.loss, checkpoint=checkpoint,
+                         on_epoch_end=self.epoch_end(child, trial), progress=self.progress,
+                         desc=f"retrain {arch.id}").fit()
+        return Trained(model=child, val=result.history[-1]["val"], seconds=result.seconds,
+                       steps=result.steps, cleanup=None if checkpoint is None
+                       else lambda: checkpoint.unlink(missing_ok=True))
 
-            state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
-            with atomic_target(folder / "model.safetensors") as tmp:
-                save_file(state, str(tmp))
-            checkpoint.unlink(missing_ok=True)
-        costs["train_seconds"] = round(result.seconds, 1)
-        costs["train_steps"] = result.steps
-        return EvalResult(values=(metric_score(val, task.metric),), metrics=metrics,
-                          costs=costs)
+    @classmethod
+    def settings_type(cls) -> type:
+        from nas.train import TrainSettings
 
-    def _costs(self, child: Any, arch: Architecture) -> dict[str, Any]:
-        return measured_costs(self.space, arch, child, self.task.seq_len,
-                              self.task.latency_batches, self.latency_repeats)
+        return TrainSettings
 
-
-def measured_costs(space: SearchSpace, arch: Architecture, child: Any, seq_len: int,
-                   latency_batches: Mapping[int, Batch], repeats: int) -> dict[str, Any]:
-    """Parameters and FLOPs counted from the graph, latency measured on the built child
-    (per batch size; ``latency_ms`` is the smallest batch's median)."""
-    from nas.cost import count_costs, measure_latency
-
-    counted = count_costs(space, arch, seq_len)
-    costs: dict[str, Any] = {"params": counted.params, "flops": counted.flops,
-                             "seq_len": counted.seq_len}
-    latency = {}
-    started = time.perf_counter()
-    for bs, batch in sorted(latency_batches.items()):
-        latency[f"batch{bs}"] = measure_latency(child, batch, repeats=repeats).to_dict()
-    if latency:
-        costs["latency"] = latency
-        first = latency[min(latency, key=lambda k: int(k[5:]))]
-        costs["latency_ms"] = first["median_ms"]
-        costs["latency_seconds"] = round(time.perf_counter() - started, 2)
-    return costs
+    @classmethod
+    def settings_arguments(cls, settings: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (settings,), {}
 
 
 def report_row(tag: str, arch: Any, result: Any, report_split: str) -> dict[str, Any]:

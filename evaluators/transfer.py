@@ -4,11 +4,11 @@ layer-wise stages, then prediction-layer distillation), usually on a reduced bud
 scored on the validation split (SPEC §4: the grid search under a budget).
 
 The recipe supplies the teacher, the batches and the teacher's logits through
-:class:`TransferTask`; this evaluator owns the rest, as the distilled retrain does: a seed
-per candidate (from the run's seed and the architecture id, so a candidate trains the
-same in any order), resumable stages in ``<workdir>/<arch id>/``, a validation score after
-every prediction epoch (reported to the trial: a pruner may stop a weak candidate), the
-report-split metrics when given, and the costs.
+:class:`TransferTask`. This evaluator writes only the training: a seed per candidate
+(from the run's seed and the architecture id, so a candidate trains the same in any
+order), resumable stages in ``<workdir>/<arch id>/`` and a validation score after every
+prediction epoch; :class:`~evaluators.training.TrainingEvaluator` does the rest, as for
+the distilled retrain (trial reports and pruning, report-split metrics, weights, costs).
 """
 
 from __future__ import annotations
@@ -18,17 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluators.base import (
-    EVALUATORS,
-    EvalResult,
-    Evaluator,
-    FullTrainingData,
-    NullTrial,
-    Objective,
-    Trial,
-    TrialPruned,
-)
-from evaluators.retrain import measured_costs
+from evaluators.base import EVALUATORS, FullTrainingData, Trial
+from evaluators.training import Trained, TrainingEvaluator
 from nas.architecture import Architecture
 
 if TYPE_CHECKING:  # listing evaluators must not import torch
@@ -58,7 +49,7 @@ class TransferTask(FullTrainingData):
 
 
 @EVALUATORS.register("progressive-transfer")
-class TransferEvaluator(Evaluator):
+class TransferEvaluator(TrainingEvaluator):
     """Train each candidate by MobileBERT's transfer and score it on validation.
 
     ``transfer``: ``progressive``, ``all_at_once`` or ``prediction_only``
@@ -69,6 +60,8 @@ class TransferEvaluator(Evaluator):
     blocks (the paper), 0.1 is the published code's.
     """
 
+    task_type = TransferTask
+
     def __init__(self, space: SearchSpace, task: TransferTask, transfer_settings: Any,
                  prediction_settings: Any, *, transfer: str = "progressive",
                  weights: Any = None, lower_lr_scale: float = 0.0, temperature: float = 1.0,
@@ -76,46 +69,29 @@ class TransferEvaluator(Evaluator):
                  progress: bool = False) -> None:
         from nas.distill.mobilebert import TRANSFERS
         from nas.errors import NasError
-        from nas.teacher import metric_parts
 
         if transfer not in TRANSFERS:
             raise NasError(f"transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
-        self.space, self.task = space, task
+        super().__init__(space, task, seed=seed, workdir=workdir,
+                         latency_repeats=latency_repeats, progress=progress)
+        self.task: TransferTask = task
         self.transfer_settings, self.prediction_settings = transfer_settings, prediction_settings
         self.transfer, self.weights, self.lower_lr_scale = transfer, weights, lower_lr_scale
-        self.temperature, self.seed = temperature, seed
-        self.workdir = Path(workdir) if workdir is not None else None
-        self.latency_repeats, self.progress = latency_repeats, progress
-        self.objectives = (Objective(f"val_{'+'.join(metric_parts(task.metric))}", "maximize"),)
+        self.temperature = temperature
 
-    def weights_path(self, arch: Architecture) -> Path | None:
-        """Where the trained weights of ``arch`` are written (``None`` without a workdir)."""
-        return None if self.workdir is None else self.workdir / arch.id / "model.safetensors"
-
-    def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
-        from nas.builder import build_child
-        from nas.cache import save_weights
+    def train(self, arch: Architecture, trial: Trial, folder: Path | None) -> Trained:
         from nas.distill.mobilebert import (
             remove_stage_weights,
             run_prediction,
             run_transfer,
             transfer_stages,
         )
-        from nas.evaluate import classify
         from nas.seeding import seed_stage, stage_seed
-        from nas.teacher import metric_score
 
-        trial = trial or NullTrial()
         task = self.task
-        arch = self.space.validate(arch)
         seed = stage_seed(self.seed, f"candidate:{arch.id}")
         seed_stage(seed, "student-init")
-        child = build_child(self.space, arch)
-        if task.init is not None:
-            task.init(child)
-        folder = None if self.workdir is None else self.workdir / arch.id
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+        child = self.build(arch)
         depth = int({**self.space.config, **arch}["num_hidden_layers"])
         stages = transfer_stages(self.transfer, depth)
         steps: dict[str, int] = {}
@@ -129,33 +105,33 @@ class TransferEvaluator(Evaluator):
                      task.steps_per_epoch, weights=self.weights,
                      lower_lr_scale=self.lower_lr_scale, seed=seed, workdir=folder,
                      progress=self.progress, on_stage=count)
-
-        def after_epoch(epoch: int, means: dict[str, float]) -> dict[str, Any]:
-            metrics = classify(child, task.val_batches, task.metric)
-            trial.report(epoch + 1, metric_score(metrics, task.metric))
-            if trial.should_prune():
-                raise TrialPruned(f"pruned after prediction epoch {epoch + 1} at validation "
-                                  f"{metric_score(metrics, task.metric):.4f}")
-            return {"val": metrics}
-
+        checkpoint = None if folder is None else folder / "prediction.checkpoint.safetensors"
         result = run_prediction(
             child, task.logits, self.prediction_settings, task.batches("prediction"),
             task.steps_per_epoch, temperature=self.temperature, seed=seed,
-            checkpoint=None if folder is None else folder / "prediction.checkpoint.safetensors",
-            progress=self.progress, on_epoch_end=after_epoch)
-        val = result.history[-1]["val"]
-        metrics: dict[str, Any] = {f"val_{k}": v for k, v in val.items()}
-        if task.test_batches:
-            metrics.update({f"test_{k}": v for k, v in
-                            classify(child, task.test_batches, task.metric).items()})
-        if folder is not None:
-            save_weights(child, folder / "model.safetensors")
-            (folder / "prediction.checkpoint.safetensors").unlink(missing_ok=True)
-            remove_stage_weights(folder, stages)
-        costs = measured_costs(self.space, arch, child, task.seq_len, task.latency_batches,
-                                self.latency_repeats)
-        costs["train_seconds"] = round(seconds[0] + result.seconds, 1)
-        costs["train_steps"] = sum(steps.values()) + result.steps
-        metrics["transfer"] = self.transfer
-        return EvalResult(values=(metric_score(val, task.metric),), metrics=metrics,
-                          costs=costs)
+            checkpoint=checkpoint, progress=self.progress,
+            on_epoch_end=self.epoch_end(child, trial, "prediction epoch"))
+
+        def cleanup() -> None:  # the finished stages and the checkpoint only served a resume
+            if folder is not None and checkpoint is not None:
+                checkpoint.unlink(missing_ok=True)
+                remove_stage_weights(folder, stages)
+
+        return Trained(model=child, val=result.history[-1]["val"],
+                       seconds=seconds[0] + result.seconds,
+                       steps=sum(steps.values()) + result.steps,
+                       metrics={"transfer": self.transfer},
+                       cleanup=cleanup)
+
+    @classmethod
+    def settings_type(cls) -> type:
+        from evaluators.settings import TransferSettings
+
+        return TransferSettings
+
+    @classmethod
+    def settings_arguments(cls, settings: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return ((settings.transfer_settings, settings.prediction_settings),
+                {"transfer": settings.transfer, "weights": settings.weights,
+                 "lower_lr_scale": settings.lower_lr_scale,
+                 "temperature": settings.temperature})

@@ -8,11 +8,12 @@ carved from train. The paper's public code: 1 epoch of KD on 2% of Wikipedia, 3 
 of task KD on 10% of MNLI, score = the *best* accuracy on a 1% held-out split of train.
 
 The recipe supplies what is method-specific through :class:`WarmupKDTask` (the warmed-up
-supernet, the batches and the two losses; :mod:`nas.distill.warmup` has EfficientBERT's);
-this evaluator owns the rest: a seed per candidate, the two phases in the shared training
-loop, a validation score every ``eval_every`` task steps and at the end (reported to the
-trial, so a pruner can stop a weak candidate), the costs (parameters and FLOPs from the
-graph, latency measured on the built child).
+supernet, the batches and the two losses; :mod:`nas.distill.warmup` has EfficientBERT's).
+This evaluator writes only the training: a seed per candidate, the two phases in the
+shared training loop, a validation score every ``eval_every`` task steps and at the end;
+:class:`~evaluators.training.TrainingEvaluator` does the rest (the trial reports, so a
+pruner can stop a weak candidate, and the costs: parameters and FLOPs from the graph,
+latency measured on the built child).
 
 A candidate whose loss becomes NaN or infinite, or whose training crashes, gets a
 ``failed`` result with the reason: the paper scores it 0; the evaluator contract keeps
@@ -25,21 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluators.base import (
-    EVALUATORS,
-    EvalResult,
-    Evaluator,
-    NullTrial,
-    Objective,
-    ScoringData,
-    Trial,
-    TrialPruned,
-)
-from evaluators.retrain import measured_costs
+from evaluators.base import EVALUATORS, EvalResult, ScoringData, Trial
+from evaluators.training import Trained, TrainingEvaluator
 from nas.architecture import Architecture
-from nas.evaluate import classify
 
 if TYPE_CHECKING:  # the space machinery imports torch: listing evaluators must not
     from nas.space import SearchSpace
@@ -73,7 +65,7 @@ class WarmupKDTask(ScoringData):
 
 
 @EVALUATORS.register("warmup-kd")
-class WarmupKDEvaluator(Evaluator):
+class WarmupKDEvaluator(TrainingEvaluator):
     """Inherit from the warmed-up supernet, distil briefly, score on validation.
 
     ``text_settings`` and ``task_settings``: the training loop's
@@ -86,25 +78,24 @@ class WarmupKDEvaluator(Evaluator):
     ranking audit compares inherited and scratch curves).
     """
 
+    task_type = WarmupKDTask
+    run_options = ("seed", "latency_repeats", "progress")
+
     def __init__(self, space: SearchSpace, task: WarmupKDTask, task_settings: Any,
                  text_settings: Any = None, *, seed: int = 0, eval_every: int | None = None,
                  latency_repeats: int = 5, progress: bool = False,
                  record_curve: bool = False) -> None:
-        from nas.teacher import metric_parts
-
         if text_settings is not None and (task.text_batches is None or task.text_loss is None
                                           or task.text_steps_per_epoch < 1):
             raise ValueError("text_settings given, but the task has no text batches or loss")
         if eval_every is not None and eval_every < 1:
             raise ValueError(f"eval_every must be None or >= 1, got {eval_every!r}")
-        self.space, self.task, self.seed = space, task, seed
+        super().__init__(space, task, seed=seed, latency_repeats=latency_repeats,
+                         progress=progress)
+        self.task: WarmupKDTask = task
         self.task_settings, self.text_settings = task_settings, text_settings
-        self.eval_every, self.latency_repeats, self.progress = eval_every, latency_repeats, \
-            progress
-        self.record_curve = record_curve
+        self.eval_every, self.record_curve = eval_every, record_curve
         self._supernet: Any = None
-        name = "+".join(metric_parts(task.metric))
-        self.objectives = (Objective(f"val_{name}", "maximize"),)
 
     def supernet(self) -> Any:
         if self._supernet is None and self.task.supernet is not None:
@@ -120,52 +111,44 @@ class WarmupKDEvaluator(Evaluator):
             return build_child(self.space, arch)
         return extract_child(supernet, self.space, arch)
 
-    def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
+    def train(self, arch: Architecture, trial: Trial, folder: Path | None
+              ) -> Trained | EvalResult:
         from nas.seeding import seed_stage
         from nas.teacher import metric_score
         from nas.train import NonFiniteLossError, Trainer
 
-        trial = trial or NullTrial()
         task = self.task
-        arch = self.space.validate(arch)
         # load the supernet first: building it draws from the global RNG, which would
         # otherwise shift the first candidate's dropout stream and not the others'
         self.supernet()
         seed_stage(self.seed, f"warmup-kd:{arch.id}")
         child = self.child(arch)
         scores: list[float] = []
-        curve: dict[str, Any] = {}
-
-        def score(step: int) -> dict[str, float]:
-            metrics = classify(child, task.val_batches, task.metric)
-            value = metric_score(metrics, task.metric)
-            scores.append(value)
-            trial.report(step, value)
-            if trial.should_prune():
-                raise TrialPruned(f"pruned after {step} task steps at validation {value:.4f}")
-            return metrics
-
         last: dict[str, Any] = {}
+
+        def score(step: int) -> None:
+            last.update(step=step, val=self.validate(child, trial, step, f"{step} task steps"))
+            scores.append(metric_score(last["val"], task.metric))
 
         def after_step(step: int, info: dict[str, float]) -> None:
             if self.eval_every is not None and step % self.eval_every == 0:
-                last.update(step=step, val=score(step))
+                score(step)
 
         def after_epoch(epoch: int, means: dict[str, float]) -> dict[str, Any]:
-            step = trainer.step
-            if last.get("step") != step:  # not scored at this very step already
-                last.update(step=step, val=score(step))
+            if last.get("step") != trainer.step:  # not scored at this very step already
+                score(trainer.step)
             return {"val": last["val"]}
 
         text_curve: list[float] = []
+        text_losses: list[float] | None = None  # per epoch, when the text phase ran
+        text_steps = 0
         try:
             if self.text_settings is not None:
                 text = Trainer(child, self.text_settings, task.text_batches,  # type: ignore[arg-type]
                                task.text_steps_per_epoch, task.text_loss,  # type: ignore[arg-type]
                                after_step=lambda step, info: text_curve.append(info["loss"]),
                                progress=self.progress, desc=f"text KD {arch.id}").fit()
-                curve["text_kd_loss"] = [round(h["loss"], 6) for h in text.history]
-                curve["text_steps"] = text.steps
+                text_losses, text_steps = [round(h["loss"], 6) for h in text.history], text.steps
             trainer = Trainer(child, self.task_settings, task.task_batches,
                               task.task_steps_per_epoch, task.task_loss, after_step=after_step,
                               on_epoch_end=after_epoch, progress=self.progress,
@@ -173,22 +156,28 @@ class WarmupKDEvaluator(Evaluator):
             result = trainer.fit()
         except NonFiniteLossError as err:  # the paper scores a NaN candidate 0: a failure here
             return EvalResult.failed(f"diverged: {err}")
-        best = max(scores)
-        metrics: dict[str, Any] = {f"val_{k}": v for k, v in last["val"].items()}
-        metrics["val_best"] = best
-        metrics["val_final"] = scores[-1]
-        metrics["task_kd_loss"] = round(result.history[-1]["loss"], 6)
-        if "text_kd_loss" in curve:
-            metrics["text_kd_loss"] = curve["text_kd_loss"][-1]
+        metrics: dict[str, Any] = {"val_best": max(scores), "val_final": scores[-1],
+                                   "task_kd_loss": round(result.history[-1]["loss"], 6)}
+        if text_losses is not None:
+            metrics["text_kd_loss"] = text_losses[-1]
         if self.record_curve:
             metrics["text_kd_curve"] = [round(v, 6) for v in text_curve]
-        costs = measured_costs(self.space, arch, child, task.seq_len, task.latency_batches,
-                               self.latency_repeats)
-        costs["train_steps"] = result.steps + curve.get("text_steps", 0)
-        costs["train_seconds"] = round(result.seconds, 1)
-        costs["inherited"] = self.task.supernet is not None
-        # the score is the best validation value seen (the public code's choice)
-        return EvalResult(values=(best,), metrics=metrics, costs=costs)
+        # the score is the best validation value seen (the public code's choice); the
+        # text phase's steps count, its seconds do not (as recorded so far)
+        return Trained(model=child, val=last["val"], score=max(scores), seconds=result.seconds,
+                       steps=result.steps + text_steps, metrics=metrics,
+                       costs={"inherited": self.task.supernet is not None})
+
+    @classmethod
+    def settings_type(cls) -> type:
+        from evaluators.settings import WarmupKDSettings
+
+        return WarmupKDSettings
+
+    @classmethod
+    def settings_arguments(cls, settings: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return ((settings.task, settings.text),
+                {"eval_every": settings.eval_every, "record_curve": settings.record_curve})
 
 
 __all__ = ["WarmupKDEvaluator", "WarmupKDTask"]

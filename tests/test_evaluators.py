@@ -235,6 +235,97 @@ def test_a_crash_inside_gives_a_failed_result(case):
     assert result.intermediate == [(0, pytest.approx(0.8 / 3))]
 
 
+def _training_parts(evaluator):
+    """A training evaluator's parts, read back from an instance: ``space``, its task's
+    own fields and the run options it was given."""
+    required, optional = type(evaluator).parts()
+    parts = {n: getattr(evaluator.task, n) for n in (*required, *optional)
+             if hasattr(evaluator.task, n)}
+    options = {n: getattr(evaluator, n) for n in type(evaluator).run_options}
+    if parts.get("supernet") is not None:  # the same one: a new one has other random weights
+        parts["supernet"] = evaluator.supernet
+    return {**parts, **options, "space": evaluator.space}
+
+
+# The settings mapping (as an experiment file gives it) and the parts that build each
+# contract case by name; the built evaluator must score like the constructed one.
+BY_NAME = {
+    "costs": ({"objectives": ["params", "flops"]}, lambda ev: {"space": ev.space}),
+    "penalty": ({"max_params": 1e9, "targets": {"params": 1e3}, "penalty_weight": 1e-3,
+                 "extra_objectives": ["flops"]},
+                lambda ev: {"space": ev.space, "inner": ev.inner}),
+    "distilled-retrain": ({"epochs": 2, "lr": 1e-2}, _training_parts),
+    "warmup-kd": ({"task": {"epochs": 1, "lr": 1e-2}, "text": {"epochs": 1, "lr": 1e-2},
+                   "eval_every": 1}, _training_parts),
+    "progressive-transfer": ({"transfer_settings": {"lr": 1e-3},
+                              "prediction_settings": {"epochs": 2, "lr": 1e-3}},
+                             _training_parts),
+}
+
+
+def test_every_registered_evaluator_builds_by_name_and_scores_like_its_case(case, request):
+    from evaluators.base import ScoringData
+    from evaluators.build import build_evaluator
+
+    factory, _, space, arch = case
+    made = factory(space, None)
+    name = request.node.callspec.params["case"]
+    settings, parts = BY_NAME[name]
+    task = getattr(made, "task", None)  # a plain ScoringData: report batches, init as parts
+    data = ScoringData(val_batches=task.val_batches, metric=task.metric,
+                       latency_batches=task.latency_batches, seq_len=task.seq_len) \
+        if task is not None else ScoringData(val_batches=[], seq_len=SEQ)
+    built = build_evaluator(name, settings, data, **parts(made))
+    assert type(built) is type(made) and built.objectives == made.objectives
+    expected, got = made(arch), built(arch)
+    assert got.ok and got.values == expected.values and got.metrics == expected.metrics
+    assert got.intermediate == expected.intermediate
+
+
+def test_building_by_name_names_a_bad_setting_or_part_in_one_line(space):
+    from evaluators.base import ScoringData
+    from evaluators.build import build_evaluator
+    from nas.config import ConfigError
+    from nas.errors import RegistryError
+
+    data = ScoringData(val_batches=[], seq_len=SEQ)
+    assert build_evaluator("costs", None, data, space=space).objectives[0].name == "params"
+    with pytest.raises(ConfigError, match=r"^evaluator 'costs' settings: unknown key "
+                                          r"'objective'; known keys: objectives$"):
+        build_evaluator("costs", {"objective": ["flops"]}, data, space=space)
+    with pytest.raises(ConfigError, match=r"settings\.task: unknown key 'lr_max'; known keys: "
+                                          r"batch_size, .*warmup_fraction"):
+        build_evaluator("warmup-kd", {"task": {"lr_max": 1.0}}, data, space=space)
+    with pytest.raises(ConfigError, match=r"settings\.epochs: expected int, got 'two'"):
+        build_evaluator("distilled-retrain", {"epochs": "two"}, data, space=space)
+    with pytest.raises(EvaluatorError, match=r"^evaluator 'penalty': missing part 'inner'; "
+                                             r"it takes space, inner \(optional: latency_fn\)$"):
+        build_evaluator("penalty", {}, data, space=space)
+    with pytest.raises(EvaluatorError, match=r"unknown part 'seq_len'"):
+        build_evaluator("costs", {}, data, space=space, seq_len=8)
+    with pytest.raises(EvaluatorError, match=r"missing part 'train_batches'"):
+        build_evaluator("distilled-retrain", {}, data, space=space)
+    with pytest.raises(RegistryError, match="did you mean 'costs'"):
+        build_evaluator("cost", {}, data, space=space)
+
+
+def test_an_evaluator_without_settings_is_built_from_its_parts(arch, monkeypatch):
+    from evaluators.base import ScoringData
+    from evaluators.build import build_evaluator
+    from nas.config import ConfigError
+
+    class Fake(FakeTraining):  # takes no settings: built as cls(**parts)
+        pass
+
+    assert Fake.parts() == ((), ("accuracy", "latency_ms", "crash", "intermediate_step"))
+    monkeypatch.setitem(EVALUATORS._items, "fake-training", Fake)  # undone after the test
+    data = ScoringData(val_batches=[])
+    built = build_evaluator("fake-training", {}, data, accuracy=0.5)
+    assert isinstance(built, Fake) and built(arch).values == (0.5,)
+    with pytest.raises(ConfigError, match="unknown key 'lr'; 'fake-training' takes no settings"):
+        build_evaluator("fake-training", {"lr": 1.0}, data)
+
+
 # ---------------------------------------------------------------------------
 # run_evaluation and EvalResult
 # ---------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""The typed settings of the built-in evaluators: what
+:func:`evaluators.build.build_evaluator` checks an experiment file's mapping against
+(an unknown key or a wrong type is a one-line :class:`~nas.config.ConfigError`).
+
+Each evaluator names its type with ``settings_type()``; the distilled retrain's is the
+training loop's :class:`~nas.train.TrainSettings` itself. This module imports torch
+(through :mod:`nas.train`), so only building an evaluator by name imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nas.distill.mobilebert import PktWeights
+from nas.train import TrainSettings
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """``costs``: the counted quantities to minimise (``params``, ``flops``, ``macs``;
+    ``latency_ms`` with a ``latency_fn`` part)."""
+
+    objectives: list[str] = field(default_factory=lambda: ["params"])
+
+
+@dataclass(frozen=True)
+class PenaltySettings:
+    """``penalty``: hard ceilings, soft targets with their weight λ, and costs appended as
+    minimised objectives (:class:`evaluators.penalty.PenaltyEvaluator`)."""
+
+    max_params: float | None = None
+    max_flops: float | None = None
+    max_latency_ms: float | None = None
+    targets: dict[str, float] = field(default_factory=dict)
+    penalty_weight: float | dict[str, float] = 1.0
+    extra_objectives: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WarmupKDSettings:
+    """``warmup-kd``: the task-KD phase's loop settings, the text-KD phase's (``None``
+    skips it), task steps between validation scores (``None``: each epoch) and whether to
+    keep the text phase's loss curve (EfficientBERT, SPEC §3)."""
+
+    task: TrainSettings = field(default_factory=TrainSettings)
+    text: TrainSettings | None = None
+    eval_every: int | None = None
+    record_curve: bool = False
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """``progressive-transfer``: the transfer strategy, each layer-wise stage's loop
+    settings, the prediction stage's, (λ, μ, β, γ), the lower blocks' learning-rate scale
+    and the prediction temperature (MobileBERT, SPEC §4)."""
+
+    transfer: str = "progressive"
+    transfer_settings: TrainSettings = field(default_factory=TrainSettings)
+    prediction_settings: TrainSettings = field(default_factory=TrainSettings)
+    weights: PktWeights = field(default_factory=PktWeights)
+    lower_lr_scale: float = 0.0
+    temperature: float = 1.0
+
+
+__all__ = ["CostSettings", "PenaltySettings", "TrainSettings", "TransferSettings",
+           "WarmupKDSettings"]
