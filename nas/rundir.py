@@ -274,8 +274,10 @@ class RunDir:
         if not resume:
             raise NasError(f"run directory {self.path} already holds a run; pass --resume to "
                            "continue it or choose another --run-dir")
+        changed = ", ".join(_changed_keys(old if isinstance(old, dict) else {}, config)[:3])
         raise NasError(f"{snapshot}: the configuration differs from the one the run was "
-                       "started with; resume with the same file or start a new run")
+                       f"started with ({changed}); resume with the same file and version, or "
+                       "start a new run")
 
     def finished_any_stage(self) -> bool:
         """Whether the run in this folder finished a stage: a log line other than a start
@@ -400,3 +402,15 @@ class RunDir:
 
     def remove_checkpoint(self, name: str = "checkpoint") -> None:
         self.checkpoint_path(name).unlink(missing_ok=True)
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configuration snapshots."""
+    keys = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += _changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            keys.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return keys

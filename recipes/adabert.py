@@ -234,7 +234,7 @@ class AdaBertContext(TaskContext):
             train_batches=train_batches, steps_per_epoch=-(-len(data) // r.batch_size),
             loss=loss, test_batches=self.report_batches_or_none(),
             init=lambda model: init_embeddings(model, self.embedding_init),
-            **self.scoring_data())
+            **self.scoring_fields())
         return DistilledRetrainEvaluator(
             self.space, task, r.train_settings(), seed=cfg.seed,
             workdir=self.run.path / "retrain", latency_repeats=cfg.latency_repeats,

@@ -101,14 +101,9 @@ class MethodConfig:
 
 
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
-    """The run folder's ``config.yaml``: the configuration as given. ``teacher_finetune``
-    is recorded as its overrides (the keys that differ from the defaults), as the file
-    states them, so that runs started before it was typed still resume."""
-    values = {"method": method, **asdict(config)}
-    defaults = asdict(FinetuneConfig())
-    values["teacher_finetune"] = {k: v for k, v in values["teacher_finetune"].items()
-                                  if v != defaults[k]}
-    return values
+    """The run folder's ``config.yaml``: every setting, defaults included, so that a
+    resume can tell whether anything changed."""
+    return {"method": method, **asdict(config)}
 
 
 def load_typed(path: str | Path, method_class: type[Method], overrides: Any = ()) -> Any:
@@ -345,13 +340,21 @@ class TaskContext:
             latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
 
     # -- what evaluators, exports and the report read --------------------------------------
-    def scoring_data(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
-        """The keyword arguments of an evaluator task's scoring fields
-        (:class:`evaluators.base.ScoringData`): validation batches (dev unless given),
-        the metric, latency batches and the FLOPs length."""
+    def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
+        """An evaluator task's scoring fields (:class:`evaluators.base.ScoringData`) as
+        keywords: validation batches (dev unless given), the metric, the latency batches
+        and the FLOPs length."""
         return {"val_batches": self.dev_batches if val_batches is None else val_batches,
                 "metric": self.dev.metric, "latency_batches": self.latency_batches,
                 "seq_len": self.max_seq_len}
+
+    def scoring_data(self, val_batches: list[Any] | None = None) -> Any:
+        """What :func:`evaluators.build.build_evaluator` scores with: the scoring fields,
+        the report split's batches (when it is not dev) and no initialisation."""
+        from evaluators.base import FullTrainingData
+
+        return FullTrainingData(**self.scoring_fields(val_batches),
+                                test_batches=self.report_batches_or_none())
 
     def report_batches_or_none(self) -> list[Any] | None:
         """The report split's batches, or ``None`` when it is dev (scored once only)."""

@@ -285,7 +285,7 @@ class MobileBertContext(TaskContext):
                                                  self.max_seq_len, self.seed, stage, lengths),
             steps_per_epoch=-(-len(data) // batch_size), logits=self.teacher_logits(data),
             test_batches=self.report_batches if with_test else None, init=self.init_student,
-            **self.scoring_data())
+            **self.scoring_fields())
 
     def evaluator(self, space: Any, data: Any, workdir: Path, *, transfer_epochs: int | None = None,
                   prediction_epochs: int | None = None, with_test: bool = False) -> Any:
