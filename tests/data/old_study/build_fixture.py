@@ -6,7 +6,9 @@ PYTHONPATH=. python build_fixture.py OUT``. It writes ``OUT/journal`` (a TPE stu
 default journal file, one objective) and ``OUT/sqlite`` (an NSGA-II study in SQLite, two
 objectives), each with 4 evaluations of the cost evaluator on AdaBERT's small space, and
 ``OUT/expected.json``: the parameters of the same two searches run to 7 evaluations
-without a stop, which a resumed run must reproduce.
+without a stop, which a resumed run must reproduce. tests/test_old_runs.py keeps of OUT
+only ``expected.json`` and each folder's ``study.json`` and study file, and continues the
+studies with :func:`build` (``resume=True``) on the current code.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ STUDIES = {"journal": ("tpe", ("params",), None),
 SAMPLERS = {"tpe": {"n_startup_trials": 2}, "nsga2": {"population_size": 4}}
 
 
-def build(run: Path, kind: str, n_trials: int) -> list[dict]:
+def build(run: Path, kind: str, n_trials: int, resume: bool = False) -> list[dict]:
+    """The study of ``kind`` in the run folder ``run``, run (or, with ``resume``,
+    continued) to ``n_trials`` evaluations; returns its trials' parameters."""
     searcher, objectives, storage = STUDIES[kind]
     space = get_space("adabert", **small_config("adabert"))
     spec = StudySpec.for_run(
         searcher=searcher, name="old", run_dir=run, seed=0,
         settings=StudySettings(seeds=["default"], samplers=SAMPLERS),
-        options=StudyOptions(n_trials=n_trials,
-                             storage=storage and storage.format(run=run.resolve())),
-        default_trials=n_trials, seq_len=16)
+        options=StudyOptions(n_trials=n_trials, storage=None if resume or not storage
+                             else storage.format(run=run.resolve())),
+        default_trials=n_trials, resume=resume, seq_len=16)
     study = run_study(spec, space, CostEvaluator(space, objectives, seq_len=16))
     return [t.params for t in study.trials]
 
