@@ -15,6 +15,7 @@ different trials. LaNAS seeds each trial's draws the same way itself.
 
 from __future__ import annotations
 
+import abc
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -93,9 +94,9 @@ class PerTrialSearcher(MultiTrialSearcher):
     """A searcher whose Optuna sampler is rebuilt per trial (:class:`PerTrialSeed`);
     subclasses say how to build it for one seed (:meth:`build`)."""
 
+    @abc.abstractmethod
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         """The Optuna sampler for one trial's seed."""
-        raise NotImplementedError
 
     def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
         def factory(s: int) -> BaseSampler:

@@ -148,7 +148,8 @@ def progress(spec: StudySpec) -> Iterator[Callable[[int], None]]:
 
 
 def _worker_main(spec: StudySpec, parts: PartsFactory, index: int) -> None:
-    """A worker process: one torch thread, its own searcher on the shared study."""
+    """A worker process: one torch thread, its own search (and sampler) on the shared
+    study."""
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s worker {index}: %(message)s")
     import torch
