@@ -3,8 +3,8 @@ optimum, defined on a real space's encoding (issue 14, SPEC §6).
 
 The space is EfficientBERT's (SPEC §3: 6 layers × {FFN expression, stack N, ratio r}, 18
 choices; the expression a categorical over 3,645 enumerated expressions), searched through
-the same bridge, budget check and searchers as a real search (``SEARCHERS.get(name)``,
-ask/tell). (Results recorded before the expression space became a categorical used the
+the same bridge, budget check and searchers as a real search (``StudySearch.open(space,
+name)``, ask/tell). (Results recorded before the expression space became a categorical used the
 earlier 42-choice template space.)
 The objective, fixed before any searcher ran and the same for all of them:
 
@@ -59,8 +59,8 @@ import optuna  # noqa: E402
 from evaluators.base import EvalResult, Objective  # noqa: E402
 from nas.cost import count_costs  # noqa: E402
 from nas.space import SearchSpace, get_space  # noqa: E402
-from searchers.base import SEARCHERS  # noqa: E402
 from searchers.optuna_bridge import Budget  # noqa: E402
+from searchers.proposals import StudySearch  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -177,8 +177,8 @@ def make_objective(space: SearchSpace, layers: int) -> Objective42:
 def run_one(objective: Objective42, variant: str, seed: int, trials: int, target: float,
             loose: float) -> dict:
     name, options = VARIANTS[variant]
-    searcher = SEARCHERS.get(name)(
-        objective.space, seed=seed, objectives=(Objective("score", "maximize"),),
+    searcher = StudySearch.open(
+        objective.space, name, seed=seed, objectives=(Objective("score", "maximize"),),
         budget=Budget(max_params=objective.max_params, seq_len=SEQ_LEN),
         sampler_options=options)
     best, reached, near, overhead = -np.inf, None, None, []

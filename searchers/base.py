@@ -3,10 +3,10 @@ pattern, STYLE.md patterns 5 and 15).
 
 Two kinds of searcher exist:
 
-* :class:`MultiTrialSearcher` (``kind = "multi-trial"``): proposes candidates one at a
-  time (``ask``) and learns from their evaluations (``tell``): random search, LaNAS,
-  Optuna samplers. Every candidate carries an id; every result carries a status, and a
-  failed or pruned candidate is never a best one (failure is a state, not a score of 0).
+* :class:`MultiTrialSearcher` (``kind = "multi-trial"``): a sampler factory, building the
+  Optuna sampler that proposes the trials of a study (random search, TPE, NSGA-II, GP,
+  LaNAS). The Optuna study is the only store of trials; every trial carries a state, and
+  a failed or pruned trial is never a best one (failure is a state, not a score of 0).
 * :class:`OneShotSearcher` (``kind = "one-shot"``): trains a weight-sharing supernet
   through a :class:`SupernetTrainer` and derives one candidate: GDAS/AdaBERT.
 
@@ -25,17 +25,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import numpy as np
-
-from evaluators.base import EvalResult, Objective, check_objectives
+from evaluators.base import Objective
 from nas.architecture import Architecture
 from nas.errors import NasError
 from nas.registry import Registry
 
-if TYPE_CHECKING:  # the space machinery imports torch; listing searchers must not
+if TYPE_CHECKING:  # the space machinery imports torch, and Optuna is slow to import;
+    # listing searchers imports neither
     import torch
+    from optuna.samplers import BaseSampler
 
     from nas.space import SearchSpace
+    from searchers.optuna_bridge import SpaceBridge
 
 KINDS = ("multi-trial", "one-shot")
 
@@ -49,9 +50,10 @@ class SearcherError(NasError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One proposal: ``id`` is its trial number (0, 1, 2... per searcher), ``arch`` the
-    validated architecture and ``params`` the searcher's raw, JSON-safe parameters (an
-    Optuna sampler's values, a derivation's probabilities), possibly empty."""
+    """One proposal: ``id`` is its trial number in the study (0 for a one-shot search's
+    derivation), ``arch`` the validated architecture and ``params`` the searcher's raw,
+    JSON-safe parameters (the trial's Optuna parameters, a derivation's probabilities),
+    possibly empty."""
 
     id: int
     arch: Architecture
@@ -72,171 +74,42 @@ class Candidate:
 
 
 class MultiTrialSearcher(abc.ABC):
-    """Base class of ask/tell searchers. A search loop calls, in this order::
+    """Base class of multi-trial searchers: a searcher is a *sampler factory*.
 
-        searcher = SEARCHERS.get(name)(space, seed=0, objectives=evaluator.objectives)
+    It builds the Optuna sampler (``optuna.samplers.BaseSampler``) that proposes the
+    trials of a study over a space; the study is the only store of trials (asked,
+    running, complete, pruned or failed), of the best trial (``study.best_trial``) and of
+    the Pareto front (``study.best_trials``). A search loop uses it through
+    :class:`searchers.proposals.StudySearch`::
+
+        search = StudySearch.open(space, "tpe", seed=0, objectives=evaluator.objectives)
         while budget_left:
-            candidate = searcher.ask()                  # calls propose()
-            result = evaluator(candidate.arch, trial)   # EvalResult with a status
-            searcher.tell(candidate, result)            # calls observe(candidate, result)
-        searcher.best()          # single objective: (candidate, result)
-        searcher.pareto_front()  # any number of objectives
+            candidate = search.ask()                    # a trial of the study
+            search.tell(candidate, evaluator(candidate.arch))
+        search.study.best_trial   # single objective; study.best_trials: the front
 
-    Several candidates may be asked before any is told (parallel evaluation); each is
-    told exactly once, in any order. ``state_dict()`` (which calls ``extra_state()``)
-    and ``load_state_dict()`` (which calls ``load_extra_state()``) save and restore the
-    whole search as JSON: the generator, the asked-but-untold candidates and the history.
-
-    Subclasses implement :meth:`propose`, and may override :meth:`observe` (learn from a
-    result), :meth:`extra_state` and :meth:`load_extra_state`. Random decisions use
-    ``self.rng``, a ``numpy`` generator seeded with ``seed``, never a global RNG.
+    Constructors take the sampler's keyword options only (``n_startup_trials``,
+    ``population_size``...); :meth:`sampler` builds the sampler for a seed and the
+    space's parameters. Random decisions come from the seed, never a global generator.
     """
 
     kind: ClassVar[str] = "multi-trial"
-    #: whether the searcher handles several objectives (a Pareto front); one that does
-    #: not refuses them in its constructor with a one-line :class:`SearcherError`
+    #: whether the sampler handles several objectives (a Pareto front); a search with
+    #: several objectives and a searcher that does not is refused in one line
     multi_objective: ClassVar[bool] = True
+    #: the registered name (in messages)
+    name: ClassVar[str] = ""
 
-    def __init__(self, space: SearchSpace, seed: int = 0,
-                 objectives: Sequence[Objective] = DEFAULT_OBJECTIVES) -> None:
-        self.space = space
-        self.seed = seed
-        self.objectives = check_objectives(objectives, type(self).__name__)
-        self.rng = np.random.default_rng(seed)
-        self.history: list[tuple[Candidate, EvalResult]] = []
-        self.pending: dict[int, Candidate] = {}
-        self._next_id = 0
-        self.asked_ids: set[str] = set()  # arch ids of every candidate asked (told or not)
+    def __init__(self, **options: Any) -> None:
+        self.options = dict(options)
 
-    # -- hooks ---------------------------------------------------------------
     @abc.abstractmethod
-    def propose(self) -> tuple[Mapping[str, Any], dict[str, Any]]:
-        """The next architecture (any mapping; :meth:`ask` validates it) and the raw
-        parameters that produced it (``{}`` if none)."""
-
-    def observe(self, candidate: Candidate, result: EvalResult) -> None:  # noqa: B027 (optional)
-        """Learn from a told result (called by :meth:`tell` after it is recorded)."""
-
-    def extra_state(self) -> dict[str, Any]:
-        """A subclass's own JSON-safe state (a tree, a population...)."""
-        return {}
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (optional)
-        """Restore what :meth:`extra_state` returned."""
-
-    # -- the loop ------------------------------------------------------------
-    def ask(self) -> Candidate:
-        arch, params = self.propose()
-        candidate = Candidate(self._next_id, self.space.validate(arch), dict(params))
-        self._next_id += 1
-        self.pending[candidate.id] = candidate
-        self.asked_ids.add(candidate.arch.id)
-        return candidate
-
-    def tell(self, candidate: Candidate, result: EvalResult) -> None:
-        """Record ``result`` for an asked candidate (complete, failed or pruned)."""
-        asked = self.pending.get(candidate.id)
-        if asked is None:
-            done = any(c.id == candidate.id for c, _ in self.history)
-            raise SearcherError(
-                f"candidate {candidate.id} was already told; tell each candidate once"
-                if done else
-                f"candidate {candidate.id} was not asked of this searcher; tell only "
-                "candidates that ask() returned")
-        if asked.arch != candidate.arch:
-            raise SearcherError(f"candidate {candidate.id}: the architecture differs from "
-                                "the one asked; tell the candidate ask() returned")
-        if not isinstance(result, EvalResult):
-            raise SearcherError(f"tell() takes an EvalResult, got {type(result).__name__}")
-        if result.ok and len(result.values) != len(self.objectives):
-            raise SearcherError(
-                f"candidate {candidate.id}: {len(result.values)} value(s) told for the "
-                f"objectives {[o.name for o in self.objectives]}; build the searcher with "
-                "the evaluator's objectives")
-        del self.pending[candidate.id]
-        self.history.append((asked, result))
-        self.observe(asked, result)
-
-    def seen(self, arch: Mapping[str, Any]) -> bool:
-        """Whether an architecture was asked already (told or pending)."""
-        if not (isinstance(arch, Architecture) and arch.space == self.space.name):
-            arch = self.space.validate(arch)
-        return arch.id in self.asked_ids
-
-    def complete(self) -> list[tuple[Candidate, EvalResult]]:
-        return [(c, r) for c, r in self.history if r.ok]
-
-    def best(self) -> tuple[Candidate, EvalResult]:
-        """The complete result with the best value (the earliest on a tie)."""
-        if len(self.objectives) > 1:
-            raise SearcherError(
-                f"{len(self.objectives)} objectives {[o.name for o in self.objectives]} have "
-                "no single best; use pareto_front()")
-        done = self.complete()
-        if not done:
-            raise SearcherError(
-                f"no complete result yet ({len(self.history)} told, none complete); "
-                "evaluate more candidates before asking for the best")
-        sign = self.objectives[0].sign
-        return max(done, key=lambda cr: (sign * cr[1].values[0], -cr[0].id))
-
-    def pareto_front(self) -> list[tuple[Candidate, EvalResult]]:
-        """The complete results no other complete result dominates, by candidate id."""
-        signs = [o.sign for o in self.objectives]
-        done = self.complete()
-        scored = [[s * v for s, v in zip(signs, r.values, strict=True)] for _, r in done]
-
-        def dominated(i: int) -> bool:
-            a = scored[i]
-            return any(all(x >= y for x, y in zip(b, a, strict=True)) and b != a
-                       for b in scored)
-
-        return sorted((cr for i, cr in enumerate(done) if not dominated(i)),
-                      key=lambda cr: cr[0].id)
-
-    # -- state ---------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The whole search state as JSON-safe data (``json.dumps`` works on it)."""
-        return {
-            "searcher": type(self).__name__,
-            "space": self.space.name,
-            "seed": self.seed,
-            "objectives": [o.to_dict() for o in self.objectives],
-            "rng": copy.deepcopy(self.rng.bit_generator.state),
-            "next_id": self._next_id,
-            "pending": [c.to_dict() for c in self.pending.values()],
-            "history": [{"candidate": c.to_dict(), "result": r.to_dict()}
-                        for c, r in self.history],
-            "extra": self.extra_state(),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict`'s output (on a searcher built the same way)."""
-        mine = {"searcher": type(self).__name__, "space": self.space.name,
-                "objectives": [o.to_dict() for o in self.objectives]}
-        for key, value in mine.items():
-            if state.get(key) != value:
-                raise SearcherError(
-                    f"searcher state has {key} {state.get(key)!r}, this searcher has "
-                    f"{value!r}; resume with the same searcher, space and objectives")
-        try:
-            rng, next_id = copy.deepcopy(state["rng"]), int(state["next_id"])
-            pending = [self._candidate(data) for data in state["pending"]]
-            history = [(self._candidate(entry["candidate"]), EvalResult.from_dict(entry["result"]))
-                       for entry in state["history"]]
-        except (KeyError, TypeError) as err:
-            raise SearcherError(f"searcher state is malformed ({type(err).__name__}: {err}); "
-                                "pass what state_dict() returned") from None
-        self.rng.bit_generator.state = rng
-        self._next_id = next_id
-        self.pending = {c.id: c for c in pending}
-        self.history = history
-        self.asked_ids = {c.arch.id for c in pending} | {c.arch.id for c, _ in history}
-        self.load_extra_state(state.get("extra", {}))
-
-    def _candidate(self, data: Mapping[str, Any]) -> Candidate:
-        c = Candidate.from_dict(data)
-        return Candidate(c.id, self.space.validate(c.arch), c.params)
+    def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
+        """The sampler of a study seeded with ``seed``. ``bridge`` gives the space's
+        parameters, encoding and budget (:class:`~searchers.optuna_bridge.SpaceBridge`);
+        without it the sampler works on whatever distributions the trials suggest (a bare
+        Optuna study, as in Optuna's sampler tests). A bad option is a one-line
+        :class:`SearcherError`."""
 
 
 # ---------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.units import human
-from searchers.loop import read_pointer
 from searchers.results import best_trial, complete_trials, open_run_study, pareto_front, signs
 from searchers.storage import masked
+from searchers.study import read_pointer
 
 #: At most this many trials in the report's table (the best first).
 TABLE_ROWS = 50
@@ -97,8 +97,11 @@ def _value(t: FrozenTrial, name: str, study: optuna.Study) -> float | None:
     return None
 
 
-def _front(points: list[tuple[float, float]], sx: float, sy: float) -> list[int]:
-    """Indices of the non-dominated points (higher ``s·value`` is better on both axes)."""
+def _trade_off(points: list[tuple[float, float]], sx: float, sy: float) -> list[int]:
+    """Indices of the points that no other point beats on both axes (higher ``s·value``
+    is better): the cost/score trade-off drawn for a *single-objective* study, whose
+    plot's x axis is a cost the study does not optimise. A multi-objective study's front
+    is Optuna's (:func:`searchers.results.pareto_front`)."""
     scored = [(sx * x, sy * y) for x, y in points]
     return [i for i, p in enumerate(scored)
             if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in scored)]
@@ -126,7 +129,12 @@ def plot_pareto(study: optuna.Study, path: Path,
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=18, c="tab:blue", alpha=0.6,
                label="trials")
-    front = sorted((xy[i] for i in _front(list(xy), sx, sy)), key=lambda p: p[0])
+    if len(study.directions) > 1:  # the study's own front, drawn on its first two objectives
+        on_front = {t.number for t in pareto_front(study)}
+        chosen = [i for i, t in enumerate(trials) if t.number in on_front]
+    else:
+        chosen = _trade_off(list(xy), sx, sy)
+    front = sorted((xy[i] for i in chosen), key=lambda p: p[0])
     ax.plot([p[0] for p in front], [p[1] for p in front], "-o", c="tab:red", ms=5,
             label="Pareto front")
     seeds = [(t.user_attrs["seed"], p) for t, p in zip(trials, xy, strict=True)

@@ -1,6 +1,6 @@
 """A finished (or running) study read back from a run folder: its trials, the best one
-or the Pareto front, and the export of a trial's model (``nas export --run RUN_DIR
-[--trial N|best]``).
+or the Pareto front (Optuna's own: ``study.best_trial``, ``study.best_trials``), and the
+export of a trial's model (``nas export --run RUN_DIR [--trial N|best]``).
 
 The study is the source of truth (``RUN_DIR/study.json`` names its storage), so a run
 folder of an attached worker sees the trials of every worker, and a trial trained by
@@ -17,8 +17,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import NasError
-from searchers.loop import POINTER, read_pointer
 from searchers.storage import open_storage
+from searchers.study import POINTER, read_pointer
 
 
 def open_run_study(run_dir: str | Path) -> optuna.Study:
@@ -48,30 +48,22 @@ def signs(study: optuna.Study) -> list[float]:
 
 
 def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
-    """The complete trials no other complete trial dominates (any number of objectives)."""
-    done = complete_trials(study)
-    s = signs(study)
-    scored = [[a * v for a, v in zip(s, t.values, strict=True)] for t in done]
-
-    def dominated(i: int) -> bool:
-        return any(all(x >= y for x, y in zip(b, scored[i], strict=True)) and b != scored[i]
-                   for b in scored)
-
-    return [t for i, t in enumerate(done) if not dominated(i)]
+    """The complete trials no other complete trial dominates: Optuna's front
+    (``study.best_trials``; only complete evaluations are COMPLETE trials), by number."""
+    return sorted(study.best_trials, key=lambda t: t.number)
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:
-    """The best complete trial of a single-objective study (the earliest on a tie)."""
-    done = complete_trials(study)
-    if not done:
+    """The best complete trial of a single-objective study (Optuna's ``best_trial``), with
+    one-line errors for a study without one."""
+    if not complete_trials(study):
         raise NasError(f"study {study.study_name!r} has no complete trial yet")
     if len(study.directions) > 1:
         front = ", ".join(str(t.number) for t in pareto_front(study))
         raise NasError(f"study {study.study_name!r} has {len(study.directions)} objectives and "
                        f"no single best trial; pick one of its Pareto front with --trial N "
                        f"(front: {front})")
-    sign = signs(study)[0]
-    return max(done, key=lambda t: (sign * t.values[0], -t.number))
+    return study.best_trial
 
 
 def pick_trial(study: optuna.Study, which: str | int) -> FrozenTrial:

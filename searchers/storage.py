@@ -6,6 +6,10 @@
   default being ``RUN_DIR/study.journal``. A journal file takes several processes on one
   machine; Optuna's FAQ advises against SQLite for parallel workers, and several
   machines need PostgreSQL (or MySQL).
+* **Trial handles.** Optuna has no public call for "trial number N of this study as a live
+  trial" or "a live trial's system attributes"; :func:`live_trial` and
+  :func:`system_attrs` are those calls, and this module is the one place that reaches into
+  Optuna's private attributes (``study._storage``, ``trial._trial_id``).
 * **Dead workers.** Every trial records its worker (host, process id, process start
   time) in the user attribute ``worker``. A RUNNING trial whose worker is gone is failed
   and queued again with the same parameters (Optuna's
@@ -108,6 +112,28 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
 
 
 # ---------------------------------------------------------------------------
+# trial handles
+# ---------------------------------------------------------------------------
+
+
+def trial_id(study: optuna.Study, number: int) -> int:
+    """The storage's id of trial ``number``."""
+    return study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+
+
+def live_trial(study: optuna.Study, number: int) -> optuna.Trial:
+    """Trial ``number`` as an :class:`optuna.Trial`, to set its attributes, report to it
+    or tell it (a trial this process did not ask, or asked before a restart)."""
+    return optuna.Trial(study, trial_id(study, number))
+
+
+def system_attrs(trial: optuna.Trial) -> dict[str, Any]:
+    """A live trial's system attributes (``fixed_params`` of an enqueued trial,
+    ``failed_trial`` of a retry), read from the storage."""
+    return trial.storage.get_trial_system_attrs(trial._trial_id)
+
+
+# ---------------------------------------------------------------------------
 # workers and leases
 # ---------------------------------------------------------------------------
 
@@ -188,16 +214,16 @@ def abandon_trial(study: optuna.Study, number: int, retries: int) -> None:
     """Fail a trial this worker cannot finish (it was interrupted) and queue its retry,
     as if its worker had died: the next run takes it up again."""
     storage = study._storage
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    tid = trial_id(study, number)
     try:
-        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
+        if not storage.set_trial_state_values(tid, TrialState.FAIL):
             return
     except UpdateFinishedTrialError:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         RetryHeartbeatStaleTrialCallback(max_retry=retries)(
-            study, copy.deepcopy(storage.get_trial(trial_id)))
+            study, copy.deepcopy(storage.get_trial(tid)))
 
 
 @contextlib.contextmanager
@@ -209,13 +235,13 @@ def heartbeat(study: optuna.Study, trial_number: int) -> Iterator[None]:
     if interval is None:
         yield
         return
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, trial_number)
+    tid = trial_id(study, trial_number)
     stop = threading.Event()
 
     def beat() -> None:
         while True:
             with contextlib.suppress(Exception):  # a lost beat is what staleness detects
-                storage.record_heartbeat(trial_id)
+                storage.record_heartbeat(tid)
             if stop.wait(interval):
                 return
 

@@ -1,6 +1,7 @@
-"""The space ↔ Optuna bridge over every registered space, and the Optuna searchers'
-bookkeeping: user attributes, rejections, repeats, and a restored search that continues
-exactly as the uninterrupted one past the samplers' start-up phase."""
+"""The space ↔ Optuna bridge over every registered space, and the study search's
+bookkeeping: user attributes, rejections, repeats, fallbacks, and a search reopened on
+its stored study that continues exactly as the uninterrupted one past the samplers'
+start-up phase."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from evaluators.base import EvalResult, Objective
 from nas.errors import NasError
 from nas.space import Constraint, SearchSpace, get_space, list_spaces, small_config
-from searchers.base import SEARCHERS
 from searchers.optuna_bridge import Budget, SpaceBridge
+from searchers.proposals import StudySearch
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -117,14 +118,14 @@ def test_invalid_or_over_budget_proposals_are_reported_never_repaired():
 
 def test_every_proposal_records_its_architecture_and_costs():
     space = get_space("adabert", **small_config("adabert"))
-    searcher = SEARCHERS.get("tpe")(space, seed=0)
-    candidate = searcher.ask()
-    attrs = searcher.study.trials[searcher.trial_number(candidate)].user_attrs
+    search = StudySearch.open(space, "tpe", seed=0)
+    candidate = search.ask()
+    attrs = search.study.trials[candidate.id].user_attrs
     assert attrs["arch_id"] == candidate.arch.id and attrs["arch"] == dict(candidate.arch)
     assert attrs["costs"]["params"] > 0 and attrs["costs"]["seq_len"] == 128
-    searcher.tell(candidate, EvalResult((0.5,), metrics={"acc": 0.5},
-                                        costs={"latency_ms": 1.0}))
-    attrs = searcher.study.trials[searcher.trial_number(candidate)].user_attrs
+    search.tell(candidate, EvalResult((0.5,), metrics={"acc": 0.5},
+                                      costs={"latency_ms": 1.0}))
+    attrs = search.study.trials[candidate.id].user_attrs
     assert attrs["outcome"] == "complete" and attrs["metrics"] == {"acc": 0.5}
     assert attrs["costs"]["latency_ms"] == 1.0 and attrs["costs"]["params"] > 0
 
@@ -134,13 +135,13 @@ def test_rejected_proposals_are_recorded_and_asked_again():
     from nas.cost import count_costs
 
     limit = count_costs(space, space.default(), 128).params
-    searcher = SEARCHERS.get("random")(space, seed=0, budget=Budget(max_params=limit))
-    candidates = [searcher.ask() for _ in range(5)]
+    search = StudySearch.open(space, "random", seed=0, budget=Budget(max_params=limit))
+    candidates = [search.ask() for _ in range(5)]
     assert all(count_costs(space, c.arch, 128).params <= limit for c in candidates)
-    rejected = [t for t in searcher.study.trials if t.user_attrs.get("outcome") == "rejected"]
+    rejected = [t for t in search.study.trials if t.user_attrs.get("outcome") == "rejected"]
     assert rejected and all(t.state.name == "PRUNED" for t in rejected)
-    impossible = SEARCHERS.get("random")(space, seed=0, budget=Budget(max_params=10),
-                                         max_rejections=5)
+    impossible = StudySearch.open(space, "random", seed=0, budget=Budget(max_params=10),
+                                  max_rejections=5)
     with pytest.raises(NasError, match="5 proposals in a row were rejected.*over budget"):
         impossible.ask()
 
@@ -152,32 +153,37 @@ OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_a_restored_search_continues_like_the_uninterrupted_one(name):
-    """Beyond the start-up phase, so the samplers' models are in play."""
+def test_a_reopened_search_continues_like_the_uninterrupted_one(name):
+    """Beyond the start-up phase, so the samplers' models are in play: a new search on
+    the stored study (new samplers, as after a restart) needs nothing but the study."""
     space = get_space("adabert", **small_config("adabert"))
     objectives = (Objective("score", "maximize"),)
 
-    def make(seed):
-        return SEARCHERS.get(name)(space, seed=seed, objectives=objectives,
-                                   sampler_options=OPTIONS[name])
+    def make(seed, storage=None):
+        return StudySearch.open(space, name, seed=seed, objectives=objectives,
+                                sampler_options=OPTIONS[name], storage=storage,
+                                study_name=None if storage is None else "s")
 
     def score(arch):
         return float(sum(space.encode(arch)[:12]) + arch["depth"])
 
-    def step(searcher):
-        c = searcher.ask()
-        searcher.tell(c, EvalResult((score(c.arch),)))
+    def step(search):
+        c = search.ask()
+        search.tell(c, EvalResult((score(c.arch),)))
 
     straight = make(7)
+    for _ in range(10):
+        step(straight)
+    storage = optuna.storages.InMemoryStorage()
+    first = make(7, storage)
     for _ in range(6):
-        step(straight)
-    restored = make(99)
-    restored.load_state_dict(json.loads(json.dumps(straight.state_dict())))
+        step(first)
+    reopened = make(7, storage)
     for _ in range(4):
-        step(straight)
-        step(restored)
-    assert [c.arch for c, _ in restored.history] == [c.arch for c, _ in straight.history]
-    assert [t.params for t in restored.study.trials] == [t.params for t in straight.study.trials]
+        step(reopened)
+    assert [t.params for t in reopened.study.trials] == [t.params for t in straight.study.trials]
+    assert [t.user_attrs.get("arch_id") for t in reopened.study.trials] == [
+        t.user_attrs.get("arch_id") for t in straight.study.trials]
 
 
 def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
@@ -185,25 +191,25 @@ def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
     propose it forever. After ``fallback_after`` rejections in a row, a random feasible
     architecture is queued and evaluated instead."""
     from nas.cost import count_costs
-    from searchers.optuna_searchers import OptunaSearcher
+    from searchers.optuna_searchers import PerTrialSearcher
 
     space = get_space("adabert", **small_config("adabert"))
     big = space.default().replace(depth=4, **{c.name: "std_conv_7" for c in space.choices()
                                               if c.name != "depth"})
     limit = count_costs(space, space.default(), 128).params
 
-    class Stuck(OptunaSearcher):
+    class Stuck(PerTrialSearcher):
         name = "stuck"
 
-        def sampler_factory(self):
-            fixed = self.bridge.params_of(big)
-            return lambda seed: optuna.samplers.PartialFixedSampler(
-                fixed, optuna.samplers.RandomSampler(seed=seed))
+        def build(self, seed, bridge):
+            return optuna.samplers.PartialFixedSampler(
+                bridge.params_of(big), optuna.samplers.RandomSampler(seed=seed))
 
-    searcher = Stuck(space, seed=0, budget=Budget(max_params=limit), fallback_after=5)
-    candidate = searcher.ask()
-    trials = searcher.study.trials
+    search = StudySearch.open(space, Stuck(), seed=0, budget=Budget(max_params=limit),
+                              fallback_after=5)
+    candidate = search.ask()
+    trials = search.study.trials
     assert [t.user_attrs["outcome"] for t in trials[:5]] == ["rejected"] * 5
-    chosen = trials[searcher.trial_number(candidate)]
+    chosen = trials[candidate.id]
     assert chosen.number == 5 and chosen.user_attrs["fallback"].startswith("random, after 5")
     assert count_costs(space, candidate.arch, 128).params <= limit

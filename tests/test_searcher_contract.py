@@ -1,8 +1,10 @@
 """Contract tests run over every registered searcher (STYLE.md patterns 9 and 16).
 
-Multi-trial searchers run on a tiny six-architecture space with the cost evaluator
-(milliseconds); one-shot searchers search the small AdaBERT space with a synthetic
-trainer (random tokens, cross-entropy) for a few steps. A new searcher gets these checks
+Multi-trial searchers are sampler factories: their samplers pass Optuna's own sampler
+test cases (those that apply to categorical and integer spaces, listed below), and each
+runs studies on a tiny six-architecture space with the cost evaluator (milliseconds).
+One-shot searchers search the small AdaBERT space with a synthetic trainer (random
+tokens, cross-entropy) for a few steps. A new searcher gets these checks
 by registering itself.
 """
 
@@ -12,14 +14,24 @@ import json
 import subprocess
 import sys
 
+import optuna
 import pytest
 import torch
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.testing.pytest_samplers import (
+    BasicSamplerTestCase,
+    MultiObjectiveSamplerTestCase,
+    RelativeSamplerTestCase,
+    SingleOnlySamplerTestCase,
+)
+from optuna.trial import TrialState
 
 from evaluators.base import EvalResult, Objective
 from evaluators.costs import CostEvaluator
 from nas.builder import build_supernet
 from nas.choices import Categorical
 from nas.cost import batch_for
+from nas.errors import NasError
 from nas.graph import ChoiceRef, GraphBuilder
 from nas.space import SearchSpace, get_space, small_config
 from searchers.base import (
@@ -31,6 +43,8 @@ from searchers.base import (
     run_steps,
     searcher_names,
 )
+from searchers.proposals import StudySearch
+from searchers.results import best_trial, pareto_front
 
 MULTI_TRIAL = searcher_names("multi-trial")
 ONE_SHOT = searcher_names("one-shot")
@@ -91,82 +105,241 @@ def test_listing_searchers_does_not_import_torch():
 
 
 # ---------------------------------------------------------------------------
-# multi-trial
+# multi-trial: Optuna's sampler test cases
+# ---------------------------------------------------------------------------
+#
+# A multi-trial searcher is a sampler factory, so its sampler must pass the sampler
+# contract Optuna ships (optuna.testing.pytest_samplers), with the cases that apply to our
+# spaces: a SpaceBridge makes every choice a CategoricalDistribution or an
+# IntDistribution (evenly spaced integers, step >= 1), never a float one. Used:
+#
+# * BasicSamplerTestCase: test_int, test_categorical, test_conditional_sample_independent
+#   as written; test_single_parameter_objective and
+#   test_combination_of_different_distributions_objective with the integer and
+#   categorical suggest methods only;
+# * RelativeSamplerTestCase (samplers that propose all parameters together: RELATIVE):
+#   test_sample_relative_categorical as written; test_sample_relative_numerical and
+#   test_sample_relative_mixed with integer distributions only;
+# * MultiObjectiveSamplerTestCase (searchers with multi_objective): its integer and
+#   categorical distributions;
+# * SingleOnlySamplerTestCase (searchers without multi_objective): as written (its float
+#   distribution is never sampled: the sampler must refuse the two objectives first).
+#
+# Not used, because they need float distributions our spaces never produce: test_float,
+# test_nan_objective_value, test_partial_fixed_sampling, test_sample_single_distribution
+# (its d, e, f), test_conditional_parameter_objective, test_dynamic_range_objective and
+# test_trial_relative_params (suggest_float throughout), and the float and log-float
+# parametrisations of the cases above.
+
+#: options that take each sampler past its start-up phase, so that the cases exercise its
+#: model, not only its random start (Optuna's own tests use n_startup_trials=0)
+MODEL_OPTIONS = {"tpe": {"n_startup_trials": 0}, "gp": {"n_startup_trials": 0},
+                 "nsga2": {"population_size": 4},
+                 "lanas": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1}}
+#: searchers whose sampler proposes all of a trial's parameters at once (sample_relative);
+#: random draws each alone, NSGA-II's first generation too. A new searcher that samples
+#: relatively belongs here.
+RELATIVE = [n for n in ("tpe", "gp", "lanas") if n in MULTI_TRIAL]
+MULTI_OBJECTIVE = [n for n in MULTI_TRIAL if SEARCHERS.get(n).multi_objective]
+SINGLE_ONLY = [n for n in MULTI_TRIAL if not SEARCHERS.get(n).multi_objective]
+INTEGERS = [IntDistribution(3, 10), IntDistribution(1, 100, log=True),
+            IntDistribution(3, 9, step=2)]
+CATEGORICALS = [CategoricalDistribution((1, 2, 3)), CategoricalDistribution(("a", "b", "c")),
+                CategoricalDistribution((1, "a"))]
+
+
+def suggest_methods(name):
+    """Optuna's parametrize_suggest_method, integer and categorical methods only."""
+    return pytest.mark.parametrize(f"suggest_method_{name}", [
+        lambda t: t.suggest_int(name, 0, 10), lambda t: t.suggest_categorical(name, [0, 1, 2]),
+        lambda t: t.suggest_int(name, 1, 10, log=True)], ids=["int", "categorical", "int-log"])
+
+
+def sampler_of(name):
+    """Optuna's ``sampler`` fixture: a callable building the searcher's sampler (what a
+    study of ours runs, without a space bridge: the cases bring their distributions)."""
+    return lambda: SEARCHERS.get(name)(**MODEL_OPTIONS.get(name, {})).sampler(seed=0)
+
+
+class TestOptunaBasicCases(BasicSamplerTestCase):
+    @pytest.fixture(params=MULTI_TRIAL)
+    def sampler(self, request):
+        return sampler_of(request.param)
+
+    test_float = None
+    test_nan_objective_value = None
+    test_partial_fixed_sampling = None
+    test_sample_single_distribution = None
+    test_conditional_parameter_objective = None
+    test_dynamic_range_objective = None
+
+    @suggest_methods("x")
+    def test_single_parameter_objective(self, sampler, suggest_method_x):
+        super().test_single_parameter_objective(sampler, suggest_method_x)
+
+    @suggest_methods("x")
+    @suggest_methods("y")
+    def test_combination_of_different_distributions_objective(self, sampler, suggest_method_x,
+                                                              suggest_method_y):
+        super().test_combination_of_different_distributions_objective(
+            sampler, suggest_method_x, suggest_method_y)
+
+
+class TestOptunaRelativeCases(RelativeSamplerTestCase):
+    @pytest.fixture(params=RELATIVE)
+    def sampler(self, request):
+        return sampler_of(request.param)
+
+    test_trial_relative_params = None
+
+    @pytest.mark.parametrize("x_distribution", INTEGERS)
+    @pytest.mark.parametrize("y_distribution", INTEGERS)
+    def test_sample_relative_numerical(self, sampler, x_distribution, y_distribution):
+        super().test_sample_relative_numerical(sampler, x_distribution, y_distribution)
+
+    @pytest.mark.parametrize("x_distribution", INTEGERS)
+    def test_sample_relative_mixed(self, sampler, x_distribution):
+        super().test_sample_relative_mixed(sampler, x_distribution)
+
+
+class TestOptunaMultiObjectiveCases(MultiObjectiveSamplerTestCase):
+    @pytest.fixture(params=MULTI_OBJECTIVE)
+    def sampler(self, request):
+        return sampler_of(request.param)
+
+    @pytest.mark.parametrize("distribution", [*INTEGERS, IntDistribution(-10, 10),
+                                              IntDistribution(-10, 0, step=2), *CATEGORICALS])
+    def test_multi_objective_sample_independent(self, sampler, distribution):
+        super().test_multi_objective_sample_independent(sampler, distribution)
+
+
+@pytest.mark.skipif(not SINGLE_ONLY, reason="every registered searcher is multi-objective")
+class TestOptunaSingleOnlyCases(SingleOnlySamplerTestCase):
+    @pytest.fixture(params=SINGLE_ONLY)
+    def sampler(self, request):
+        return sampler_of(request.param)
+
+
+# ---------------------------------------------------------------------------
+# multi-trial: the study-level contract
 # ---------------------------------------------------------------------------
 
 
 PARAMS = (Objective("params", "minimize"),)
+#: sampler options that leave the start-up phase within the tiny space's six trials
+STUDY_OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
+                 "nsga2": {"population_size": 4},
+                 "lanas": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2}}
 
 
-def make(name, space, seed=0, objectives=PARAMS):
-    return SEARCHERS.get(name)(space, seed=seed, objectives=objectives)
+def make(name, space, seed=0, objectives=PARAMS, **kwargs):
+    return StudySearch.open(space, name, seed=seed, objectives=objectives, **kwargs)
 
 
-def run(searcher, evaluator, n):
+def run(search, evaluator, n):
     for _ in range(n):
-        c = searcher.ask()
-        searcher.tell(c, evaluator(c.arch))
+        c = search.ask()
+        search.tell(c, evaluator(c.arch))
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
-def test_ask_returns_valid_candidates_with_consecutive_ids(name, space):
-    searcher = make(name, space)
-    candidates = [searcher.ask() for _ in range(5)]
-    assert [c.id for c in candidates] == list(range(5))
+def test_a_study_of_each_searcher_holds_n_complete_trials_of_valid_architectures(
+        name, space, evaluator, tmp_path):
+    """Through the study loop (journal storage, trial records), with the cost evaluator:
+    N complete trials whose parameters decode to valid architectures of the space, the
+    same for the same seed, and Optuna's best trial is the best evaluation."""
+    from searchers.loop import StudyOptions, StudySettings, StudySpec, run_study
+    from searchers.optuna_bridge import SpaceBridge
+
+    def study_in(folder, seed=0):
+        spec = StudySpec.for_run(
+            searcher=name, name="contract", run_dir=tmp_path / folder, seed=seed,
+            settings=StudySettings(samplers={name: STUDY_OPTIONS.get(name, {})}),
+            options=StudyOptions(n_trials=5), default_trials=5, seq_len=8)
+        return run_study(spec, space, evaluator)
+
+    study = study_in("a")
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 5 and all(t.user_attrs["outcome"] == "complete" for t in done)
+    bridge = SpaceBridge(space)
+    for t in done:
+        arch = space.validate(dict(bridge.architecture(t.params)))
+        assert arch.id == t.user_attrs["arch_id"] and dict(arch) == t.user_attrs["arch"]
+        assert t.values == list(evaluator(arch).values)
+    assert len({t.user_attrs["arch_id"] for t in done}) == 5  # no repeats in 6 architectures
+    assert study.best_trial.value == min(t.value for t in done)
+    again = study_in("b")
+    assert [t.params for t in again.trials] == [t.params for t in study.trials]
+    assert [t.params for t in study_in("c", seed=1).trials] != [t.params for t in study.trials]
+
+
+@pytest.mark.parametrize("name", MULTI_TRIAL)
+def test_ask_returns_valid_candidates_numbered_by_their_trials(name, space):
+    search = make(name, space)
+    candidates = [search.ask() for _ in range(5)]
+    numbers = [c.id for c in candidates]
+    assert numbers == sorted(set(numbers))
+    trials = {t.number: t for t in search.study.trials}
     for c in candidates:
         assert isinstance(c, Candidate) and space.validate(dict(c.arch)) == c.arch
-        assert c.arch.space == "tiny"
-        json.dumps(c.to_dict())
+        assert c.arch.space == "tiny" and trials[c.id].user_attrs["arch_id"] == c.arch.id
+        assert trials[c.id].params == c.params and trials[c.id].state == TrialState.RUNNING
         assert Candidate.from_dict(json.loads(json.dumps(c.to_dict()))) == c
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
 def test_failed_and_pruned_results_are_never_best(name, space, evaluator):
-    searcher = make(name, space)
-    candidates = [searcher.ask() for _ in range(6)]
+    search = make(name, space)
+    candidates = [search.ask() for _ in range(6)]
     results = {c.id: evaluator(c.arch) for c in candidates}
     ranked = sorted(candidates, key=lambda c: (results[c.id].values[0], c.id))
     # the two smallest are told as failed and pruned: they must not win
-    searcher.tell(ranked[0], EvalResult.failed("diverged", costs=results[ranked[0].id].costs))
-    searcher.tell(ranked[1], EvalResult.pruned(intermediate=[(0, 1.0)]))
+    search.tell(ranked[0], EvalResult.failed("diverged", costs=results[ranked[0].id].costs))
+    search.tell(ranked[1], EvalResult.pruned(intermediate=[(0, 1.0)]))
     for c in ranked[2:]:
-        searcher.tell(c, results[c.id])
-    best, result = searcher.best()
-    assert best == ranked[2] and result.values == results[ranked[2].id].values
-    assert [r.status.value for _, r in searcher.history[:2]] == ["failed", "pruned"]
-    assert searcher.pareto_front()[0][0] == ranked[2]
+        search.tell(c, results[c.id])
+    study = search.study
+    assert study.best_trial.number == ranked[2].id
+    assert study.best_trial.values == list(results[ranked[2].id].values)
+    states = {t.number: t.state for t in study.trials}
+    assert [states[ranked[0].id], states[ranked[1].id]] == [TrialState.FAIL, TrialState.PRUNED]
+    assert {t.number for t in study.best_trials}.isdisjoint({ranked[0].id, ranked[1].id})
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
 def test_best_follows_the_direction(name, space, evaluator):
     for direction, pick in (("minimize", min), ("maximize", max)):
-        searcher = make(name, space, objectives=(Objective("params", direction),))
-        run(searcher, evaluator, 6)
-        values = [r.values[0] for _, r in searcher.history]
-        candidate, result = searcher.best()
-        assert result.values[0] == pick(values)
-        # on a tie the earliest candidate wins
-        assert candidate.id == min(c.id for c, r in searcher.history
-                                   if r.values[0] == pick(values))
+        search = make(name, space, objectives=(Objective("params", direction),))
+        run(search, evaluator, 6)
+        done = search.study.get_trials(states=(TrialState.COMPLETE,))
+        best = pick(t.value for t in done)
+        assert search.study.best_trial.value == best
+        # on a tie the earliest trial wins
+        assert search.study.best_trial.number == min(t.number for t in done if t.value == best)
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
 def test_best_needs_a_complete_result_and_tell_checks_its_input(name, space):
-    searcher = make(name, space)
-    with pytest.raises(SearcherError, match="no complete result"):
-        searcher.best()
-    a, b = searcher.ask(), searcher.ask()
-    searcher.tell(b, EvalResult.failed("out of memory"))  # any order
-    with pytest.raises(SearcherError, match="no complete result"):
-        searcher.best()
+    search = make(name, space)
+    with pytest.raises(NasError, match="no complete trial"):
+        best_trial(search.study)
+    a, b = search.ask(), search.ask()
+    search.tell(b, EvalResult.failed("out of memory"))  # any order
+    with pytest.raises(NasError, match="no complete trial"):
+        best_trial(search.study)
     with pytest.raises(SearcherError, match="already told"):
-        searcher.tell(b, EvalResult.failed("again"))
+        search.tell(b, EvalResult.failed("again"))
     with pytest.raises(SearcherError, match="not asked"):
-        searcher.tell(Candidate(99, a.arch), EvalResult((1.0,)))
+        search.tell(Candidate(99, a.arch), EvalResult((1.0,)))
+    other = next(x for x in (space.default(), space.sample(1), space.sample(2))
+                 if x.id != a.arch.id)
+    with pytest.raises(SearcherError, match="architecture differs"):
+        search.tell(Candidate(a.id, other), EvalResult((1.0,)))
     with pytest.raises(SearcherError, match="objectives"):
-        searcher.tell(a, EvalResult((1.0, 2.0)))
-    searcher.tell(a, EvalResult((3.0,)))
-    assert searcher.best()[0] == a and not searcher.pending
+        search.tell(a, EvalResult((1.0, 2.0)))
+    search.tell(a, EvalResult((3.0,)))
+    assert best_trial(search.study).number == a.id
+    assert not search.study.get_trials(states=(TrialState.RUNNING,))
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
@@ -176,27 +349,26 @@ def test_same_seed_same_candidates(name, space):
 
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
-def test_state_survives_json_and_the_search_continues_identically(name, space, evaluator):
-    straight = make(name, space, seed=1)
-    run(straight, evaluator, 3)
-    pending = straight.ask()  # asked, not told when the state is saved
-    state = json.loads(json.dumps(straight.state_dict()))
-
-    resumed = make(name, space, seed=123)  # the state's generator wins over the seed
-    resumed.load_state_dict(state)
-    assert list(resumed.pending.values()) == [pending]
-    for s in (straight, resumed):
-        s.tell(pending, evaluator(pending.arch))
-        run(s, evaluator, 4)
-    assert [c for c, _ in resumed.history] == [c for c, _ in straight.history]
-    assert [r.values for _, r in resumed.history] == [r.values for _, r in straight.history]
-    assert resumed.best()[0] == straight.best()[0]
-
-    other = make(name, space, objectives=(Objective("flops", "minimize"),))
-    with pytest.raises(SearcherError, match="objectives"):
-        other.load_state_dict(state)
-    with pytest.raises(SearcherError, match="malformed"):
-        make(name, space).load_state_dict({k: v for k, v in state.items() if k != "history"})
+def test_a_search_reopened_on_its_storage_continues_like_the_uninterrupted_one(
+        name, space, evaluator):
+    """The study is the whole state: a new search (new sampler, new process) on the same
+    stored study proposes what the uninterrupted search did."""
+    options = STUDY_OPTIONS.get(name, {})
+    straight = make(name, space, seed=1, sampler_options=options)
+    run(straight, evaluator, 6)
+    storage = optuna.storages.InMemoryStorage()
+    first = make(name, space, seed=1, sampler_options=options, storage=storage,
+                 study_name="s")
+    run(first, evaluator, 3)
+    pending = first.ask()  # asked, not told when the first search goes away
+    reopened = make(name, space, seed=1, sampler_options=options, storage=storage,
+                    study_name="s")
+    reopened.tell(pending, evaluator(pending.arch))
+    run(reopened, evaluator, 2)
+    assert [t.params for t in reopened.study.trials] == [t.params for t in straight.study.trials]
+    with pytest.raises(SearcherError, match="optimises"):
+        make(name, space, objectives=(Objective("params", "maximize"),), storage=storage,
+             study_name="s")
 
 
 def dominates(a, b, signs):
@@ -207,24 +379,24 @@ def dominates(a, b, signs):
 
 @pytest.mark.parametrize("name", MULTI_TRIAL)
 @pytest.mark.parametrize("directions", [("minimize", "minimize"), ("maximize", "minimize")])
-def test_two_objectives_give_a_non_dominated_front(name, directions, space):
+def test_two_objectives_give_optunas_non_dominated_front(name, directions, space):
     objectives = (Objective("a", directions[0]), Objective("b", directions[1]))
     if not SEARCHERS.get(name).multi_objective:  # it refuses them, in one line
         with pytest.raises(SearcherError, match="single-objective") as err:
             make(name, space, objectives=objectives)
         assert "\n" not in str(err.value)
         return
-    searcher = make(name, space, objectives=objectives)
+    search = make(name, space, objectives=objectives)
     told = [(1, 5), (2, 4), (3, 3), (2, 5), (4, 4), (1, 6), (3, 3)]
     for values in told:
-        searcher.tell(searcher.ask(), EvalResult(values))
-    searcher.tell(searcher.ask(), EvalResult.failed("crashed"))  # failures have no values
-    with pytest.raises(SearcherError, match="pareto_front"):
-        searcher.best()
+        search.tell(search.ask(), EvalResult(values))
+    search.tell(search.ask(), EvalResult.failed("crashed"))  # failures have no values
+    with pytest.raises(NasError, match="no single best trial"):
+        best_trial(search.study)
     signs = [o.sign for o in objectives]
-    front = searcher.pareto_front()
-    front_values = [r.values for _, r in front]
-    assert [c.id for c, _ in front] == sorted(c.id for c, _ in front)
+    front = pareto_front(search.study)
+    front_values = [tuple(t.values) for t in front]
+    assert [t.number for t in front] == sorted(t.number for t in front)
     for v in front_values:
         assert not any(dominates(w, v, signs) for w in map(tuple, told))
     for v in map(tuple, told):  # everything off the front is dominated by the front
@@ -237,13 +409,21 @@ def test_two_objectives_give_a_non_dominated_front(name, directions, space):
 
 
 def test_random_searcher_never_repeats_until_the_space_is_exhausted(space):
-    searcher = SEARCHERS.get("random")(space, seed=0)
-    first = [searcher.ask().arch for _ in range(6)]
+    search = make("random", space)
+    first = [search.ask().arch for _ in range(6)]
     assert len({a.id for a in first}) == space.size() == 6
-    assert searcher.ask().arch in first  # exhausted: repeats are allowed, not an error
+    assert search.ask().arch in first  # exhausted: repeats are allowed, not an error
     fixed = get_space("bert", **small_config("bert"))
-    only = SEARCHERS.get("random")(fixed, seed=0)
+    only = make("random", fixed)
     assert only.ask().arch == only.ask().arch == fixed.default()
+
+
+def test_a_one_shot_searcher_or_a_bad_option_is_refused_in_one_line(space):
+    with pytest.raises(SearcherError, match="not a multi-trial searcher; use one of"):
+        make("differentiable", space)
+    with pytest.raises(SearcherError, match="bad sampler option") as err:
+        make("tpe", space, sampler_options={"n_startup": 3})
+    assert "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------

@@ -169,14 +169,15 @@ def test_architecture_is_frozen_during_the_weight_warm_up(space):
 
 
 def test_random_searcher_is_seeded_by_its_own_generator(space):
-    random = SEARCHERS.get("random")
-    searcher = random(space, seed=3)
+    from searchers.proposals import StudySearch
+
+    searcher = StudySearch.open(space, "random", seed=3)
     np.random.seed(0)
     first = [searcher.ask().arch for _ in range(4)]
-    again = random(space, seed=3)
+    again = StudySearch.open(space, "random", seed=3)
     np.random.seed(1)  # the global RNG plays no part
     assert [again.ask().arch for _ in range(4)] == first
-    other = random(space, seed=4)
+    other = StudySearch.open(space, "random", seed=4)
     assert [other.ask().arch for _ in range(4)] != first
 
 

@@ -1,7 +1,7 @@
-"""The Optuna-driven multi-trial loop (searchers/loop.py): storage (journal file, SQLite),
-resume without re-running, several worker processes, a killed worker's trial failed and
-retried (our lease on the journal, Optuna's heartbeat on RDB), budgets, pruning, seeds and
-multi-objective studies. The evaluator is synthetic (milliseconds)."""
+"""The Optuna-driven multi-trial loop (searchers/loop.py and its modules): storage
+(journal file, SQLite), resume without re-running, several worker processes, a killed
+worker's trial failed and retried (our lease on the journal, Optuna's heartbeat on RDB),
+budgets, pruning, seeds and multi-objective studies. The evaluator is synthetic (milliseconds)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from searchers.loop import (
     StudySettings,
     StudySpec,
     evaluations,
-    open_searcher,
+    open_search,
     run_study,
     study_evaluator,
     work,
@@ -161,8 +161,8 @@ def test_two_worker_processes_share_one_study(tmp_path):
 
 def _slow_worker(spec: StudySpec) -> None:
     s, evaluator = parts(sleep=30.0)
-    searcher = open_searcher(spec, s, evaluator.objectives)
-    work(searcher, evaluator, spec)
+    search = open_search(spec, s, evaluator.objectives)
+    work(search, evaluator, spec)
 
 
 def _wait_for_running(study, pid, timeout=60.0):
@@ -178,12 +178,12 @@ def _wait_for_running(study, pid, timeout=60.0):
 def test_a_worker_killed_with_sigkill_has_its_trial_failed_and_retried(tmp_path):
     s = space()
     spec = spec_for(tmp_path, searcher="tpe", n_trials=3, seeds=[])
-    searcher = open_searcher(spec, s, Synthetic(s).objectives)  # creates the study
-    searcher.study.set_user_attr("n_trials", 3)
+    search = open_search(spec, s, Synthetic(s).objectives)  # creates the study
+    search.study.set_user_attr("n_trials", 3)
     proc = multiprocessing.get_context("spawn").Process(target=_slow_worker, args=(spec,))
     proc.start()
     try:
-        killed = _wait_for_running(searcher.study, proc.pid)
+        killed = _wait_for_running(search.study, proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
     finally:
@@ -205,17 +205,17 @@ def test_rdb_heartbeat_fails_a_silent_trial_of_another_host(tmp_path):
     url = f"sqlite:///{tmp_path}/hb.db"
     spec = spec_for(tmp_path, searcher="random", storage=url, heartbeat_interval=1,
                     grace_period=2, seeds=[])
-    searcher = open_searcher(spec, s, Synthetic(s).objectives)
-    candidate = searcher.ask()
-    number = searcher.trial_number(candidate)
+    search = open_search(spec, s, Synthetic(s).objectives)
+    candidate = search.ask()
+    number = candidate.id
     # a worker on another machine: its pid means nothing here, only its heartbeat counts
-    searcher.set_trial_attr(candidate, "worker", {"host": "elsewhere", "pid": 1,
+    search.set_trial_attr(candidate, "worker", {"host": "elsewhere", "pid": 1,
                                                   "started": 0.0})
-    searcher.study._storage.record_heartbeat(searcher.study.trials[number]._trial_id)
-    assert recover_stale_trials(searcher.study, retries=1) == []  # fresh heartbeat
+    search.study._storage.record_heartbeat(search.study.trials[number]._trial_id)
+    assert recover_stale_trials(search.study, retries=1) == []  # fresh heartbeat
     time.sleep(3.2)
-    assert recover_stale_trials(searcher.study, retries=1) == [number]
-    trials = searcher.study.trials
+    assert recover_stale_trials(search.study, retries=1) == [number]
+    trials = search.study.trials
     assert trials[number].state == TrialState.FAIL
     assert trials[-1].state == TrialState.WAITING and trials[-1].params == trials[number].params
 
@@ -223,17 +223,17 @@ def test_rdb_heartbeat_fails_a_silent_trial_of_another_host(tmp_path):
 def test_a_process_id_lease_does_not_touch_live_or_foreign_workers(tmp_path):
     s = space()
     spec = spec_for(tmp_path, searcher="random", seeds=[])
-    searcher = open_searcher(spec, s, Synthetic(s).objectives)
-    mine, foreign, dead = searcher.ask(), searcher.ask(), searcher.ask()
-    searcher.set_trial_attr(foreign, "worker", {"host": socket.gethostname() + "-other",
+    search = open_search(spec, s, Synthetic(s).objectives)
+    mine, foreign, dead = search.ask(), search.ask(), search.ask()
+    search.set_trial_attr(foreign, "worker", {"host": socket.gethostname() + "-other",
                                                 "pid": 1, "started": 0.0})
-    searcher.set_trial_attr(dead, "worker", {"host": socket.gethostname(), "pid": os.getpid(),
+    search.set_trial_attr(dead, "worker", {"host": socket.gethostname(), "pid": os.getpid(),
                                              "started": 1.0})  # our pid, reused since
-    assert recover_stale_trials(searcher.study, retries=0) == [searcher.trial_number(dead)]
-    states = {t.number: t.state for t in searcher.study.trials}
-    assert states[searcher.trial_number(mine)] == TrialState.RUNNING
-    assert states[searcher.trial_number(foreign)] == TrialState.RUNNING
-    assert not any(t.state == TrialState.WAITING for t in searcher.study.trials)  # retries 0
+    assert recover_stale_trials(search.study, retries=0) == [dead.id]
+    states = {t.number: t.state for t in search.study.trials}
+    assert states[mine.id] == TrialState.RUNNING
+    assert states[foreign.id] == TrialState.RUNNING
+    assert not any(t.state == TrialState.WAITING for t in search.study.trials)  # retries 0
 
 
 def test_median_pruning_stops_weak_candidates_and_keeps_their_curves(tmp_path):

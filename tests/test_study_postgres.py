@@ -80,20 +80,20 @@ def test_an_attached_run_shares_a_postgres_study(postgres, tmp_path):
 def test_heartbeat_on_postgres_fails_and_retries_a_silent_trial(postgres, tmp_path):
     from test_study_loop import Synthetic, space, spec_for
 
-    from searchers.loop import open_searcher
+    from searchers.loop import open_search
     from searchers.storage import recover_stale_trials
 
     s = space()
     spec = spec_for(tmp_path, searcher="random", storage=postgres, heartbeat_interval=1,
                     grace_period=2, seeds=[])
     spec.study_name = "heartbeat"
-    searcher = open_searcher(spec, s, Synthetic(s).objectives)
-    candidate = searcher.ask()
-    number = searcher.trial_number(candidate)
-    searcher.set_trial_attr(candidate, "worker", {"host": "elsewhere", "pid": 1,
-                                                  "started": 0.0})
-    searcher.study._storage.record_heartbeat(searcher.study.trials[number]._trial_id)
+    search = open_search(spec, s, Synthetic(s).objectives)
+    candidate = search.ask()
+    number = candidate.id
+    search.set_trial_attr(candidate, "worker", {"host": "elsewhere", "pid": 1,
+                                                "started": 0.0})
+    search.study._storage.record_heartbeat(search.study.trials[number]._trial_id)
     time.sleep(3.2)
-    assert recover_stale_trials(searcher.study, retries=1) == [number]
-    retry = searcher.study.trials[-1]
-    assert retry.state.name == "WAITING" and retry.params == searcher.study.trials[number].params
+    assert recover_stale_trials(search.study, retries=1) == [number]
+    retry = search.study.trials[-1]
+    assert retry.state.name == "WAITING" and retry.params == search.study.trials[number].params

@@ -1,0 +1,159 @@
+"""One study of a run folder: what identifies it (:class:`StudySpec`), the pointer
+``RUN_DIR/study.json`` that names its storage, and opening it (created with its user
+attributes and seed architectures the first time; refused when another search made it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from evaluators.base import Objective
+from nas.checkpoint import atomic_write_json
+from nas.errors import NasError
+from searchers.optuna_bridge import Budget
+from searchers.proposals import StudySearch
+from searchers.seeds import seed_architectures
+from searchers.settings import StudyOptions, StudySettings, make_pruner
+from searchers.storage import open_storage, storage_url, worker_info
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+    from nas.space import SearchSpace
+
+log = logging.getLogger("nas.study")
+
+POINTER = "study.json"
+#: the keys of ``study.json``: enough to find the study and to refuse another search's
+POINTER_KEYS = ("storage", "study_name", "searcher")
+
+
+@dataclass
+class StudySpec:
+    """Everything that identifies a study and how a worker runs it (picklable)."""
+
+    searcher: str
+    study_name: str
+    storage: str
+    seed: int
+    settings: StudySettings
+    run_dir: str
+    n_trials: int | None = None  # None: the study's own (an attached worker)
+    timeout: float | None = None
+    seq_len: int = 128
+    progress: bool = False
+    resume: bool = False  # continue the run folder's study
+    attach: bool = False  # join an existing study (a worker of its own run folder)
+    workers: int = 1
+    #: how to export a trial's model (``nas export --run``): labels, tokenizer, task...
+    export: dict = field(default_factory=dict)
+
+    @classmethod
+    def for_run(cls, *, searcher: str, name: str, run_dir: str | Path, seed: int,
+                settings: StudySettings, options: StudyOptions | None, default_trials: int,
+                resume: bool = False, seq_len: int = 128, progress: bool = False,
+                export: dict[str, Any] | None = None) -> StudySpec:
+        """The spec of a method's multi-trial stage: the storage from the command line, or
+        the one a resumed run used, or ``RUN_DIR/study.journal``. ``export``: how
+        ``nas export --run`` rebuilds a trial's model (labels, tokenizer, max_length,
+        task)."""
+        options = options or StudyOptions()
+        pointer = read_pointer(run_dir) if resume else None
+        if pointer is not None and pointer["searcher"] != searcher:
+            raise NasError(f"{Path(run_dir) / POINTER}: this run folder holds a "
+                           f"{pointer['searcher']} study; resume it with --searcher "
+                           f"{pointer['searcher']} or use another --run-dir")
+        if options.storage is not None:
+            url = storage_url(options.storage, run_dir)
+        elif pointer is not None:
+            url = pointer["storage"]
+        else:
+            url = storage_url(None, run_dir)
+        n_trials = options.n_trials
+        if n_trials is None and not options.attach:
+            n_trials = settings.n_trials or default_trials
+        return cls(searcher=searcher, study_name=f"{name}-{searcher}", storage=url, seed=seed,
+                   settings=settings, run_dir=str(Path(run_dir).resolve()),
+                   n_trials=n_trials, timeout=options.timeout, seq_len=seq_len,
+                   progress=progress, resume=resume, attach=options.attach,
+                   workers=options.workers, export=dict(export or {}))
+
+
+def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
+    """``RUN_DIR/study.json``: which storage and study a run folder's search uses."""
+    path = Path(run_dir) / POINTER
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not all(k in data for k in POINTER_KEYS):
+            raise ValueError(f"it needs the keys {', '.join(POINTER_KEYS)}")
+    except (ValueError, OSError) as err:
+        raise NasError(f"{path}: unreadable study pointer ({err}); delete it to start the "
+                       "search again") from None
+    return data
+
+
+def write_pointer(spec: StudySpec, search: StudySearch) -> None:
+    """``RUN_DIR/study.json`` for ``spec``'s study (the study holds the trials; this file
+    only names it)."""
+    atomic_write_json(Path(spec.run_dir) / POINTER, {
+        "storage": spec.storage, "study_name": spec.study_name, "searcher": spec.searcher,
+        "objectives": [o.to_dict() for o in search.objectives], "space": search.space.name})
+
+
+def spec_storage(spec: StudySpec) -> BaseStorage:
+    """The Optuna storage of ``spec`` (with its retry and heartbeat settings)."""
+    s = spec.settings
+    return open_storage(spec.storage, retries=s.retries, heartbeat_interval=s.heartbeat_interval,
+                        grace_period=s.grace_period)
+
+
+def open_search(spec: StudySpec, space: SearchSpace, objectives: tuple[Objective, ...],
+                storage: BaseStorage | None = None) -> StudySearch:
+    """The spec's search on its storage (the study is created if it does not exist,
+    without the user attributes :func:`create` adds)."""
+    s = spec.settings
+    return StudySearch.open(
+        space, spec.searcher, seed=spec.seed, objectives=objectives,
+        storage=storage if storage is not None else spec_storage(spec),
+        study_name=spec.study_name, budget=Budget(seq_len=spec.seq_len, **s.budget_kwargs),
+        sampler_options=s.samplers.get(spec.searcher, {}), pruner=make_pruner(s),
+        trial_attrs={"worker": worker_info(spec.run_dir)})
+
+
+def check_study(search: StudySearch, spec: StudySpec) -> None:
+    """A study made by another search (searcher, objectives, space) is refused."""
+    attrs = search.study.user_attrs
+    mine = {"searcher": spec.searcher, "space": search.space.name,
+            "objectives": [o.to_dict() for o in search.objectives]}
+    for key, value in mine.items():
+        if key in attrs and attrs[key] != value:
+            raise NasError(f"study {spec.study_name!r} in {spec.storage} has {key} "
+                           f"{attrs[key]!r}, this run {value!r}; use the same experiment, "
+                           "or another storage or run folder")
+
+
+def create(search: StudySearch, spec: StudySpec) -> None:
+    """A new study's user attributes (the search that made it, for ``--resume``,
+    ``nas report`` and ``nas export``) and its seed architectures, queued."""
+    study, space = search.study, search.space
+    with warnings.catch_warnings():  # so that optuna-dashboard names the objectives
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.name for o in search.objectives])
+    for key, value in {"searcher": spec.searcher, "space": space.name,
+                       "space_config": space.config, "seed": spec.seed, "export": spec.export,
+                       "objectives": [o.to_dict() for o in search.objectives],
+                       "settings": asdict(spec.settings)}.items():
+        study.set_user_attr(key, value)
+    budget = search.bridge.budget
+    for tag, arch in seed_architectures(space, spec.settings.seeds, budget):
+        search.enqueue(arch, tag)
+        log.info("seed %s: %s queued", tag, arch.id)
