@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.architecture import load_for_space
 from nas.config import ConfigError, check_fields
 from nas.distill.warmup import WarmupSettings
 from nas.errors import NasError
@@ -64,7 +65,6 @@ from searchers.sampled_supernet import SHAPE_KINDS
 
 log = logging.getLogger("nas.efficientbert")
 
-ROOT = Path(__file__).resolve().parents[1]
 PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
 #: the choices stage 2 fixes and stage 3 searches (SPEC §3: stack number N, ratio r) are
 #: :data:`searchers.sampled_supernet.SHAPE_KINDS`
@@ -224,40 +224,6 @@ class EfficientBertConfig(MethodConfig):
         return get_space("efficientbert", num_labels=num_labels, **self.space)
 
 
-def _find(path: str) -> Path:
-    """A file named in the experiment: as given, else relative to the repository."""
-    p = Path(path)
-    if p.is_file() or p.is_absolute():
-        return p
-    return ROOT / p if (ROOT / p).is_file() else p
-
-
-def load_arch_file(space: Any, path: str) -> Any:
-    """An architecture file on ``space``: the choices of layers beyond the space's depth
-    are dropped (a smaller space keeps the first layers), missing ones take the defaults;
-    any other choice the space lacks is an error (a file of another space's version)."""
-    import re
-
-    from nas.architecture import load_architecture
-
-    found = _find(path)
-    if not found.is_file():
-        raise ConfigError(f"architecture file {path!r} not found")
-    loaded = load_architecture(str(found))
-    if loaded is None:
-        raise ConfigError(f"{path}: not an architecture file")
-    names, layers = set(space.choice_map), int(space.config.get("layers", 0))
-    kept = {}
-    for name, value in loaded.items():
-        layer = re.match(r"L(\d+)\.", name)
-        if name in names:
-            kept[name] = value
-        elif layer is None or int(layer.group(1)) < layers:
-            raise ConfigError(f"{path}: choice {name!r} is not a choice of space "
-                              f"{space.name!r}; the file is for another version of the space")
-    return space.validate({**space.default(), **kept})
-
-
 # --------------------------------------------------------------------- the context
 
 
@@ -311,7 +277,7 @@ class EfficientBertContext(TaskContext):
         b = self.cfg.budget
         if b.max_params is not None:
             return float(b.max_params)
-        arch = load_arch_file(self.space, b.reference)  # type: ignore[arg-type]
+        arch = load_for_space(self.space, b.reference)  # type: ignore[arg-type]
         return float(count_costs(self.space, arch, self.max_seq_len).params)
 
     # -- teacher -----------------------------------------------------------------------
@@ -644,7 +610,7 @@ class EfficientBert(Recipe):
         from nas.distill.warmup import sample_under_budget
 
         b, run = ctx.cfg.baselines, ctx.run
-        todo: list[tuple[str, Any]] = [(Path(p).stem, load_arch_file(ctx.space, p))
+        todo: list[tuple[str, Any]] = [(Path(p).stem, load_for_space(ctx.space, p))
                                        for p in b.archs]
         if b.hand_designed:  # N = 1, r = 1 in every layer, the default (GeLU) expression
             todo.append(("hand-designed", ctx.space.default()))
@@ -748,4 +714,4 @@ def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str
                                   seq_len=ctx.max_seq_len)
 
 
-__all__ = ["EfficientBert", "EfficientBertConfig", "load_arch_file"]
+__all__ = ["EfficientBert", "EfficientBertConfig", "EfficientBertContext"]
