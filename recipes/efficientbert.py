@@ -61,13 +61,11 @@ from nas.seeding import seed_stage, stage_seed
 from nas.train import TrainSettings, loop_settings
 from recipes.common import MethodConfig, Recipe, TaskContext, seeded_subset, worker_options
 from searchers.loop import StudySettings
-from searchers.sampled_supernet import SHAPE_KINDS
+from searchers.sampled_supernet import SHAPE_KINDS  # N and r: stage 2 fixes, stage 3 searches
 
 log = logging.getLogger("nas.efficientbert")
 
 PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
-#: the choices stage 2 fixes and stage 3 searches (SPEC §3: stack number N, ratio r) are
-#: :data:`searchers.sampled_supernet.SHAPE_KINDS`
 
 
 # ---------------------------------------------------------------------------- config
@@ -397,6 +395,7 @@ class Stage3Trainer:
                                                                 / s.batch_size)
         self.train_batches = ctx.train_batches(ctx.search_train, s.batch_size, "stage3")
         self.weights = ctx.run.path / "stage3_supernet.safetensors"
+        self._loss: Any = None  # built in fit(), after the stage's seed
 
     def val_batches(self, epoch: int) -> list[Any]:
         return self.ctx.val_batches
