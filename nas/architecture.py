@@ -142,3 +142,30 @@ def load_architecture(text_or_path: str | Path | Mapping[str, Any] | None) -> Ar
             f"{source}: broken JSON at line {err.lineno} column {err.colno}: {err.msg}"
         ) from None
     return Architecture.from_dict(data, source)
+
+
+def load_for_space(space: Any, path: str) -> Architecture:
+    """An architecture file on ``space`` (a path as given, else relative to the
+    repository): the choices of layers beyond the space's depth (``L<i>.`` names) are
+    dropped, so a smaller space keeps the first layers of a published architecture;
+    missing choices take the space's defaults; any other choice the space lacks is an
+    error (a file of another version of the space)."""
+    import re
+
+    given = Path(path)
+    root = Path(__file__).resolve().parents[1]
+    found = given if given.is_file() or given.is_absolute() else root / given
+    loaded = load_architecture(str(found if found.is_file() else given))
+    if loaded is None:
+        raise ArchitectureError(f"{path}: not an architecture file")
+    names, layers = set(space.choice_map), int(space.config.get("layers", 0))
+    kept = {}
+    for name, value in loaded.items():
+        layer = re.match(r"L(\d+)\.", name)
+        if name in names:
+            kept[name] = value
+        elif layer is None or int(layer.group(1)) < layers:
+            raise ArchitectureError(f"{path}: choice {name!r} is not a choice of space "
+                                    f"{space.name!r}; the file is for another version of "
+                                    "the space")
+    return space.validate({**space.default(), **kept})

@@ -1,7 +1,8 @@
 """EfficientBERT (Dong et al., 2021; SPEC §3): coarse-to-fine search of the FFNs of a
 small BERT, each candidate scored by a warmed-up supernet with weight inheritance.
 
-The method's steps, in order (:meth:`EfficientBert.run`); each is a call into shared parts:
+The method's steps, in order (:meth:`EfficientBert.stages` after the shared stages 1–2 of
+:class:`recipes.common.TaskContext`); each is a call into shared parts:
 
 1. **teacher** — the default MiniLM-L6-H384 teacher fine-tuned on the task
    (:func:`nas.teacher.finetune_teacher`, cached by its settings), loaded into the
@@ -17,9 +18,11 @@ The method's steps, in order (:meth:`EfficientBert.run`); each is a call into sh
    (:class:`evaluators.warmup_kd.WarmupKDEvaluator`) on the multi-trial study loop;
 5. **stage 2** — expressions only: the depth and width choices (N, r) fixed from stage 1
    (:func:`nas.space.fix_choices`), the rest searched the same way;
-6. **stage 3** — N and r only, the expressions fixed: one *unfrozen* copy of the
-   warmed-up supernet trained with task KD, each step on a sub-network sampled
-   uniformly under the budget, then candidates scored by their inherited weights alone;
+6. **stage 3** — N and r only, the expressions fixed: the ``sampled-supernet`` searcher
+   (:mod:`searchers.sampled_supernet`) trains one *unfrozen* copy of the warmed-up
+   supernet with task KD, each step on a sub-network sampled uniformly under the budget,
+   then ranks candidates with the ``inherited`` evaluator (:mod:`evaluators.inherited`:
+   their inherited weights alone, on the held-out part of train);
 7. **retrain** — the winner inherits from the warmed-up supernet and is trained with the
    full distillation (attention + hidden + prediction KD) on the training subset
    (:class:`evaluators.retrain.DistilledRetrainEvaluator`), evaluated on dev and the
@@ -42,46 +45,30 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from nas.architecture import load_for_space
 from nas.config import ConfigError, check_fields
 from nas.distill.warmup import WarmupSettings
 from nas.errors import NasError
-from nas.methods import Method, RunOptions, register_method
+from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
 from nas.train import TrainSettings, loop_settings
+from recipes.common import MethodConfig, Recipe, TaskContext, seeded_subset, worker_options
 from searchers.loop import StudySettings
+from searchers.sampled_supernet import SHAPE_KINDS  # N and r: stage 2 fixes, stage 3 searches
 
 log = logging.getLogger("nas.efficientbert")
 
-ROOT = Path(__file__).resolve().parents[1]
 PAPER_ARCH = "experiments/archs/efficientbert_paper.json"
-#: the choices stage 2 fixes and stage 3 searches (SPEC §3: stack number N, ratio r)
-SHAPE_KINDS = ("depth", "width")
 
 
 # ---------------------------------------------------------------------------- config
-
-
-@dataclass
-class DataSettings:
-    max_train_examples: int | None = None  # a seeded random subset of train
-    max_dev_examples: int | None = None
-    max_seq_len: int = 64
-    val_fraction: float = 0.1  # held out of the subset: the candidates' score
-
-    def __post_init__(self) -> None:
-        check_fields([("max_train_examples", (self.max_train_examples or 4) >= 4, "None or >= 4"),
-                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
-                      ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
 
 
 @dataclass
@@ -205,13 +192,7 @@ class BaselineSettings:
 
 
 @dataclass
-class EfficientBertConfig:
-    name: str
-    task: Any
-    teacher: str | None = None
-    seed: int = 0
-    data: DataSettings = field(default_factory=DataSettings)
-    teacher_finetune: dict = field(default_factory=dict)
+class EfficientBertConfig(MethodConfig):
     space: dict = field(default_factory=dict)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     warmup: WarmupSettings = field(default_factory=WarmupSettings)
@@ -222,14 +203,12 @@ class EfficientBertConfig:
     stage3: Stage3Settings = field(default_factory=Stage3Settings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
     baselines: BaselineSettings = field(default_factory=BaselineSettings)
-    latency_repeats: int = 10
 
     def __post_init__(self) -> None:
-        from nas.teacher import check_finetune_overrides
-
-        check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
-                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
-        check_finetune_overrides(self.teacher_finetune)  # before any stage
+        super().__post_init__()
+        if (self.data.max_train_examples or 4) < 4:  # search-train and held-out parts
+            raise ValueError("data.max_train_examples must be None or >= 4 (a held-out part "
+                             f"is carved out of it), got {self.data.max_train_examples}")
         self.build_space(2)  # the space's own checks, before any stage
         if self.warmup.max_seq_len != self.data.max_seq_len:
             raise ValueError(f"warmup.max_seq_len ({self.warmup.max_seq_len}) must equal "
@@ -242,114 +221,35 @@ class EfficientBertConfig:
             raise ConfigError("space.num_labels comes from the task; remove the key")
         return get_space("efficientbert", num_labels=num_labels, **self.space)
 
-    def finetune_config(self) -> Any:
-        from nas.teacher import FinetuneConfig
-
-        return FinetuneConfig(**self.teacher_finetune)
-
-
-def _find(path: str) -> Path:
-    """A file named in the experiment: as given, else relative to the repository."""
-    p = Path(path)
-    if p.is_file() or p.is_absolute():
-        return p
-    return ROOT / p if (ROOT / p).is_file() else p
-
-
-def load_arch_file(space: Any, path: str) -> Any:
-    """An architecture file on ``space``: the choices of layers beyond the space's depth
-    are dropped (a smaller space keeps the first layers), missing ones take the defaults;
-    any other choice the space lacks is an error (a file of another space's version)."""
-    import re
-
-    from nas.architecture import load_architecture
-
-    found = _find(path)
-    if not found.is_file():
-        raise ConfigError(f"architecture file {path!r} not found")
-    loaded = load_architecture(str(found))
-    if loaded is None:
-        raise ConfigError(f"{path}: not an architecture file")
-    names, layers = set(space.choice_map), int(space.config.get("layers", 0))
-    kept = {}
-    for name, value in loaded.items():
-        layer = re.match(r"L(\d+)\.", name)
-        if name in names:
-            kept[name] = value
-        elif layer is None or int(layer.group(1)) < layers:
-            raise ConfigError(f"{path}: choice {name!r} is not a choice of space "
-                              f"{space.name!r}; the file is for another version of the space")
-    return space.validate({**space.default(), **kept})
-
 
 # --------------------------------------------------------------------- the context
 
 
-class EfficientBertContext:
-    """Stages 1–2 (teacher, data) and what the later stages share: batches, the frozen
-    teacher in the ``bert`` design, cached teacher logits, the losses."""
+class EfficientBertContext(TaskContext):
+    """Stages 1–2 (:class:`recipes.common.TaskContext`: teacher, data, batches) and what
+    the later stages share: the search-train and held-out parts of the training subset
+    (and the proxy's subset of the first), the space and its budget, the frozen teacher
+    with its layer map, the task-KD objective and the evaluators."""
 
     def __init__(self, config: EfficientBertConfig, run: RunDir, options: RunOptions) -> None:
-        self.cfg, self.run, self.options = config, run, options
-        self.seconds: dict[str, float] = {}
-        self._teacher_model: Any = None
-        self._logits: dict[str, np.ndarray] = {}
+        super().__init__(config, run, options, eval_batch_size=config.retrain.batch_size)
 
     def prepare(self) -> EfficientBertContext:
         from nas.cost import count_costs
-        from nas.data import load_task, report_split, train_val_split
-        from nas.measure import median_length_batches, overlap_counts
-        from nas.teacher import finetune_teacher
-        from nas.tokenization import load_tokenizer
 
-        cfg, progress, data_dir = self.cfg, self.options.progress, self.options.data_dir
+        cfg = self.cfg
         self._check_teacher_shape()
-        t0 = time.time()
-        log.info("teacher (fine-tuned on %s; cached by its settings)", cfg.task)
-        seed_stage(cfg.seed, "teacher")
-        self.teacher = finetune_teacher(cfg.task, cfg.teacher, data_dir,
-                                        config=cfg.finetune_config(), progress=progress)
-        self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
-                     from_cache=self.teacher.from_cache)
-        self.seconds["teacher"] = round(time.time() - t0, 1)
-
-        log.info("data")
-        self.full_train = load_task(cfg.task, "train", data_dir)
-        train = self.full_train
-        if cfg.data.max_train_examples and cfg.data.max_train_examples < len(train):
-            rng = np.random.default_rng(stage_seed(cfg.seed, "data"))
-            train = train.subset(np.sort(rng.permutation(len(train))
-                                         [: cfg.data.max_train_examples]).tolist())
-        self.train = train
-        self.search_train, self.search_val = train_val_split(
-            train, cfg.data.val_fraction, stage_seed(cfg.seed, "split"))
-        p = cfg.proxy
-        self.proxy_train = self.search_train
-        if p.max_task_examples and p.max_task_examples < len(self.search_train):
-            rng = np.random.default_rng(stage_seed(cfg.seed, "proxy-data"))
-            self.proxy_train = self.search_train.subset(np.sort(rng.permutation(len(
-                self.search_train))[: p.max_task_examples]).tolist())
-        self.dev = load_task(cfg.task, "dev", data_dir).head(cfg.data.max_dev_examples)
-        self.report_split = report_split(cfg.task)
-        self.report = (self.dev if self.report_split == "dev"
-                       else load_task(cfg.task, self.report_split, data_dir))
-        self.overlap = overlap_counts(cfg.task, self.full_train,
-                                      {"dev": self.dev, self.report_split: self.report})
-        self.run.log("overlap", **self.overlap)
-        self.tokenizer = load_tokenizer(self.teacher.model_dir)
-        self.space = cfg.build_space(train.num_labels)
-        self.seq_len = cfg.data.max_seq_len
-        bs = cfg.retrain.batch_size
-        self.dev_batches = list(self.batches(self.dev, bs))
-        self.report_batches = list(self.batches(self.report, bs))
-        self.val_batches = list(self.batches(self.search_val, bs))
-        self.median_tokens, self.latency_batches = median_length_batches(
-            self.report, self.tokenizer, self.seq_len, self.batches)
+        super().prepare()
+        self.search_train, self.search_val = self.carve_validation()
+        self.proxy_train = seeded_subset(self.search_train, cfg.proxy.max_task_examples,
+                                         self.seed, "proxy-data", "proxy.max_task_examples")
+        self.space = cfg.build_space(self.train.num_labels)
+        self.val_batches = list(self.batches(self.search_val, self.eval_batch_size))
         self.budget = self._budget()
         self.budget_source = (f"max_params {cfg.budget.max_params:.0f}"
                               if cfg.budget.max_params is not None
                               else f"{cfg.budget.reference} at this width")
-        default = count_costs(self.space, self.space.default(), self.seq_len).params
+        default = count_costs(self.space, self.space.default(), self.max_seq_len).params
         log.info("space: %d choices, %.3g architectures; budget %.2fM parameters (%s); the "
                  "default architecture has %.2fM", len(self.space.choices()), self.space.size(),
                  self.budget / 1e6, self.budget_source, default / 1e6)
@@ -375,49 +275,19 @@ class EfficientBertContext:
         b = self.cfg.budget
         if b.max_params is not None:
             return float(b.max_params)
-        arch = load_arch_file(self.space, b.reference)  # type: ignore[arg-type]
-        return float(count_costs(self.space, arch, self.seq_len).params)
-
-    # -- batches ---------------------------------------------------------------------
-    def batches(self, data: Any, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        """Evaluation batches in data order; pairs joined as for the teacher."""
-        from nas.data import iter_batches
-
-        return iter_batches(data, self.tokenizer, batch_size, self.seq_len)
-
-    def train_batches(self, data: Any, batch_size: int, stage: str) -> Any:
-        """A seeded training batch source over ``data`` (the same for every candidate)."""
-        from nas.distill.general import seeded_batches, token_lengths
-
-        return seeded_batches(data, self.tokenizer, batch_size, self.seq_len, self.cfg.seed,
-                              stage, token_lengths(self.tokenizer, data, self.seq_len))
+        arch = load_for_space(self.space, b.reference)  # type: ignore[arg-type]
+        return float(count_costs(self.space, arch, self.max_seq_len).params)
 
     # -- teacher -----------------------------------------------------------------------
     def teacher_model(self) -> tuple[Any, Any]:
-        """The fine-tuned teacher in the engine's ``bert`` design (records pre-softmax
-        attention scores), frozen; with the uniform layer map of the space onto it."""
+        """The frozen teacher (:meth:`task_teacher`) with the uniform layer map of the
+        space onto it."""
         from nas.distill.losses import layer_map
         from nas.distill.warmup import check_teacher_fits
-        from nas.hf import load_teacher_as_design
 
-        if self._teacher_model is None:
-            space, model = load_teacher_as_design(self.teacher.model_dir)
-            check_teacher_fits(self.space, space.config)
-            for p in model.parameters():
-                p.requires_grad_(False)
-            mapping = layer_map(self.space.config["layers"], space.config["num_hidden_layers"])
-            self._teacher_model = (model, mapping)
-        return self._teacher_model
-
-    def logits(self, name: str, data: Any) -> np.ndarray:
-        """The teacher's logits on ``data`` (cached on disk by the data's fingerprint)."""
-        from nas.distill.general import cached_teacher_logits
-
-        if name not in self._logits:
-            self._logits[name] = cached_teacher_logits(
-                self.teacher.model_dir, lambda: self.teacher_model()[0], data, self.tokenizer,
-                self.seq_len, self.options.progress)
-        return self._logits[name]
+        space, model = self.task_teacher()
+        check_teacher_fits(self.space, space.config)
+        return model, layer_map(self.space.config["layers"], space.config["num_hidden_layers"])
 
     def cached_teacher(self) -> Any:
         """The teacher with its states stored per batch on disk (the proxy's batches)."""
@@ -427,43 +297,21 @@ class EfficientBertContext:
 
         if not hasattr(self, "_cached_teacher"):
             folder = (cache_root() / "teacher_states"
-                      / f"{teacher_identity(self.teacher.model_dir)}-L{self.seq_len}")
+                      / f"{teacher_identity(self.teacher.model_dir)}-L{self.max_seq_len}")
             self._cached_teacher = CachedTeacher(lambda: self.teacher_model()[0], folder)
         return self._cached_teacher
 
-    def kd_loss(self, terms: Any, logits: np.ndarray | None = None, gamma: float = 1.0,
-                temperature: float = 1.0, arch: Any = None, cached: bool = False) -> Any:
-        """``loss(model, batch)``: the intermediate terms against the teacher through the
-        model's fit layer, plus γ·soft cross-entropy against the cached ``logits``;
-        ``cached``: the teacher's states come from :meth:`cached_teacher`."""
-        from nas.distill.tinybert import prediction_loss
-        from nas.distill.warmup import SpaceFit, kd_loss
+    def kd_loss(self, terms: Any, data: Any = None, gamma: float = 1.0,
+                temperature: float = 1.0, cached: bool = False) -> Any:
+        """The task-KD objective (:class:`nas.distill.efficientbert.TaskKD`): ``terms``
+        against the teacher, plus γ·soft cross-entropy against its logits on ``data``
+        (none without); ``cached``: the teacher's states come from :meth:`cached_teacher`."""
+        from nas.distill.efficientbert import TaskKD
 
         teacher, mapping = self.teacher_model()
-        if cached:
-            teacher = self.cached_teacher()
-
-        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> Any:
-            a = arch() if callable(arch) else arch
-            value, info, out, _ = kd_loss(model, batch, teacher, mapping, SpaceFit(model),
-                                          arch=a, terms=terms)
-            if logits is not None and gamma > 0:
-                target = torch.from_numpy(np.asarray(logits[batch["index"].numpy()],
-                                                     dtype=np.float32))
-                pred = prediction_loss(out.logits, target, temperature)
-                info = {**info, "pred": float(pred.detach())}
-                value = value + gamma * pred
-            return value, info
-
-        return loss
-
-    def teacher_costs(self) -> dict[str, Any]:
-        from nas.measure import cached_teacher_costs
-
-        return cached_teacher_costs(
-            self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
-            report=self.report, tokenizer=self.tokenizer, max_seq_len=self.seq_len,
-            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
+        logits = None if data is None else self.teacher_logits(data)
+        return TaskKD(self.cached_teacher() if cached else teacher, mapping, terms, logits,
+                      gamma, temperature)
 
     # -- evaluators ----------------------------------------------------------------------
     def proxy_evaluator(self, warm: Any, inherit: bool | None = None,
@@ -481,8 +329,7 @@ class EfficientBertContext:
                                                          else inherit) else None,
             task_batches=self.train_batches(self.proxy_train, p.batch_size, "proxy-task"),
             task_steps_per_epoch=math.ceil(len(self.proxy_train) / p.batch_size),
-            task_loss=self.kd_loss(Terms(False, False, True),
-                                   self.logits("proxy_train", self.proxy_train),
+            task_loss=self.kd_loss(Terms(False, False, True), self.proxy_train,
                                    gamma=p.gamma, temperature=p.temperature,
                                    cached=p.cache_teacher),
             val_batches=self.val_batches,
@@ -490,7 +337,7 @@ class EfficientBertContext:
             text_steps_per_epoch=math.ceil(len(text) / p.batch_size),
             text_loss=self.kd_loss(WARMUP_TERMS, cached=p.cache_teacher),
             metric=self.dev.metric,
-            latency_batches={1: self.latency_batches[1]}, seq_len=self.seq_len)
+            latency_batches={1: self.latency_batches[1]}, seq_len=self.max_seq_len)
         return WarmupKDEvaluator(
             self.space, task, p.settings(p.task_steps),
             p.settings(p.text_steps) if p.text_steps else None, seed=self.cfg.seed,
@@ -522,40 +369,76 @@ class EfficientBertContext:
         task = RetrainTask(
             train_batches=self.train_batches(self.train, r.batch_size, "retrain"),
             steps_per_epoch=math.ceil(len(self.train) / r.batch_size),
-            loss=self.kd_loss(Terms(False, True, True), self.logits("train", self.train),
-                              gamma=r.gamma, temperature=r.temperature),
-            val_batches=self.dev_batches, metric=self.dev.metric,
-            test_batches=self.report_batches if self.report_split != "dev" else None,
-            init=init if r.inherit else None, latency_batches=self.latency_batches,
-            seq_len=self.seq_len)
+            loss=self.kd_loss(Terms(False, True, True), self.train, gamma=r.gamma,
+                              temperature=r.temperature),
+            test_batches=self.report_batches_or_none(), init=init if r.inherit else None,
+            **self.scoring_fields())
         return DistilledRetrainEvaluator(
             self.space, task, loop_settings(r), seed=self.cfg.seed,
             workdir=workdir or self.run.path / "retrain", latency_repeats=self.cfg.latency_repeats,
             progress=self.options.progress)
 
 
+class Stage3Trainer:
+    """Stage 3's side of the one-shot search (:class:`searchers.base.SupernetTrainer`): an
+    unfrozen copy of the warmed-up supernet, task KD (attention, hidden, prediction) on
+    the search-train part, the loop's checkpoint and log in the run folder. The trained
+    weights are kept (``stage3_supernet.safetensors``): a stage interrupted while scoring
+    scores again without training."""
+
+    def __init__(self, ctx: EfficientBertContext, warm: Any) -> None:
+        from nas.distill.tinybert import Terms
+
+        s = ctx.cfg.stage3
+        self.ctx, self.terms = ctx, Terms(False, True, True)
+        self.supernet = warm.load(ctx.space)
+        self.epochs, self.steps_per_epoch = s.epochs, math.ceil(len(ctx.search_train)
+                                                                / s.batch_size)
+        self.train_batches = ctx.train_batches(ctx.search_train, s.batch_size, "stage3")
+        self.weights = ctx.run.path / "stage3_supernet.safetensors"
+        self._loss: Any = None  # built in fit(), after the stage's seed
+
+    def val_batches(self, epoch: int) -> list[Any]:
+        return self.ctx.val_batches
+
+    def task_loss(self, out: Any, batch: Any) -> Any:
+        return self._loss(out, batch)
+
+    def fit(self, search: Any) -> None:
+        from nas.cache import load_weights, save_weights
+        from nas.distill.warmup import SpaceFit
+        from searchers.base import run_steps
+
+        ctx, s, run = self.ctx, self.ctx.cfg.stage3, self.ctx.run
+        if self.weights.is_file():
+            load_weights(self.supernet, self.weights)
+            return
+        seed_stage(ctx.seed, "stage3")  # the teacher (when first built here) comes after it
+        self._loss = ctx.kd_loss(self.terms, ctx.search_train,
+                                 temperature=s.temperature).on_output(SpaceFit(self.supernet))
+        log.info("stage3: the unfrozen supernet, task KD on %d examples, (N, r) sampled "
+                 "under %.2fM params each step", len(ctx.search_train), ctx.budget / 1e6)
+        result = run_steps(self, search, checkpoint=run.checkpoint_path("stage3"),
+                           progress=ctx.progress, desc="stage 3 supernet")
+        save_weights(self.supernet, self.weights)
+        run.remove_checkpoint("stage3")
+        run.log("stage3_supernet", steps=result.steps, seconds=round(result.seconds, 1),
+                history=result.history)
+
+
 # ------------------------------------------------------------------------- method
 
 
 @register_method("efficientbert")
-class EfficientBert(Method):
+class EfficientBert(Recipe):
     """``method: efficientbert`` — warm-up, coarse-to-fine search, retrain, export."""
 
     config_class = EfficientBertConfig
+    context_class = EfficientBertContext
     searchers = ("lanas", "random", "tpe")  # the sampler of stages 1 and 2
 
-    def run(self, config: EfficientBertConfig, options: RunOptions) -> dict[str, Any]:
-        from nas.data import resolve_task
-
-        started = time.time()
-        task = resolve_task(config.task)
-        searcher = self.check_searcher(options.searcher)
-        run = RunDir(options.run_dir, {"method": self.name, **asdict(config)},
-                     resume=options.resume, break_lock=options.break_lock)
-        config = replace(config, task=task)
-        ctx = EfficientBertContext(config, run, options).prepare()
-        metrics: dict[str, Any] = run.load_json("metrics.json") or {}
-        metrics["teacher"] = ctx.teacher_costs()
+    def stages(self, ctx: EfficientBertContext) -> dict[str, Any]:
+        searcher = self.check_searcher(ctx.options.searcher)
         warm = self.warmup(ctx)
         arch = ctx.space.default()  # the seed architecture (SPEC §3)
         stages: dict[str, Any] = {}
@@ -568,33 +451,25 @@ class EfficientBert(Method):
         if found is not None:
             stages["stage3"] = found
             arch = ctx.space.validate(found["best"])
-        metrics["stages"] = stages
-        metrics["budget"] = {"max_params": ctx.budget, "source": ctx.budget_source}
-        # with every stage skipped the retrained model is the seed (hand-designed) FFN
-        metrics["searched"] = self.retrain_and_export(ctx, warm, arch,
-                                                      "searched" if stages else "hand-designed")
-        metrics.update(self.baselines(ctx, warm))
-        metrics["metric"] = ctx.dev.metric
+        metrics: dict[str, Any] = {
+            "stages": stages, "budget": {"max_params": ctx.budget, "source": ctx.budget_source},
+            # with every stage skipped the retrained model is the seed (hand-designed) FFN
+            "searched": self.retrain_and_export(ctx, warm, arch,
+                                                "searched" if stages else "hand-designed"),
+            **self.baselines(ctx, warm)}
         metrics["warmup"] = {k: v for k, v in warm.record.items() if k != "history"}
-        metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
-        metrics["evaluation"] = {"split": ctx.report_split, "file": ", ".join(
-            ctx.report.sources), "examples": len(ctx.report),
-            "latency_tokens": ctx.median_tokens, "overlap_with_train": ctx.overlap}
-        run.save_json("metrics.json", metrics)
-        run.log("done")
         return metrics
 
     # -- warm-up -------------------------------------------------------------------
     def warmup(self, ctx: EfficientBertContext) -> Any:
         from nas.distill.warmup import warmup_supernet
 
-        t0 = time.time()
         log.info("warm-up: the largest supernet distilled on unlabeled text (cached)")
-        warm = warmup_supernet(ctx.space, ctx.teacher.model_dir, ctx.cfg.warmup,
-                               task=ctx.cfg.task, task_train=ctx.full_train,
-                               data_dir=ctx.options.data_dir, corpus=ctx.text_corpus(),
-                               progress=ctx.options.progress)
-        ctx.seconds["warmup"] = round(time.time() - t0, 1)
+        with ctx.timed("warmup"):
+            warm = warmup_supernet(ctx.space, ctx.teacher.model_dir, ctx.cfg.warmup,
+                                   task=ctx.task, task_train=ctx.full_train,
+                                   data_dir=ctx.options.data_dir, corpus=ctx.text_corpus(),
+                                   progress=ctx.progress)
         ctx.run.log("warmup", **{k: v for k, v in warm.record.items() if k != "history"})
         return warm
 
@@ -606,9 +481,10 @@ class EfficientBert(Method):
         from functools import partial
 
         from nas.space import fix_choices
-        from searchers.loop import StudySpec, run_study, study_evaluator
+        from recipes.common import run_study_stage
+        from searchers.loop import study_evaluator
         from searchers.report import outcome
-        from searchers.results import best_trial, complete_trials
+        from searchers.results import best_trial
 
         s: SearchStage = getattr(ctx.cfg, name)
         if not s.enabled:
@@ -618,137 +494,80 @@ class EfficientBert(Method):
         if done is not None:
             log.info("%s: finished before, best %s", name, done["id"])
             return done
-        space = ctx.space
-        fixed: dict[str, Any] = {}
-        if name == "stage2":
+        space, fixed, seeds = ctx.space, {}, list(s.seeds)
+        if name == "stage2":  # N and r kept; the stage-1 winner is the first candidate
             fixed = {c.name: current[c.name] for c in space.choices() if c.kind in SHAPE_KINDS}
             space = fix_choices(space, fixed)
-        settings = replace(s, max_params=s.max_params or ctx.budget)
-        seeds = list(settings.seeds)
-        if name == "stage2":  # the stage-1 winner is the first candidate of stage 2
             path = ctx.run.path / "stage2_seed.json"
             ctx.run.save_json(path.name, {"space": space.name, "choices": dict(current)})
             seeds = [str(path), *seeds]
-        settings = replace(settings, seeds=seeds)
+        settings = replace(s, max_params=s.max_params or ctx.budget, seeds=seeds)
         folder = ctx.run.path / name
-        t0 = time.time()
-        spec = StudySpec.for_run(
-            searcher=searcher, name=f"{ctx.cfg.name}-{name}", run_dir=folder,
-            seed=stage_seed(ctx.cfg.seed, name), settings=settings,
-            options=ctx.options.study, default_trials=settings.n_trials or 16,
-            resume=(folder / "study.json").is_file(), seq_len=ctx.seq_len,
-            progress=ctx.options.progress)
-        spec.export = {"labels": list(ctx.train.label_names),
-                       "tokenizer": ctx.teacher.model_dir, "max_length": ctx.seq_len,
-                       "task": ctx.cfg.task}
-        free = [c.name for c in space.choices() if len(c) > 1]
-        log.info("%s: %s search of %d choices (%s fixed), %d trials, budget %.2fM params",
-                 name, searcher, len(free), len(fixed) or "none", spec.n_trials,
+        log.info("%s: %s search of %d choices (%s fixed), budget %.2fM params", name, searcher,
+                 sum(len(c) > 1 for c in space.choices()), len(fixed) or "none",
                  ctx.budget / 1e6)
         evaluator = study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
-                                    seq_len=ctx.seq_len)
-        study = run_study(spec, space, evaluator, parts=partial(
-            _study_parts, ctx.cfg, ctx.options, searcher, settings, fixed))
-        best = best_trial(study)
-        trials = [{"number": t.number, "arch_id": t.user_attrs.get("arch_id"),
-                   "value": t.values[0], "params": (t.user_attrs.get("costs") or {}).get(
-                       "params")} for t in complete_trials(study)]
-        outcomes = [outcome(t) for t in study.trials]
+                                    seq_len=ctx.max_seq_len)
+        stage = run_study_stage(
+            ctx, searcher=searcher, space=space, evaluator=evaluator, settings=settings,
+            parts=partial(_study_parts, ctx.cfg, ctx.options, searcher, settings, fixed),
+            name=f"{ctx.cfg.name}-{name}", run_dir=folder, seed=stage_seed(ctx.seed, name),
+            default_trials=settings.n_trials or 16, resume=(folder / "study.json").is_file())
+        best = best_trial(stage.study)
+        outcomes = [outcome(t) for t in stage.study.trials]
         arch = space.validate(best.user_attrs["arch"])
         found = {"best": dict(arch), "id": arch.id, "value": best.values[0],
                  "trial": best.number, "fixed": fixed, "searcher": searcher,
-                 "n_trials": spec.n_trials, "trials": trials,
+                 "n_trials": stage.spec.n_trials,
+                 "trials": [{"number": t.number, "arch_id": t.user_attrs.get("arch_id"),
+                             "value": t.values[0],
+                             "params": (t.user_attrs.get("costs") or {}).get("params")}
+                            for t in stage.trials],
                  "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
-                 "seconds": round(time.time() - t0, 1)}
+                 "seconds": stage.seconds}
+        return self._finish(ctx, name, found, "trials")
+
+    def _finish(self, ctx: EfficientBertContext, name: str, found: dict[str, Any],
+                table: str) -> dict[str, Any]:
+        """A stage's result kept: ``NAME.json``, its time, and the log without its table."""
         ctx.seconds[name] = found["seconds"]
         ctx.run.save_json(f"{name}.json", found)
-        ctx.run.log(name, **{k: v for k, v in found.items() if k != "trials"})
+        ctx.run.log(name, **{k: v for k, v in found.items() if k != table})
         return found
 
     # -- stage 3 -------------------------------------------------------------------
     def stage3(self, ctx: EfficientBertContext, warm: Any, current: Any
                ) -> dict[str, Any] | None:
-        """N and r only, expressions fixed: train one unfrozen supernet sampling (N, r)
-        uniformly under the budget at every step, then score candidates by inherited
-        weights without any per-candidate training (SPEC §3)."""
-        from nas.builder import extract_child
-        from nas.cache import load_weights, save_weights
-        from nas.cost import count_costs
-        from nas.distill.tinybert import Terms
-        from nas.distill.warmup import sample_under_budget
-        from nas.evaluate import classify
-        from nas.teacher import metric_score
-        from nas.train import GeneratorState, Trainer
+        """N and r only, expressions fixed: the ``sampled-supernet`` searcher trains one
+        unfrozen supernet sampling (N, r) uniformly under the budget at every step, then
+        ranks candidates with the ``inherited`` evaluator, without any per-candidate
+        training (SPEC §3)."""
+        from evaluators.inherited import InheritedEvaluator, InheritedTask
+        from searchers.base import SEARCHERS
 
-        s, run, space = ctx.cfg.stage3, ctx.run, ctx.space
+        s = ctx.cfg.stage3
         if not s.enabled:
             log.info("stage3: skipped (stage3.enabled=false)")
             return None
-        done = run.load_json("stage3.json")
+        done = ctx.run.load_json("stage3.json")
         if done is not None:
             log.info("stage3: finished before, best %s", done["id"])
             return done
         t0 = time.time()
-        fixed = {c.name: current[c.name] for c in space.choices() if c.kind not in SHAPE_KINDS}
-        supernet = warm.load(space)
-        weights = run.path / "stage3_supernet.safetensors"
-        if weights.is_file():
-            load_weights(supernet, weights)
-        else:
-            seed = seed_stage(ctx.cfg.seed, "stage3")
-            generator = torch.Generator().manual_seed(seed)
-            sampled: dict[str, Any] = {}
-
-            def sample(step: int, batch: Any) -> None:
-                # a numpy generator seeded from the checkpointed torch one: exact on resume
-                rng = np.random.default_rng(int(torch.randint(2**62, (1,),
-                                                              generator=generator)))
-                sampled["arch"] = sample_under_budget(space, fixed, rng,
-                                                      max_params=ctx.budget,
-                                                      seq_len=ctx.seq_len)
-
-            loss = ctx.kd_loss(Terms(False, True, True), ctx.logits("search_train",
-                                                                    ctx.search_train),
-                               temperature=s.temperature, arch=lambda: sampled["arch"])
-            log.info("stage3: the unfrozen supernet, task KD on %d examples, (N, r) sampled "
-                     "under %.2fM params each step", len(ctx.search_train), ctx.budget / 1e6)
-            result = Trainer(supernet, loop_settings(s),
-                             ctx.train_batches(ctx.search_train, s.batch_size, "stage3"),
-                             math.ceil(len(ctx.search_train) / s.batch_size), loss,
-                             checkpoint=run.checkpoint_path("stage3"), before_step=sample,
-                             stateful={"sampler": GeneratorState(generator)},
-                             progress=ctx.options.progress, desc="stage 3 supernet").fit()
-            save_weights(supernet, weights)
-            run.remove_checkpoint("stage3")
-            run.log("stage3_supernet", steps=result.steps, seconds=round(result.seconds, 1),
-                    history=result.history)
-        supernet.eval()
-        rng = np.random.default_rng(stage_seed(ctx.cfg.seed, "stage3-candidates"))
-        candidates = {current.id: current} if count_costs(
-            space, current, ctx.seq_len).params <= ctx.budget else {}
-        for _ in range(20 * s.candidates):
-            if len(candidates) >= s.candidates:
-                break
-            arch = sample_under_budget(space, fixed, rng, max_params=ctx.budget,
-                                       seq_len=ctx.seq_len)
-            candidates.setdefault(arch.id, arch)
-        rows = []
-        for arch in candidates.values():
-            child = extract_child(supernet, space, arch)
-            val = classify(child, ctx.val_batches, ctx.dev.metric)
-            rows.append({"arch_id": arch.id, "arch": dict(arch),
-                         "value": metric_score(val, ctx.dev.metric),
-                         "params": count_costs(space, arch, ctx.seq_len).params})
-        best = max(rows, key=lambda r: r["value"])  # the first on a tie: the incoming arch
-        found = {"best": best["arch"], "id": best["arch_id"], "value": best["value"],
-                 "candidates": [{k: v for k, v in r.items() if k != "arch"} for r in rows],
-                 "seconds": round(time.time() - t0, 1)}
-        ctx.seconds["stage3"] = found["seconds"]
+        trainer = Stage3Trainer(ctx, warm)
+        scorer = InheritedEvaluator(ctx.space, InheritedTask(
+            supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
+        searcher = SEARCHERS.get("sampled-supernet")(  # type: ignore[call-arg]
+            seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
+            max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
+            record=trainer.terms.records, evaluator=scorer)
+        best = searcher.search(ctx.space, trainer)
+        rows = best.params["candidates"]
         log.info("stage3: best of %d inherited candidates %s (validation %.4f)", len(rows),
-                 best["arch_id"], best["value"])
-        run.save_json("stage3.json", found)
-        run.log("stage3", **{k: v for k, v in found.items() if k != "candidates"})
-        return found
+                 best.arch.id, best.params["value"])
+        return self._finish(ctx, "stage3", {
+            "best": dict(best.arch), "id": best.arch.id, "value": best.params["value"],
+            "candidates": rows, "seconds": round(time.time() - t0, 1)}, "candidates")
 
     # -- retrain, evaluation, export ---------------------------------------------------
     def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str
@@ -772,12 +591,11 @@ class EfficientBert(Method):
             return searched
         t0 = time.time()
         log.info("retrain: %s with the full distillation, then %s", arch.id,
-                 "dev" if ctx.report_split == "dev" else f"dev and {ctx.report_split}")
+                 ctx.evaluated_splits)
         searched, evaluator = self.retrain(ctx, warm, arch, tag)
         log.info("export: native and ONNX")
         export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
-               fmt="onnx", labels=list(ctx.train.label_names), tokenizer=ctx.teacher.model_dir,
-               max_length=ctx.seq_len, task=ctx.cfg.task, overwrite=True)
+               fmt="onnx", overwrite=True, **ctx.export_info())
         space_config = {k: v for k, v in ctx.space.config.items()
                         if k not in ("paper_params_groups", "drawing_style")}
         run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
@@ -792,15 +610,15 @@ class EfficientBert(Method):
         from nas.distill.warmup import sample_under_budget
 
         b, run = ctx.cfg.baselines, ctx.run
-        todo: list[tuple[str, Any]] = [(Path(p).stem, load_arch_file(ctx.space, p))
+        todo: list[tuple[str, Any]] = [(Path(p).stem, load_for_space(ctx.space, p))
                                        for p in b.archs]
         if b.hand_designed:  # N = 1, r = 1 in every layer, the default (GeLU) expression
             todo.append(("hand-designed", ctx.space.default()))
-        rng = np.random.default_rng(stage_seed(ctx.cfg.seed, "random-baselines"))
+        rng = np.random.default_rng(stage_seed(ctx.seed, "random-baselines"))
         for i in range(b.random):
             todo.append((f"random{i}", sample_under_budget(
                 ctx.space, {}, rng, kinds=("op", "depth", "width", "other"),
-                max_params=ctx.budget, seq_len=ctx.seq_len)))
+                max_params=ctx.budget, seq_len=ctx.max_seq_len)))
         if not todo:
             return {}
         rows = run.load_json("baselines.json") or {}
@@ -828,13 +646,9 @@ class EfficientBert(Method):
         steps, same data; the second starts each candidate from scratch) against the
         stand-alone full-KD retrain, candidates drawn within the budget."""
         from evaluators.audit import AuditParts
-        from nas.data import resolve_task
 
-        task = resolve_task(config.task)
-        run = RunDir(options.run_dir, {"method": self.name, "audit": True, **asdict(config)},
-                     resume=options.resume, break_lock=options.break_lock)
-        config = replace(config, task=task)
-        ctx = EfficientBertContext(config, run, options).prepare()
+        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]
+        ctx = self.context(config, run, options).prepare()
         warm = self.warmup(ctx)
         arms = {"warm-up": ctx.proxy_evaluator(warm, inherit=True, record_curve=True),
                 "no warm-up": ctx.proxy_evaluator(warm, inherit=False, record_curve=True)}
@@ -844,7 +658,7 @@ class EfficientBert(Method):
             "warmup_steps": warm.record.get("steps")}
         return AuditParts(space=ctx.space, arms=arms,
                           full=ctx.retrain_evaluator(warm, run.path / "audit_full"),
-                          folder=run.path, max_params=ctx.budget, seq_len=ctx.seq_len,
+                          folder=run.path, max_params=ctx.budget, seq_len=ctx.max_seq_len,
                           curve_arms=("warm-up", "no warm-up") if p.text_steps else None,
                           notes=notes)
 
@@ -892,14 +706,12 @@ def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str
     from nas.space import fix_choices
     from searchers.loop import study_evaluator
 
-    options = replace(options, progress=False)
+    options = worker_options(options)
     ctx = EfficientBertContext(config, RunDir(options.run_dir), options).prepare()
     warm = EfficientBert().warmup(ctx)
     space = fix_choices(ctx.space, fixed) if fixed else ctx.space
     return space, study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
-                                  seq_len=ctx.seq_len)
+                                  seq_len=ctx.max_seq_len)
 
 
-
-
-__all__ = ["EfficientBert", "EfficientBertConfig", "load_arch_file"]
+__all__ = ["EfficientBert", "EfficientBertConfig", "EfficientBertContext"]

@@ -315,15 +315,15 @@ def test_an_interrupted_search_resumes_where_it_stopped(tmp_path, monkeypatch):
 
 
 def test_an_architecture_file_keeps_the_first_layers_of_a_smaller_space(space, tmp_path):
-    from recipes.efficientbert import load_arch_file
+    from nas.architecture import load_for_space
 
-    paper = load_arch_file(space, "experiments/archs/efficientbert_paper.json")
+    paper = load_for_space(space, "experiments/archs/efficientbert_paper.json")
     assert (paper["L0.stack"], paper["L0.ratio"], paper["L1.stack"]) == (4, "1/2", 2)
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps({"space": "efficientbert", "choices": {"L0.stack": 2,
                                                                        "L0.old_slot": "relu"}}))
-    with pytest.raises(ConfigError, match="'L0.old_slot' is not a choice"):
-        load_arch_file(space, str(stale))
+    with pytest.raises(ArchitectureError, match="'L0.old_slot' is not a choice"):
+        load_for_space(space, str(stale))
 
 
 def test_the_cached_teacher_gives_the_teachers_states_in_fp16(tiny_teacher, tmp_path):

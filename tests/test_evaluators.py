@@ -160,6 +160,19 @@ def _transfer(space):
                              TrainSettings(epochs=2, lr=1e-3), latency_repeats=1)
 
 
+def _inherited(space):
+    """The inherited-weights scorer on a supernet of the test space (random weights stand
+    in for a trained one)."""
+    import torch
+
+    from evaluators.inherited import InheritedEvaluator, InheritedTask
+    from nas.builder import build_supernet
+
+    torch.manual_seed(0)
+    return InheritedEvaluator(space, InheritedTask(supernet=build_supernet(space),
+                                                   val_batches=[_batch(space, 7)], seq_len=SEQ))
+
+
 # Every registered evaluator needs an entry here: a small instance on the test space,
 # and whether it wraps an inner evaluator (then ``inner`` is passed in); a third item
 # names the case's own space ("mobilebert": :func:`_transfer_space`).
@@ -172,6 +185,7 @@ CASES = {
         extra_objectives=("flops",)), True),
     "distilled-retrain": (lambda space, inner: _retrain(space, inner), False),
     "warmup-kd": (lambda space, inner: _warmup_kd(space, inner), False),
+    "inherited": (lambda space, inner: _inherited(space), False),
     # needs a MobileBERT-family student and a teacher of its depth and width: own space
     "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
 }
