@@ -10,10 +10,10 @@ The method's steps, in order (:meth:`MixedVocab.run`); each is a call into share
    cached by its text and settings;
 3. **stage I** — the pre-trained teacher continues MLM on *mixed-segmented* text
    (WikiText-2 plus the task's sentences): each word is cut by the student vocabulary with
-   probability p_SV = 0.5, else by the teacher's (:class:`nas.mixedvocab.MixedSegmenter`,
+   probability p_SV = 0.5, else by the teacher's (:class:`nas.distill.mixedvocab.MixedSegmenter`,
    a seeded draw per word, recorded); student pieces enter through student embeddings
    (d_S) up-projected to d_T by a trainable affine map, and a masked piece is predicted
-   over the vocabulary that segmented it (:class:`nas.mixedvocab.MixedVocabMLM`). The
+   over the vocabulary that segmented it (:class:`nas.distill.mixedvocab.MixedVocabMLM`). The
    MiniLM teacher has no MLM head: it starts from the tied input embeddings. Cached by
    its settings, resumable, logged (MLM loss and accuracy per vocabulary);
 4. **stage II** — the student (``mixedvocab``: L6 H256 A4 with the built vocabulary's
@@ -349,8 +349,8 @@ def _mlm_batches(segmenter: Any, windows: Sequence[Sequence[str]], batch_size: i
                  seed: int, mask_probability: float
                  ) -> tuple[Callable[[int, int], Iterator[Any]], int]:
     """The Trainer's batch source for an MLM stage: a seeded order per epoch; each batch
-    segmented and masked with :func:`nas.mixedvocab.batch_rng` (seed, epoch, batch)."""
-    from nas.mixedvocab import batch_rng, mask_tokens
+    segmented and masked with :func:`nas.distill.mixedvocab.batch_rng` (seed, epoch, batch)."""
+    from nas.distill.mixedvocab import batch_rng, mask_tokens
 
     n = len(windows)
     steps = math.ceil(n / batch_size)
@@ -383,7 +383,7 @@ def tagged_batches(segmenter: Any, data: Any, batch_size: int, order: Sequence[i
     """Batches of a tagging task through a single-vocabulary segmenter (``p_student`` 0
     or 1: no random draw): the segmenter's keys plus ``labels`` (intent, B),
     ``tag_labels`` (B, W; one tag per word, ``-100`` for padding) and ``index``."""
-    from nas.mixedvocab import IGNORE
+    from nas.distill.mixedvocab import IGNORE
 
     idx_all = np.arange(len(data)) if order is None else np.asarray(order)
     rng = np.random.default_rng(0)  # unused: p_student is 0 or 1
@@ -580,7 +580,7 @@ class MixedVocab(Method):
     # -- stage 3 ---------------------------------------------------------------------
     def stage_one(self, ctx: Context, vocab: dict[str, Any]) -> dict[str, Any]:
         """Stage I (cached): the teacher's MLM on mixed-segmented text; writes the whole
-        :class:`~nas.mixedvocab.MixedVocabMLM` (``weights.safetensors``)."""
+        :class:`~nas.distill.mixedvocab.MixedVocabMLM` (``weights.safetensors``)."""
         from nas.teacher import cache_root
 
         cfg, s = ctx.cfg, ctx.cfg.stage1
@@ -599,8 +599,8 @@ class MixedVocab(Method):
         t0 = time.time()
 
         def train() -> dict[str, Any]:
+            from nas.distill.mixedvocab import MixedSegmenter, MixedVocabMLM
             from nas.hf import load_teacher_as_design
-            from nas.mixedvocab import MixedSegmenter, MixedVocabMLM
             from nas.train import Trainer
 
             seed = seed_stage(s.seed, "mixedvocab-stage1")
@@ -653,7 +653,7 @@ class MixedVocab(Method):
 
             from nas.builder import build_child
             from nas.distill.losses import FitMap, fit_mse, layer_map
-            from nas.mixedvocab import (
+            from nas.distill.mixedvocab import (
                 MixedSegmenter,
                 MixedVocabMLM,
                 StudentMLM,
@@ -760,8 +760,8 @@ class MixedVocab(Method):
 
         def train() -> dict[str, Any]:
             from nas.builder import build_child
+            from nas.distill.mixedvocab import MixedSegmenter, copy_encoder
             from nas.hf import load_teacher_as_design
-            from nas.mixedvocab import MixedSegmenter, copy_encoder
             from nas.train import Trainer
 
             seed = seed_stage(s.seed, "mixedvocab-task-teacher")
@@ -827,7 +827,7 @@ class MixedVocab(Method):
              teacher: dict[str, Any]) -> None:
         """The student's task stage; writes ``student.safetensors`` in the run folder."""
         from nas.builder import build_child
-        from nas.mixedvocab import bert_init, copy_encoder
+        from nas.distill.mixedvocab import bert_init, copy_encoder
         from nas.train import Trainer
 
         cfg, run, s = ctx.cfg, ctx.run, ctx.cfg.task_stage
@@ -910,7 +910,7 @@ class MixedVocab(Method):
                                            num_labels=ctx.train.num_labels)
 
     def _student_segmenter(self, ctx: Context) -> Any:
-        from nas.mixedvocab import MixedSegmenter
+        from nas.distill.mixedvocab import MixedSegmenter
 
         return MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer, 1.0,
                               ctx.cfg.data.max_seq_len, specials="student")
@@ -937,7 +937,7 @@ class MixedVocab(Method):
                                ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The joint teacher's intent logits (N, I) and per-word tag logits (W_i, T) on
         ``data`` (words cut by the teacher's own vocabulary)."""
-        from nas.mixedvocab import MixedSegmenter
+        from nas.distill.mixedvocab import MixedSegmenter
 
         model = self._load_joint_teacher(ctx, teacher)
         seg = MixedSegmenter(ctx.teacher_tokenizer, ctx.teacher_tokenizer, 0.0,

@@ -84,7 +84,7 @@ WORDS = "the unbelievable film premiered in 1998 , said adele".split()
 
 
 def test_all_teacher_or_all_student_segmentation_is_each_tokenizers_own(tokenizers):
-    from nas.mixedvocab import MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     for p, tok, specials, vocab in ((0.0, teacher, "teacher", 0), (1.0, student, "student", 1)):
@@ -98,7 +98,7 @@ def test_all_teacher_or_all_student_segmentation_is_each_tokenizers_own(tokenize
 
 
 def test_mixed_segmentation_draws_per_word_and_is_reproducible(tokenizers):
-    from nas.mixedvocab import TEACHER, MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import TEACHER, MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 512)
@@ -122,7 +122,7 @@ def test_mixed_segmentation_draws_per_word_and_is_reproducible(tokenizers):
 
 
 def test_sentences_are_cut_at_a_word_boundary_and_first_pieces_found(tokenizers):
-    from nas.mixedvocab import MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 1.0, 8, specials="student")
@@ -140,7 +140,14 @@ def test_sentences_are_cut_at_a_word_boundary_and_first_pieces_found(tokenizers)
 
 
 def test_masking_uses_each_positions_own_vocabulary(tokenizers):
-    from nas.mixedvocab import IGNORE, STUDENT, TEACHER, MixedSegmenter, batch_rng, mask_tokens
+    from nas.distill.mixedvocab import (
+        IGNORE,
+        STUDENT,
+        TEACHER,
+        MixedSegmenter,
+        batch_rng,
+        mask_tokens,
+    )
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 512)
@@ -172,7 +179,7 @@ def _tiny_teacher(vocab: int = 60):
 
 
 def test_student_pieces_enter_up_projected_and_are_predicted_over_their_vocabulary():
-    from nas.mixedvocab import IGNORE, MixedVocabMLM, MLMHead
+    from nas.distill.mixedvocab import IGNORE, MixedVocabMLM, MLMHead
 
     torch.manual_seed(0)
     model = MixedVocabMLM(_tiny_teacher(), student_vocab_size=20, student_dim=8)
@@ -205,7 +212,7 @@ def test_bert_init_puts_every_table_at_berts_scale():
     """A built child's tables start at N(0, 1); a stage-I word table (std ~0.02) added to
     such position embeddings was erased by the LayerNorm after them (the student then
     learned nothing from its words). After bert_init every table is at BERT's scale."""
-    from nas.mixedvocab import bert_init
+    from nas.distill.mixedvocab import bert_init
 
     torch.manual_seed(0)
     model = _tiny_teacher(vocab=400)
@@ -224,7 +231,7 @@ def test_bert_init_puts_every_table_at_berts_scale():
 def test_mlm_batches_are_a_function_of_epoch_and_batch_index(tokenizers):
     """What makes a resumed stage exact: batch k of an epoch is the same whether the
     epoch starts at 0 or resumes at k (the Trainer restores the rest)."""
-    from nas.mixedvocab import MixedSegmenter
+    from nas.distill.mixedvocab import MixedSegmenter
     from recipes.mixedvocab import _mlm_batches, word_windows
 
     teacher, student = tokenizers
