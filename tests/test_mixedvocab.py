@@ -231,13 +231,12 @@ def test_bert_init_puts_every_table_at_berts_scale():
 def test_mlm_batches_are_a_function_of_epoch_and_batch_index(tokenizers):
     """What makes a resumed stage exact: batch k of an epoch is the same whether the
     epoch starts at 0 or resumes at k (the Trainer restores the rest)."""
-    from nas.distill.mixedvocab import MixedSegmenter
-    from recipes.mixedvocab import _mlm_batches, word_windows
+    from nas.distill.mixedvocab import MixedSegmenter, mlm_batches, word_windows
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 32)
     windows = word_windows([" ".join(WORDS)] * 9, 5)
-    batches, steps = _mlm_batches(seg, windows, 4, seed=3, mask_probability=0.15)
+    batches, steps = mlm_batches(seg, windows, 4, seed=3, mask_probability=0.15)
     assert steps == 5
     full = list(batches(1, 0))
     resumed = list(batches(1, 3))
@@ -323,7 +322,7 @@ def test_joint_remote_code_splits_the_head_and_scores_both_labels(tmp_path):
 
 
 def test_joint_loss_and_evaluation_read_each_words_first_piece():
-    from recipes.mixedvocab import evaluate_joint, joint_loss
+    from nas.distill.mixedvocab import evaluate_joint, joint_loss
 
     class Fixed(torch.nn.Module):
         def __init__(self, logits):
@@ -564,7 +563,7 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
     log = [json.loads(line) for line in (smoke_run / "log.jsonl").read_text().splitlines()]
     (vocab,) = [row for row in log if row["stage"] == "vocabulary"]
     shutil.copytree(vocab["dir"], tmp_path / "cache" / "mixedvocab" / Path(vocab["dir"]).name)
-    real = recipe._step_logger
+    real = recipe.step_logger
 
     def interrupting(stage, every=50):
         log_step = real(stage, every)
@@ -575,13 +574,13 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
             log_step(step, info)
         return after
 
-    monkeypatch.setattr(recipe, "_step_logger", interrupting)
+    monkeypatch.setattr(recipe, "step_logger", interrupting)
     # the CLI turns Ctrl-C into a message and a non-zero exit
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "a"), "--no-progress"]) != 0
     (folder,) = (tmp_path / "cache" / "mixedvocab").glob("stage1-*")
     assert (folder / "checkpoint.safetensors").is_file()
     assert not (folder / "result.json").exists()
-    monkeypatch.setattr(recipe, "_step_logger", real)
+    monkeypatch.setattr(recipe, "step_logger", real)
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "b"), "--no-progress"]) == 0
     assert not (folder / "checkpoint.safetensors").exists()
     (first,) = [row for row in log if row["stage"] == "stage1"]

@@ -21,11 +21,21 @@ weights only, :func:`nas.teacher.load_mlm_head`). :class:`MLMHead` therefore sta
 the tied input embeddings: its decoder *is* the word-embedding table (BERT ties them too),
 its transform (dense, GELU, LayerNorm) starts at the identity matrix with zero bias, and
 its output bias at zero; stage I trains it with the rest.
+
+The recipe's other parts that are not steps live here too: the unlabeled text and its
+cache keys (:func:`unlabeled_texts`, :func:`word_windows`, :func:`text_key`), the MLM
+batch source (:func:`mlm_batches`), and how a model reads a task and is scored and
+distilled on it (:func:`task_reader`: a :class:`JointReader` for tagging — SNIPS's
+intent + slot head, tags compared at each word's first piece — or a :class:`ClassReader`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +43,10 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from nas.seeding import stage_seed
+
+log = logging.getLogger("nas.mixedvocab")
 
 TEACHER, STUDENT = 0, 1  # the values of a batch's ``vocab`` entry
 VOCABS = ("teacher", "student")
@@ -225,7 +239,8 @@ def _mlm_terms(h: torch.Tensor, labels: torch.Tensor, which: torch.Tensor,
     return total / max(count, 1), info
 
 
-def _model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's inputs of a batch (what a forward pass and the latency read)."""
     return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
             if k in batch}
 
@@ -267,7 +282,7 @@ class MixedVocabMLM(nn.Module):
 
     def encode(self, batch: Mapping[str, torch.Tensor], record: tuple[str, ...] = ()) -> Any:
         """The teacher's forward pass on mixed input, recording ``hidden_states``."""
-        feed = _model_inputs(batch)
+        feed = model_inputs(batch)
         feed["inputs_embeds"] = self.word_vectors(batch["input_ids"], batch["vocab"])
         return self.teacher(feed, record=("hidden_states", *record))
 
@@ -299,7 +314,7 @@ class StudentMLM(nn.Module):
     def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any,
                                                                  dict[str, float]]:
         """``(MLM loss, the student's output with hidden states, logged values)``."""
-        out = self.student(_model_inputs(batch), record=("hidden_states",))
+        out = self.student(model_inputs(batch), record=("hidden_states",))
         h = out.records["hidden_states"][-1]
         table = self.table()
         loss, info = _mlm_terms(h, batch["labels"], torch.full_like(batch["labels"], STUDENT),
@@ -355,7 +370,361 @@ def copy_encoder(src: nn.Module, dst: nn.Module, skip: Sequence[str] = ("nodes.h
     return copied
 
 
-__all__ = ["IGNORE", "STUDENT", "TEACHER", "MLMHead", "MixedSegmenter", "MixedVocabMLM",
-           "Segment", "StudentMLM", "as_teacher_specials", "batch_rng", "bert_init",
-           "copy_encoder",
-           "mask_tokens"]
+# ---------------------------------------------------------------------- the text
+
+
+def unlabeled_texts(settings: Any, task_train: Any, data_dir: str | None) -> list[str]:
+    """The unlabeled text of the vocabulary and both MLM stages: the ``settings.corpus``
+    lines in ``corpus_splits`` plus the task's training sentences (``task_sentences``),
+    a seeded subset of ``max_texts`` when set (seed ``settings.seed``)."""
+    from nas.data import load_corpus
+
+    texts: list[str] = []
+    for split in settings.corpus_splits:
+        texts += load_corpus(settings.corpus, split, data_dir)
+    if settings.task_sentences:
+        texts += list(dict.fromkeys(list(task_train.texts_a) + list(task_train.texts_b or ())))
+    texts = [x for x in texts if x.strip()]
+    if settings.max_texts is not None and settings.max_texts < len(texts):
+        rng = np.random.default_rng(stage_seed(settings.seed, "mixedvocab-texts"))
+        texts = [texts[i] for i in np.sort(rng.permutation(len(texts))[: settings.max_texts])]
+    return texts
+
+
+def word_windows(texts: Sequence[str], max_words: int) -> list[list[str]]:
+    """Texts as lists of whitespace words, long ones cut into windows of ``max_words``."""
+    out = []
+    for text in texts:
+        words = text.split()
+        out += [words[i:i + max_words] for i in range(0, len(words), max_words)]
+    return [w for w in out if w]
+
+
+def text_key(texts: Sequence[str]) -> str:
+    """A 16-hex key of a list of texts (the part of a cache key that names the text)."""
+    return hashlib.sha256(json.dumps(list(texts), sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
+
+
+def windows_key(windows: Sequence[Sequence[str]]) -> str:
+    """The :func:`text_key` of word windows (an MLM stage's text)."""
+    return text_key(["\n".join(" ".join(w) for w in windows)])
+
+
+# ------------------------------------------------------------------- MLM batches
+
+
+def mlm_batches(segmenter: MixedSegmenter, windows: Sequence[Sequence[str]], batch_size: int,
+                seed: int, mask_probability: float
+                ) -> tuple[Callable[[int, int], Iterator[dict[str, torch.Tensor]]], int]:
+    """``(batches, steps per epoch)``: the Trainer's batch source for an MLM stage, a
+    seeded order per epoch; each batch segmented and masked with :func:`batch_rng` (seed,
+    epoch, batch), so batch k of an epoch is the same on resume."""
+    n = len(windows)
+    steps = math.ceil(n / batch_size)
+
+    def batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+        order = np.random.default_rng(stage_seed(seed, f"order:{epoch}")).permutation(n)
+        for b in range(start, steps):
+            rng = batch_rng(seed, epoch, b)
+            batch = segmenter.batch([windows[i] for i in order[b * batch_size:
+                                                                (b + 1) * batch_size]], rng)
+            yield mask_tokens(batch, segmenter, rng, mask_probability)
+
+    return batches, steps
+
+
+def step_logger(stage: str, every: int = 50) -> Callable[[int, dict[str, float]], None]:
+    """A Trainer ``after_step`` hook logging the step's values every ``every`` steps."""
+    def after(step: int, info: dict[str, float]) -> None:
+        if step % every == 0:
+            log.info("%s step %d: %s", stage, step, ", ".join(
+                f"{k} {v:.4g}" for k, v in info.items() if not math.isnan(v)))
+    return after
+
+
+# ------------------------------------------------------------- tagging (joint head)
+
+
+def tagged_batches(segmenter: MixedSegmenter, data: Any, batch_size: int,
+                   order: Sequence[int] | None = None, start: int = 0,
+                   extra: Callable[[np.ndarray, dict[str, Any]], None] | None = None
+                   ) -> Iterator[dict[str, torch.Tensor]]:
+    """Batches of a tagging task through a single-vocabulary segmenter (``p_student`` 0
+    or 1: no random draw): the segmenter's keys plus ``labels`` (intent, B),
+    ``tag_labels`` (B, W; one tag per word, ``-100`` for padding) and ``index``;
+    ``extra(indices, batch)`` adds to each batch."""
+    idx_all = np.arange(len(data)) if order is None else np.asarray(order)
+    rng = np.random.default_rng(0)  # unused: p_student is 0 or 1
+    for b in range(start, math.ceil(len(idx_all) / batch_size)):
+        idx = idx_all[b * batch_size:(b + 1) * batch_size]
+        batch = segmenter.batch([list(data.tokens[i]) for i in idx], rng)
+        words = batch["first_piece"].shape[1]
+        tags = torch.full((len(idx), words), IGNORE, dtype=torch.long)
+        for r, i in enumerate(idx):
+            seq = data.tags[i]
+            tags[r, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+        batch["tag_labels"] = tags
+        batch["labels"] = torch.tensor([data.labels[i] for i in idx], dtype=torch.long)
+        batch["index"] = torch.as_tensor(idx, dtype=torch.long)
+        if extra is not None:
+            extra(idx, batch)
+        yield batch
+
+
+def word_tag_logits(logits: torch.Tensor, first_piece: torch.Tensor, num_intents: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Intent logits (B, I) and each word's tag logits at its first piece (B, W, T) of a
+    joint head's output (B, L, I + T); words without a piece get position 0's (masked
+    out by the caller)."""
+    from nas.ops.transformer import split_joint
+
+    intent, tags = split_joint(logits, num_intents)
+    pos = first_piece.clamp(min=0)
+    return intent, tags.gather(1, pos.unsqueeze(-1).expand(-1, -1, tags.shape[-1]))
+
+
+@torch.no_grad()
+def evaluate_joint(model: Any, batches: Sequence[dict[str, torch.Tensor]], num_intents: int,
+                   tag_names: Sequence[str]) -> dict[str, float]:
+    """Intent accuracy and ``conlleval`` slot precision/recall/F1 (word level; a word cut
+    off by truncation counts as tagged ``O``)."""
+    from nas.tagging import span_f1
+
+    model.eval()
+    correct = total = 0
+    gold_seqs: list[list[str]] = []
+    pred_seqs: list[list[str]] = []
+    for b in batches:
+        intent, tags = word_tag_logits(model(b).logits, b["first_piece"], num_intents)
+        correct += int((intent.argmax(-1) == b["labels"]).sum())
+        total += len(b["labels"])
+        pred = tags.argmax(-1)
+        for r in range(len(b["labels"])):
+            gold = [int(t) for t in b["tag_labels"][r] if int(t) >= 0]
+            p = [int(pred[r, w]) if int(b["first_piece"][r, w]) >= 0 else 0
+                 for w in range(len(gold))]
+            gold_seqs.append([tag_names[t] for t in gold])
+            pred_seqs.append([tag_names[t] for t in p])
+    slots = span_f1(gold_seqs, pred_seqs)
+    return {"intent_accuracy": correct / max(total, 1), "slot_f1": slots["f1"],
+            "slot_precision": slots["precision"], "slot_recall": slots["recall"]}
+
+
+def joint_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], num_intents: int,
+               teacher: tuple[torch.Tensor, torch.Tensor] | None, alpha: float,
+               temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Intent CE + per-word tag CE on gold, mixed with soft CE against the teacher's
+    intent and per-word tag logits (``teacher``: (B, I), (B, W, T)) when given."""
+    from nas.distill.losses import soft_cross_entropy
+
+    intent, tags = word_tag_logits(logits, batch["first_piece"], num_intents)
+    valid = (batch["first_piece"] >= 0) & (batch["tag_labels"] >= 0)
+    gold = F.cross_entropy(intent, batch["labels"]) + F.cross_entropy(
+        tags[valid], batch["tag_labels"][valid])
+    info = {"gold": float(gold.detach())}
+    if teacher is None or alpha == 0.0:
+        return gold, info
+    t_intent, t_tags = teacher
+    known = valid & batch["t_valid"] if "t_valid" in batch else valid
+    soft = soft_cross_entropy(intent, t_intent, temperature) + soft_cross_entropy(
+        tags[known], t_tags[known], temperature)
+    info["soft"] = float(soft.detach())
+    return (1.0 - alpha) * gold + alpha * soft, info
+
+
+def attach_joint_targets(targets: tuple[np.ndarray, list[np.ndarray]]
+                         ) -> Callable[[np.ndarray, dict[str, Any]], None]:
+    """A :func:`tagged_batches` hook adding the teacher's ``t_intent`` (B, I), ``t_tags``
+    (B, W, T) (zeros past each sentence's words) and ``t_valid`` (B, W)."""
+    intents, tags = targets
+
+    def attach(idx: np.ndarray, batch: dict[str, Any]) -> None:
+        words = batch["first_piece"].shape[1]
+        t = np.zeros((len(idx), words, tags[idx[0]].shape[-1]), dtype=np.float32)
+        for r, i in enumerate(idx):
+            t[r, :len(tags[i])] = tags[i]
+        known = ~np.isnan(t).any(-1)  # the teacher's truncation cut these words off
+        batch["t_intent"] = torch.from_numpy(intents[idx])
+        batch["t_tags"] = torch.from_numpy(np.nan_to_num(t))
+        batch["t_valid"] = torch.from_numpy(known)
+
+    return attach
+
+
+def joint_space(base: Any, num_intents: int, num_tags: int) -> Any:
+    """The ``bert`` design of ``base`` (a space of that family) with the joint intent +
+    slot head."""
+    from nas.space import get_space
+
+    shape = {k: v for k, v in base.config.items()
+             if k not in ("family", "num_labels", "fit_size", "head", "num_tags")}
+    return get_space("bert", **shape, head="joint", num_labels=num_intents, num_tags=num_tags)
+
+
+def bert_space(config: dict[str, Any]) -> Any:
+    """The ``bert`` space of a recorded ``space.config`` (a cache entry's record)."""
+    from nas.space import get_space
+
+    return get_space("bert", **{k: v for k, v in config.items() if k != "family"})
+
+
+def export_labels(train: Any) -> tuple[list[str], dict[str, Any] | None]:
+    """An export's ``labels`` and ``head``: the intents then the tags, with the joint
+    head's entry, for a tagging task; the class names alone otherwise."""
+    if train.tokens is None:
+        return list(train.label_names), None
+    return list(train.label_names) + list(train.tag_names), {
+        "kind": "joint", "num_intents": train.num_labels, "intents": list(train.label_names),
+        "tags": list(train.tag_names)}
+
+
+# ------------------------------------------------------- how a model reads the task
+
+
+def median_examples(data: Any, n: int) -> Any:
+    """The ``n`` examples of ``data`` closest to its median number of words."""
+    lengths = np.asarray([len(t.split()) for t in data.texts_a])
+    closest = np.argsort(np.abs(lengths - np.median(lengths)), kind="stable")[:n]
+    return data.subset(sorted(closest.tolist()))
+
+
+class TaskReader:
+    """How one model (the student, on its vocabulary, or the teacher) reads a task, is
+    scored on it and is distilled on it: evaluation and training batches, the score, the
+    teacher's soft targets and the task loss."""
+
+    def batches(self, data: Any, batch_size: int = 64) -> Iterator[dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def latency_batches(self, data: Any) -> dict[int, dict[str, torch.Tensor]]:
+        """The inputs latency is measured on: batch 1 and 32 of the ``data`` examples
+        closest to its median number of words."""
+        return {bs: model_inputs(next(iter(self.batches(median_examples(data, bs), bs))))
+                for bs in (1, 32)}
+
+
+class JointReader(TaskReader):
+    """A tagging task through a single-vocabulary ``segmenter``, read by a joint intent +
+    slot head (:func:`evaluate_joint`, :func:`joint_loss`)."""
+
+    def __init__(self, segmenter: MixedSegmenter, num_intents: int, tag_names: Sequence[str]
+                 ) -> None:
+        self.segmenter, self.num_intents, self.tag_names = segmenter, num_intents, tag_names
+
+    def batches(self, data: Any, batch_size: int = 64) -> Iterator[dict[str, torch.Tensor]]:
+        return tagged_batches(self.segmenter, data, batch_size)
+
+    def train_batches(self, data: Any, batch_size: int, seed: int, targets: Any = None
+                      ) -> Callable[[int, int], Iterator[dict[str, torch.Tensor]]]:
+        """The Trainer's batch source: a seeded order per epoch; ``targets`` (the
+        teacher's, :meth:`teacher_targets`) attached to each batch."""
+        attach = attach_joint_targets(targets) if targets is not None else None
+
+        def batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+            order = np.random.default_rng(stage_seed(seed, f"order:{epoch}")).permutation(
+                len(data))
+            return tagged_batches(self.segmenter, data, batch_size, order, start, attach)
+        return batches
+
+    def score(self, model: Any, batches: Sequence[Any], metric: str) -> dict[str, float]:
+        return evaluate_joint(model, batches, self.num_intents, self.tag_names)
+
+    @torch.no_grad()
+    def teacher_targets(self, model: Any, data: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The teacher's intent logits (N, I) and per-word tag logits (W_i, T) on ``data``
+        (NaN for words its truncation cut off)."""
+        intents = np.zeros((len(data), self.num_intents), dtype=np.float32)
+        tags: list[np.ndarray] = [np.zeros(0)] * len(data)
+        log.info("teacher outputs on %d training examples", len(data))
+        for b in self.batches(data):
+            intent, word = word_tag_logits(model(b).logits, b["first_piece"], self.num_intents)
+            word = word.masked_fill((b["first_piece"] < 0).unsqueeze(-1), float("nan"))
+            for r, i in enumerate(b["index"].tolist()):
+                intents[i] = intent[r].numpy()
+                tags[i] = word[r, :len(data.tags[i])].numpy()
+        return intents, tags
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], alpha: float,
+             temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+        t = (batch["t_intent"], batch["t_tags"]) if "t_intent" in batch else None
+        return joint_loss(logits, batch, self.num_intents, t, alpha, temperature)
+
+
+class ClassReader(TaskReader):
+    """A classification task through ``tokenizer`` (pairs joined), read by a classifier."""
+
+    def __init__(self, tokenizer: Any, max_seq_len: int) -> None:
+        self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
+
+    def batches(self, data: Any, batch_size: int = 64) -> Iterator[dict[str, torch.Tensor]]:
+        from nas.data import iter_batches
+
+        return iter_batches(data, self.tokenizer, batch_size, self.max_seq_len)
+
+    def train_batches(self, data: Any, batch_size: int, seed: int,
+                      targets: np.ndarray | None = None
+                      ) -> Callable[[int, int], Iterator[dict[str, torch.Tensor]]]:
+        """The Trainer's batch source: a seeded order per epoch; the teacher's logits
+        (``targets``, N × C) of each row as ``t_logits``."""
+        from nas.data import iter_batches
+
+        def batches(epoch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+            for b in iter_batches(data, self.tokenizer, batch_size, self.max_seq_len,
+                                  shuffle=True, seed=stage_seed(seed, f"order:{epoch}"),
+                                  start_batch=start):
+                if targets is not None:
+                    b["t_logits"] = torch.from_numpy(targets[b["index"].numpy()])
+                yield b
+        return batches
+
+    def score(self, model: Any, batches: Sequence[Any], metric: str) -> dict[str, float]:
+        from nas.evaluate import classify
+
+        return classify(model, list(batches), metric)
+
+    @torch.no_grad()
+    def teacher_targets(self, model: Any, data: Any) -> np.ndarray:
+        """The teacher's logits on ``data`` (N, C)."""
+        out = np.zeros((len(data), data.num_labels), dtype=np.float32)
+        log.info("teacher logits on %d training examples", len(data))
+        for b in self.batches(data):
+            out[b["index"].numpy()] = model(b).logits.numpy()
+        return out
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], alpha: float,
+             temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(1 − alpha)·CE(gold) + alpha·CE(teacher soft)``; gold alone without targets."""
+        from nas.distill.losses import soft_cross_entropy
+
+        gold = F.cross_entropy(logits, batch["labels"])
+        if "t_logits" not in batch:
+            return gold, {"gold": float(gold.detach())}
+        soft = soft_cross_entropy(logits, batch["t_logits"], temperature)
+        return (1 - alpha) * gold + alpha * soft, {"gold": float(gold.detach()),
+                                                   "soft": float(soft.detach())}
+
+
+def task_reader(train: Any, teacher_tokenizer: Any, student_tokenizer: Any | None,
+                max_seq_len: int) -> JointReader | ClassReader:
+    """How a model reads ``train``'s task: with the student vocabulary
+    (``student_tokenizer``; the teacher's specials ``[CLS]``/``[SEP]`` replaced by the
+    student's) or, when it is ``None``, with the teacher's alone."""
+    tokenizer = teacher_tokenizer if student_tokenizer is None else student_tokenizer
+    if train.tokens is None:
+        return ClassReader(tokenizer, max_seq_len)
+    if student_tokenizer is None:
+        segmenter = MixedSegmenter(teacher_tokenizer, teacher_tokenizer, 0.0, max_seq_len)
+    else:
+        segmenter = MixedSegmenter(teacher_tokenizer, student_tokenizer, 1.0, max_seq_len,
+                                   specials="student")
+    return JointReader(segmenter, train.num_labels, train.tag_names)
+
+
+__all__ = ["IGNORE", "STUDENT", "TEACHER", "ClassReader", "JointReader", "MLMHead",
+           "MixedSegmenter", "MixedVocabMLM", "Segment", "StudentMLM", "TaskReader",
+           "as_teacher_specials", "attach_joint_targets", "batch_rng", "bert_init",
+           "bert_space", "copy_encoder", "evaluate_joint", "export_labels", "joint_loss",
+           "joint_space", "mask_tokens", "median_examples", "mlm_batches", "model_inputs",
+           "step_logger", "tagged_batches", "task_reader", "text_key", "unlabeled_texts",
+           "windows_key", "word_tag_logits", "word_windows"]
