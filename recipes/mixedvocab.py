@@ -58,26 +58,13 @@ from typing import Any
 import torch
 
 from nas.config import ConfigError, check_fields
+from nas.distill import mixedvocab as mv
 from nas.distill.general import (
     cached_entry,
     check_text_settings,
     load_weights,
     save_weights,
     settings_key,
-)
-from nas.distill.mixedvocab import (
-    bert_init,
-    bert_space,
-    copy_encoder,
-    export_labels,
-    joint_space,
-    mlm_batches,
-    step_logger,
-    task_reader,
-    text_key,
-    unlabeled_texts,
-    windows_key,
-    word_windows,
 )
 from nas.methods import register_method
 from nas.rundir import RunDir
@@ -148,7 +135,6 @@ class MaskedLMSettings(TrainSettings):
     mask_probability: float = 0.15
     max_seq_len: int = 64
     seed: int = 0
-    batch_size: int = 32
     warmup_fraction: float = 0.05
     schedule: str = "linear"
     grad_clip: float | None = 1.0
@@ -200,7 +186,6 @@ class TeacherTaskSettings(TrainSettings):
     seed: int = 0
     lr: float = 5e-5
     epochs: int = 3
-    batch_size: int = 32
     warmup_fraction: float = 0.1
     schedule: str = "linear"
     grad_clip: float | None = 1.0
@@ -216,7 +201,6 @@ class TaskSettings(TrainSettings):
     temperature: float = 1.0
     lr: float = 2e-4
     epochs: int = 3
-    batch_size: int = 32
     warmup_fraction: float = 0.1
     schedule: str = "linear"
     grad_clip: float | None = 1.0
@@ -308,7 +292,7 @@ class MixedVocabContext(TaskContext):
         self.teacher_dir = resolve_teacher(self.cfg.teacher)
         self.teacher_id = teacher_identity(self.cfg.teacher)
         self.teacher_tokenizer = load_tokenizer(self.teacher_dir)
-        self.texts = unlabeled_texts(self.cfg.text, self.full_train, self.options.data_dir)
+        self.texts = mv.unlabeled_texts(self.cfg.text, self.full_train, self.options.data_dir)
         return self
 
     @property
@@ -318,7 +302,7 @@ class MixedVocabContext(TaskContext):
     def reader(self, student: bool) -> Any:
         """How the student (on its vocabulary) or the teacher reads the task
         (:func:`nas.distill.mixedvocab.task_reader`)."""
-        return task_reader(self.train, self.teacher_tokenizer,
+        return mv.task_reader(self.train, self.teacher_tokenizer,
                            self.student_tokenizer if student else None, self.max_seq_len)
 
     def task_space(self, vocab_size: int) -> Any:
@@ -339,8 +323,7 @@ class MixedVocab(Recipe):
     searchers = ()  # a fixed design: nothing to search
 
     def stages(self, ctx: MixedVocabContext) -> dict[str, Any]:
-        # the teacher's row is the one evaluated beside the student (stage 7): ctx.teacher
-        # stays unset during prepare, so the skeleton computes no second one
+        # the teacher's row comes from stage 7 (no ctx.teacher in prepare: no second row)
         vocab = self.vocabulary(ctx)
         stage1 = self.stage_one(ctx, vocab)
         stage2 = self.stage_two(ctx, vocab, stage1)
@@ -376,7 +359,7 @@ class MixedVocab(Recipe):
                       "key": "teacher-" + ctx.teacher_id, "source": "teacher"}
             ctx.run.log("vocabulary", **record)
             return record
-        key = settings_key(text=text_key(ctx.texts), settings=asdict(cfg.vocab),
+        key = settings_key(text=mv.text_key(ctx.texts), settings=asdict(cfg.vocab),
                            version=CACHE_VERSION)
         folder = cache_root() / "mixedvocab" / f"vocab-{key}"
 
@@ -408,30 +391,29 @@ class MixedVocab(Recipe):
                       if cfg.student.vocabulary == "teacher" else "stage2.init=random")
             return {"enabled": False}
         d_s = int(cfg.student.build_space(vocab_size=1000).config["hidden_size"])
-        windows = word_windows(ctx.texts, max(4, (s.max_seq_len - 2) // 2))
+        windows = mv.word_windows(ctx.texts, max(4, (s.max_seq_len - 2) // 2))
         settings = asdict(s)
         key = settings_key(teacher=ctx.teacher_id, vocab=vocab["key"], d_s=d_s,
-                           text=windows_key(windows), settings=settings, version=CACHE_VERSION)
+                           text=mv.windows_key(windows), settings=settings, version=CACHE_VERSION)
         folder = cache_root() / "mixedvocab" / f"stage1-{key}"
 
         def train() -> dict[str, Any]:
-            from nas.distill.mixedvocab import MixedSegmenter, MixedVocabMLM
             from nas.hf import load_teacher_as_design
             from nas.train import Trainer
 
             seed = seed_stage(s.seed, "mixedvocab-stage1")
             teacher_space, teacher = load_teacher_as_design(ctx.teacher_dir)
-            model = MixedVocabMLM(teacher, vocab["size"], d_s,
+            model = mv.MixedVocabMLM(teacher, vocab["size"], d_s,
                                   teacher_space.config["layer_norm_eps"]).train()
-            segmenter = MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer,
+            segmenter = mv.MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer,
                                        s.p_student, s.max_seq_len, specials="teacher")
-            batches, steps = mlm_batches(segmenter, windows, s.batch_size, seed,
+            batches, steps = mv.mlm_batches(segmenter, windows, s.batch_size, seed,
                                          s.mask_probability)
             ctx.stage(3, "stage I, the teacher's MLM on %d mixed-segmented windows (p_SV "
                       "%.2f), %d steps per epoch", len(windows), s.p_student, steps)
             result = Trainer(model, loop_settings(s), batches, steps, lambda net, b: net(b),
                              checkpoint=folder / "checkpoint.safetensors",
-                             after_step=step_logger("stage I"), progress=ctx.progress,
+                             after_step=mv.step_logger("stage I"), progress=ctx.progress,
                              desc="stage I (mixed MLM)").fit()
             save_weights(model, folder / "weights.safetensors")
             return {"key": key, "windows": len(windows), "steps": result.steps,
@@ -455,77 +437,56 @@ class MixedVocab(Recipe):
 
         cfg, s = ctx.cfg, ctx.cfg.stage2
         space = cfg.student.build_space(vocab_size=vocab["size"])
-        windows = word_windows(ctx.texts, max(4, (s.max_seq_len - 2) // 2))
+        windows = mv.word_windows(ctx.texts, max(4, (s.max_seq_len - 2) // 2))
         settings = asdict(s)
         key = settings_key(stage1=stage1.get("key") if s.init == "stage1" or s.distill_layers
                            else None, vocab=vocab["key"], student=space.config,
-                           text=windows_key(windows), settings=settings, version=STAGE2_VERSION)
+                           text=mv.windows_key(windows), settings=settings, version=STAGE2_VERSION)
         folder = cache_root() / "mixedvocab" / f"stage2-{key}"
 
         def train() -> dict[str, Any]:
             from safetensors.torch import load_file
 
             from nas.builder import build_child
-            from nas.distill.losses import FitMap, fit_mse, layer_map
-            from nas.distill.mixedvocab import (
-                MixedSegmenter,
-                MixedVocabMLM,
-                StudentMLM,
-                as_teacher_specials,
-            )
             from nas.train import Trainer
 
             seed = seed_stage(s.seed, "mixedvocab-stage2")
             student = build_child(space)
-            bert_init(student)  # both arms: the ablation's word table is BERT's N(0, 0.02²)
+            mv.bert_init(student)  # both arms: the ablation's word table is BERT's N(0, 0.02²)
             stage1_state = load_file(stage1["weights"]) if stage1.get("enabled") else None
             if s.init == "stage1":
                 assert stage1_state is not None  # noqa: S101 - stage I ran for this init
                 with torch.no_grad():
                     student.nodes["emb"].word_embeddings.weight.copy_(
                         stage1_state["student_embeddings.weight"])
-            teacher, fits, mapping = None, None, []
-            if s.distill_layers:
-                from nas.hf import load_teacher_as_design
-
-                t_space, t_net = load_teacher_as_design(ctx.teacher_dir)
-                teacher = MixedVocabMLM(t_net, vocab["size"], space.config["hidden_size"],
-                                        t_space.config["layer_norm_eps"])
-                teacher.load_state_dict(stage1_state)
-                teacher.eval().requires_grad_(False)
-                mapping = layer_map(space.config["num_hidden_layers"],
-                                    t_space.config["num_hidden_layers"])
-                fits = torch.nn.ModuleList(FitMap(space.config["hidden_size"],
-                                                  t_space.config["hidden_size"])
-                                           for _ in mapping)
-            model = StudentMLM(student, space.config["layer_norm_eps"], fits).train()
-            segmenter = MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer, 1.0,
+            distill = (mv.LayerDistillation(ctx.teacher_dir, stage1_state, vocab["size"],
+                                         space.config) if s.distill_layers else None)
+            model = mv.StudentMLM(student, space.config["layer_norm_eps"],
+                               distill.fits if distill else None).train()
+            segmenter = mv.MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer, 1.0,
                                        s.max_seq_len, specials="student")
-            batches, steps = mlm_batches(segmenter, windows, s.batch_size, seed,
+            batches, steps = mv.mlm_batches(segmenter, windows, s.batch_size, seed,
                                          s.mask_probability)
 
             def loss(net: Any, batch: dict[str, torch.Tensor]) -> Any:
                 mlm, out, info = net(batch)
-                if teacher is None:
+                if distill is None:
                     return mlm, info
-                with torch.no_grad():
-                    t = teacher.encode(as_teacher_specials(batch, segmenter)).records
-                hidden = sum(fit_mse(out.records["hidden_states"][m], t["hidden_states"][g - 1],
-                                     model.fits[m]) for m, g in enumerate(mapping))
+                hidden = distill.loss(out, batch, segmenter, net.fits)
                 info["hidden_mse"] = float(hidden.detach())
                 return mlm + s.distill_weight * hidden, info
 
             ctx.stage(4, "stage II, the student's MLM on %d student-vocabulary windows (init "
                       "%s%s), %d steps per epoch", len(windows), s.init,
-                      ", layer distillation" if teacher is not None else "", steps)
+                      ", layer distillation" if distill else "", steps)
             result = Trainer(model, loop_settings(s), batches, steps, loss,
                              checkpoint=folder / "checkpoint.safetensors",
-                             after_step=step_logger("stage II"), progress=ctx.progress,
+                             after_step=mv.step_logger("stage II"), progress=ctx.progress,
                              desc="stage II (student MLM)").fit()
             save_weights(student, folder / "student.safetensors")
             return {"key": key, "windows": len(windows), "steps": result.steps,
                     "train_seconds": round(result.seconds, 1), "history": result.history,
-                    "settings": settings, "mapping": mapping}
+                    "settings": settings, "mapping": distill.mapping if distill else []}
 
         with ctx.timed("stage2"):
             record, _ = cached_entry(folder, "stage 4/8: stage II", train)
@@ -560,9 +521,9 @@ class MixedVocab(Recipe):
 
             seed = seed_stage(s.seed, "mixedvocab-task-teacher")
             base_space, base = load_teacher_as_design(ctx.teacher_dir)
-            space = joint_space(base_space, ctx.train.num_labels, len(ctx.train.tag_names))
+            space = mv.joint_space(base_space, ctx.train.num_labels, len(ctx.train.tag_names))
             model = build_child(space)
-            copy_encoder(base, model)
+            mv.copy_encoder(base, model)
             reader = ctx.reader(student=False)
             data = seeded_subset(ctx.full_train, s.max_train_examples, s.seed,
                                  "task-teacher-data", "teacher_task.max_train_examples")
@@ -591,18 +552,6 @@ class MixedVocab(Recipe):
         ctx.run.log("teacher", **record)
         return {"kind": "joint", "weights": str(folder / "model.safetensors"), **record}
 
-    def _teacher_model(self, teacher: dict[str, Any]) -> tuple[Any, Any]:
-        """``(space, model)`` of the task teacher (frozen, in eval mode)."""
-        from nas.builder import build_child
-        from nas.hf import load_teacher_as_design
-
-        if teacher["kind"] != "joint":
-            return load_teacher_as_design(teacher["model_dir"])
-        space = bert_space(teacher["space"])
-        model = build_child(space)
-        load_weights(model, Path(teacher["weights"]))
-        return space, model.eval().requires_grad_(False)
-
     # -- stage 6 ---------------------------------------------------------------------
     def task(self, ctx: MixedVocabContext, vocab: dict[str, Any], stage2: dict[str, Any],
              teacher: dict[str, Any]) -> None:
@@ -618,14 +567,14 @@ class MixedVocab(Recipe):
         t0 = time.time()
         seed = seed_stage(cfg.seed, "task")  # before the model: its head's initialisation
         model = build_child(ctx.task_space(vocab["size"]))
-        bert_init(model)  # the head; the encoder comes from stage II below
+        mv.bert_init(model)  # the head; the encoder comes from stage II below
         mlm_student = build_child(cfg.student.build_space(vocab_size=vocab["size"]))
         load_weights(mlm_student, Path(stage2["weights"]))
-        copied = copy_encoder(mlm_student, model)
+        copied = mv.copy_encoder(mlm_student, model)
         data, reader = ctx.train, ctx.reader(student=True)
         steps = math.ceil(len(data) / s.batch_size)
         use_teacher = s.distill and s.alpha > 0
-        targets = (ctx.reader(student=False).teacher_targets(self._teacher_model(teacher)[1],
+        targets = (ctx.reader(student=False).teacher_targets(mv.load_task_teacher(teacher)[1],
                                                             data) if use_teacher else None)
         dev = list(reader.batches(ctx.dev))
 
@@ -654,7 +603,6 @@ class MixedVocab(Recipe):
         """Stage 7: the student and the teacher on dev (and the report split), their
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
-        from nas.cost import count_costs, measure_latency
         from nas.export import export
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
@@ -663,29 +611,14 @@ class MixedVocab(Recipe):
         student = build_child(space)
         load_weights(student, run.path / "student.safetensors")
         student.eval()
-        t_space, t_model = self._teacher_model(teacher)
-        rows: dict[str, dict[str, Any]] = {}
-        inputs: dict[str, dict[int, Any]] = {}  # the latency batches
-        for name, model, reader, arch in (("student", student, ctx.reader(True), space),
-                                          ("teacher", t_model, ctx.reader(False), t_space)):
-            emb = int(model.nodes["emb"].word_embeddings.weight.numel())
-            counted = count_costs(arch, None, cfg.data.max_seq_len)
-            inputs[name] = reader.latency_batches(report)
-            rows[name] = {
-                "tag": name, "dev": reader.score(model, list(reader.batches(ctx.dev)),
-                                                 ctx.dev.metric),
-                "params": counted.params if name == "student"
-                else sum(p.numel() for p in model.parameters()),
-                "embedding_params": emb, "flops": counted.flops, "seq_len": counted.seq_len,
-                "latency": {f"batch{bs}": measure_latency(model, b, repeats=cfg.latency_repeats
-                                                          ).to_dict()
-                            for bs, b in inputs[name].items()}}
-            if split != "dev":  # SST-2: dev shares phrases with train, test does not
-                rows[name][split] = reader.score(model, list(reader.batches(report)),
-                                                 report.metric)
-        row, t_row = rows["student"], rows["teacher"]
+        t_space, t_model = mv.load_task_teacher(teacher)
+        measure = dict(dev=ctx.dev, report=report, report_split=split,
+                       max_seq_len=cfg.data.max_seq_len, repeats=cfg.latency_repeats)
+        row, inputs = mv.model_row(student, space, ctx.reader(True), **measure)
+        t_row, _ = mv.model_row(t_model, t_space, ctx.reader(False), **measure)
+        t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()))
         row.update(
-            space=cfg.student.space, vocabulary=cfg.student.vocabulary,
+            tag="student", space=cfg.student.space, vocabulary=cfg.student.vocabulary,
             vocab_size=vocab["size"],
             shape={k: space.config[k] for k in ("num_hidden_layers", "hidden_size",
                                                 "num_attention_heads", "intermediate_size",
@@ -706,9 +639,9 @@ class MixedVocab(Recipe):
                     / t_row["latency"]["batch1"]["median_ms"]},
             evaluation={"split": split, "file": ", ".join(report.sources),
                         "examples": len(report),
-                        "latency_tokens": int(inputs["student"][1]["input_ids"].shape[1])})
+                        "latency_tokens": int(inputs[1]["input_ids"].shape[1])})
         ctx.stage(8, "export (native + onnx, with the student vocabulary)")
-        labels, head = export_labels(ctx.train)
+        labels, head = mv.export_labels(ctx.train)
         export(space, None, run.path / "export", model=student, fmt="onnx", labels=labels,
                tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=cfg.task,
                overwrite=True, head=head)

@@ -397,6 +397,43 @@ def test_layer_distillation_needs_the_student_vocabulary():
         load_config(SMOKE, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
 
 
+def test_dev_is_capped_to_a_seeded_subset_and_old_snapshots_still_match():
+    """SNIPS's dev file is sorted by intent: the method's dev cap is a seeded sample. The
+    run folder's snapshot keeps the layout runs started before the shared data settings
+    wrote (their data keys only), so those runs still resume."""
+    from nas.methods import load_experiment
+
+    method, config = load_experiment(SMOKE)
+    assert config.data.dev_subset == "seeded"
+    snap = method.snapshot(config)
+    assert snap["data"] == {"max_train_examples": 64, "max_dev_examples": 32, "max_seq_len": 24}
+    assert snap["teacher_finetune"] == {}
+    method, config = load_experiment(SMOKE, ["data.dev_subset=head", "data.val_fraction=0.2"])
+    assert {"dev_subset": "head", "val_fraction": 0.2}.items() <= method.snapshot(config)[
+        "data"].items()
+
+
+def test_class_reader_batches_carry_the_teachers_logits_of_their_rows(tokenizers):
+    """The task stage's classification batches: every row once per epoch, each with its
+    own teacher logits, and batch k the same when an epoch resumes at k."""
+    from nas.distill.general import unlabeled
+    from nas.distill.mixedvocab import ClassReader
+
+    teacher, _ = tokenizers
+    data = unlabeled("t", [" ".join(WORDS[:k + 1]) for k in range(9)], "test")
+    targets = np.arange(9, dtype=np.float32)[:, None]
+    source = ClassReader(teacher, 16).train_batches(data, 4, seed=1, targets=targets)
+    full = list(source(0, 0))
+    assert sorted(i for b in full for i in b["index"].tolist()) == list(range(9))
+    for b in full:
+        assert torch.equal(b["t_logits"][:, 0], b["index"].float())
+    resumed = list(source(0, 1))
+    assert len(resumed) == len(full) - 1
+    assert all(torch.equal(a["input_ids"], b["input_ids"])
+               for a, b in zip(full[1:], resumed, strict=True))
+    assert [b["index"].tolist() for b in full] != [b["index"].tolist() for b in source(1, 0)]
+
+
 # ------------------------------------------------------------------ end to end
 
 
@@ -555,7 +592,7 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
 
     from safetensors.torch import load_file
 
-    import recipes.mixedvocab as recipe
+    import nas.distill.mixedvocab as mv
 
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
     # the same vocabulary as the unbroken run: the WordPiece trainer breaks count ties in
@@ -563,7 +600,7 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
     log = [json.loads(line) for line in (smoke_run / "log.jsonl").read_text().splitlines()]
     (vocab,) = [row for row in log if row["stage"] == "vocabulary"]
     shutil.copytree(vocab["dir"], tmp_path / "cache" / "mixedvocab" / Path(vocab["dir"]).name)
-    real = recipe.step_logger
+    real = mv.step_logger
 
     def interrupting(stage, every=50):
         log_step = real(stage, every)
@@ -574,13 +611,13 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
             log_step(step, info)
         return after
 
-    monkeypatch.setattr(recipe, "step_logger", interrupting)
+    monkeypatch.setattr(mv, "step_logger", interrupting)
     # the CLI turns Ctrl-C into a message and a non-zero exit
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "a"), "--no-progress"]) != 0
     (folder,) = (tmp_path / "cache" / "mixedvocab").glob("stage1-*")
     assert (folder / "checkpoint.safetensors").is_file()
     assert not (folder / "result.json").exists()
-    monkeypatch.setattr(recipe, "step_logger", real)
+    monkeypatch.setattr(mv, "step_logger", real)
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "b"), "--no-progress"]) == 0
     assert not (folder / "checkpoint.safetensors").exists()
     (first,) = [row for row in log if row["stage"] == "stage1"]

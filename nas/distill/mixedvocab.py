@@ -37,6 +37,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -336,6 +337,39 @@ def as_teacher_specials(batch: Mapping[str, torch.Tensor], segmenter: MixedSegme
     return {**batch, "input_ids": ids, "vocab": vocab}
 
 
+class LayerDistillation:
+    """Stage II's layer-wise distillation (off by default): the stage-I teacher (``state``:
+    a :class:`MixedVocabMLM`'s weights) reads the student's pieces with its own specials
+    (:func:`as_teacher_specials`); student layer m, through a width map (``fits``, trained
+    with the student), matches teacher layer g(m) of the uniform map by MSE."""
+
+    def __init__(self, teacher_dir: Any, state: Mapping[str, torch.Tensor], vocab_size: int,
+                 student: Mapping[str, Any]) -> None:
+        from nas.distill.losses import FitMap, layer_map
+        from nas.hf import load_teacher_as_design
+
+        t_space, t_net = load_teacher_as_design(teacher_dir)
+        self.teacher = MixedVocabMLM(t_net, vocab_size, student["hidden_size"],
+                                     t_space.config["layer_norm_eps"])
+        self.teacher.load_state_dict(state)
+        self.teacher.eval().requires_grad_(False)
+        self.mapping = layer_map(student["num_hidden_layers"],
+                                 t_space.config["num_hidden_layers"])
+        self.fits = nn.ModuleList(FitMap(student["hidden_size"], t_space.config["hidden_size"])
+                                  for _ in self.mapping)
+
+    def loss(self, out: Any, batch: Mapping[str, torch.Tensor], segmenter: MixedSegmenter,
+             fits: nn.ModuleList) -> torch.Tensor:
+        """The summed MSE of the mapped layers (``out``: the student's, with its hidden
+        states; ``fits``: the width maps as the trained model holds them)."""
+        from nas.distill.losses import fit_mse
+
+        with torch.no_grad():
+            t = self.teacher.encode(as_teacher_specials(batch, segmenter)).records
+        return sum(fit_mse(out.records["hidden_states"][m], t["hidden_states"][g - 1], fits[m])
+                   for m, g in enumerate(self.mapping))
+
+
 @torch.no_grad()
 def bert_init(model: nn.Module, std: float = 0.02) -> None:
     """BERT's initialisation (HF ``BertPreTrainedModel._init_weights``): every matrix and
@@ -579,6 +613,21 @@ def export_labels(train: Any) -> tuple[list[str], dict[str, Any] | None]:
         "tags": list(train.tag_names)}
 
 
+def load_task_teacher(record: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``(space, model)`` of a task teacher's record: the joint teacher of a cache entry
+    (frozen, in eval mode) or the shared fine-tuned classifier."""
+    from nas.builder import build_child
+    from nas.distill.general import load_weights
+    from nas.hf import load_teacher_as_design
+
+    if record["kind"] != "joint":
+        return load_teacher_as_design(record["model_dir"])
+    space = bert_space(record["space"])
+    model = build_child(space)
+    load_weights(model, Path(record["weights"]))
+    return space, model.eval().requires_grad_(False)
+
+
 # ------------------------------------------------------- how a model reads the task
 
 
@@ -705,6 +754,27 @@ class ClassReader(TaskReader):
                                                    "soft": float(soft.detach())}
 
 
+def model_row(model: Any, space: Any, reader: TaskReader, dev: Any, report: Any,
+              report_split: str, max_seq_len: int, repeats: int
+              ) -> tuple[dict[str, Any], dict[int, dict[str, torch.Tensor]]]:
+    """``(row, latency inputs)``: a model's scores on ``dev`` (and on the report split when
+    it is not dev), parameters with the embedding table apart, FLOPs and batch-1/32
+    latency on the report split's median-length examples."""
+    from nas.cost import count_costs, measure_latency
+
+    counted = count_costs(space, None, max_seq_len)
+    inputs = reader.latency_batches(report)
+    row = {"dev": reader.score(model, list(reader.batches(dev)), dev.metric),
+           "params": counted.params,
+           "embedding_params": int(model.nodes["emb"].word_embeddings.weight.numel()),
+           "flops": counted.flops, "seq_len": counted.seq_len,
+           "latency": {f"batch{bs}": measure_latency(model, b, repeats=repeats).to_dict()
+                       for bs, b in inputs.items()}}
+    if report_split != "dev":  # SST-2: dev shares phrases with train, test does not
+        row[report_split] = reader.score(model, list(reader.batches(report)), report.metric)
+    return row, inputs
+
+
 def task_reader(train: Any, teacher_tokenizer: Any, student_tokenizer: Any | None,
                 max_seq_len: int) -> JointReader | ClassReader:
     """How a model reads ``train``'s task: with the student vocabulary
@@ -721,10 +791,10 @@ def task_reader(train: Any, teacher_tokenizer: Any, student_tokenizer: Any | Non
     return JointReader(segmenter, train.num_labels, train.tag_names)
 
 
-__all__ = ["IGNORE", "STUDENT", "TEACHER", "ClassReader", "JointReader", "MLMHead",
-           "MixedSegmenter", "MixedVocabMLM", "Segment", "StudentMLM", "TaskReader",
-           "as_teacher_specials", "attach_joint_targets", "batch_rng", "bert_init",
-           "bert_space", "copy_encoder", "evaluate_joint", "export_labels", "joint_loss",
-           "joint_space", "mask_tokens", "median_examples", "mlm_batches", "model_inputs",
-           "step_logger", "tagged_batches", "task_reader", "text_key", "unlabeled_texts",
-           "windows_key", "word_tag_logits", "word_windows"]
+__all__ = ["IGNORE", "STUDENT", "TEACHER", "ClassReader", "JointReader", "LayerDistillation",
+           "MLMHead", "MixedSegmenter", "MixedVocabMLM", "Segment", "StudentMLM", "TaskReader",
+           "as_teacher_specials", "attach_joint_targets", "batch_rng", "bert_init", "bert_space",
+           "copy_encoder", "evaluate_joint", "export_labels", "joint_loss", "joint_space",
+           "load_task_teacher", "mask_tokens", "median_examples", "mlm_batches", "model_inputs",
+           "model_row", "step_logger", "tagged_batches", "task_reader", "text_key",
+           "unlabeled_texts", "windows_key", "word_tag_logits", "word_windows"]
