@@ -4,19 +4,19 @@ embedding table, for classification and for sequence tagging (SNIPS intents and 
 
 The method's steps, in order (:meth:`MixedVocab.stages`); each is a call into shared parts:
 
-1. **data** — the task's train (a seeded subset when asked) and dev (a seeded subset:
-   SNIPS's dev file is sorted by intent) splits;
+1. **data** — train (a seeded subset when asked), dev (a seeded subset: SNIPS's dev is
+   sorted by intent), the report split, and their overlap with train (logged);
 2. **student vocabulary** — a ~5K WordPiece vocabulary trained on the unlabeled text
    with every printable ASCII character in it (:func:`nas.tokenization.train_student_vocab`),
    cached by its text and settings;
 3. **stage I** — the pre-trained teacher continues MLM on *mixed-segmented* text
-   (WikiText-2 plus the task's sentences): each word is cut by the student vocabulary with
-   probability p_SV = 0.5, else by the teacher's (:class:`nas.distill.mixedvocab.MixedSegmenter`,
-   a seeded draw per word, recorded); student pieces enter through student embeddings
-   (d_S) up-projected to d_T by a trainable affine map, and a masked piece is predicted
-   over the vocabulary that segmented it (:class:`nas.distill.mixedvocab.MixedVocabMLM`). The
-   MiniLM teacher has no MLM head: it starts from the tied input embeddings. Cached by
-   its settings, resumable, logged (MLM loss and accuracy per vocabulary);
+   (WikiText-2 plus the task's sentences; the pieces are in :mod:`nas.distill.mixedvocab`):
+   each word is cut by the student vocabulary with probability p_SV = 0.5, else by the
+   teacher's (``MixedSegmenter``, a seeded draw per word, recorded); student pieces enter
+   through student embeddings (d_S) up-projected to d_T by a trainable affine map, and a
+   masked piece is predicted over the vocabulary that segmented it (``MixedVocabMLM``).
+   The MiniLM teacher has no MLM head: it starts from the tied input embeddings. Cached
+   by its settings, resumable, logged (MLM loss and accuracy per vocabulary);
 4. **stage II** — the student (``mixedvocab``: L6 H256 A4 with the built vocabulary's
    size) starts from the stage-I student embeddings and continues with MLM on
    student-vocabulary input only; ``stage2.distill_layers: true`` adds layer-wise
@@ -25,7 +25,7 @@ The method's steps, in order (:meth:`MixedVocab.stages`); each is a call into sh
    task: for SNIPS a joint intent + slot head (cached here), for SST-2/MRPC the shared
    :func:`nas.teacher.finetune_teacher` (cached, shared with the other recipes);
 6. **task stage** — the student with the task head, trained on gold labels plus the
-   teacher's soft predictions (``task.alpha``; for tagging, per *word*: the teacher and
+   teacher's soft predictions (``task_stage.alpha``; for tagging, per *word*: the teacher and
    the student cut words differently, so their tag outputs are compared at each word's
    first piece);
 7. **evaluation** — intent accuracy and ``conlleval`` slot F1 (SNIPS), accuracy (and F1
@@ -41,9 +41,9 @@ instead of stage I) and ``student.vocabulary=teacher`` (the same body on the tea
 30K vocabulary: stages I skipped, stage II from random).
 
 Every stage starts from a seed derived from its own seed and name (:mod:`nas.seeding`);
-the cached stages (vocabulary, I, II, task teacher) have their own seeds because runs of
-every seed share them. A finished stage is never redone; ``--resume`` continues an
-unfinished one from its checkpoint.
+the cached stages (vocabulary, I, II, task teacher) have their own seeds: runs of every
+seed share them. A finished stage is never redone; ``--resume`` continues an unfinished
+one from its checkpoint.
 """
 
 from __future__ import annotations
@@ -245,6 +245,9 @@ class StudentSettings:
 
 @dataclass
 class MixedVocabConfig(MethodConfig):
+    """The shared fields (:class:`~recipes.common.MethodConfig`) and a section per step;
+    stage 5 reads ``teacher_task`` on a tagging task, ``teacher_finetune`` otherwise."""
+
     data: MixedVocabData = field(default_factory=MixedVocabData)
     text: TextSettings = field(default_factory=TextSettings)
     vocab: VocabSettings = field(default_factory=VocabSettings)
@@ -336,11 +339,9 @@ class MixedVocab(Recipe):
                 "evaluation": student.get("evaluation")}
 
     def snapshot(self, config: MethodConfig) -> dict[str, Any]:
-        """``config.yaml``; ``data`` without the shared keys that runs started before
-        :class:`MixedVocabData` did not record, while they keep their defaults (those runs
-        still resume)."""
-        values = super().snapshot(config)
-        defaults = asdict(MixedVocabData())
+        """``config.yaml``; ``data`` without the shared keys that older runs did not record,
+        while they keep this method's defaults (those runs still resume)."""
+        values, defaults = super().snapshot(config), asdict(MixedVocabData())
         values["data"] = {k: v for k, v in values["data"].items()
                           if k not in ("dev_subset", "val_fraction") or v != defaults[k]}
         return values
