@@ -14,7 +14,8 @@
   map and both heads train.
 * :class:`StudentMLM` — stage II: the student with an MLM head over its own vocabulary,
   on student-vocabulary input only; optionally distilled layer by layer from the stage-I
-  teacher reading the same student pieces (the recipe's switch, off by default).
+  teacher reading the same student pieces (:class:`LayerDistillation`, the recipe's
+  switch, off by default).
 
 The packaged MiniLM teacher has **no MLM head** (a sentence-embedding model ships encoder
 weights only, :func:`nas.teacher.load_mlm_head`). :class:`MLMHead` therefore starts from
@@ -26,7 +27,9 @@ The recipe's other parts that are not steps live here too: the unlabeled text an
 cache keys (:func:`unlabeled_texts`, :func:`word_windows`, :func:`text_key`), the MLM
 batch source (:func:`mlm_batches`), and how a model reads a task and is scored and
 distilled on it (:func:`task_reader`: a :class:`JointReader` for tagging — SNIPS's
-intent + slot head, tags compared at each word's first piece — or a :class:`ClassReader`).
+intent + slot head, tags compared at each word's first piece — or a :class:`ClassReader`),
+the task teacher's loading (:func:`load_task_teacher`) and a model's report row
+(:func:`model_row`).
 """
 
 from __future__ import annotations
