@@ -176,12 +176,13 @@ class TaskContext:
         self.prepare_batches()
         return self
 
-    def prepare_teacher(self) -> None:
-        """Stage 1: the teacher fine-tuned on the task (cached by its settings)."""
+    def prepare_teacher(self, number: int = 1) -> None:
+        """Stage 1 (``number``): the teacher fine-tuned on the task (cached by its
+        settings)."""
         from nas.teacher import finetune_teacher
 
         t0 = time.time()
-        self.stage(1, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+        self.stage(number, "teacher (fine-tuned on %s; cached by its settings)", self.task)
         seed_stage(self.seed, "teacher")
         self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
                                         config=self.cfg.finetune_config(),
@@ -190,14 +191,15 @@ class TaskContext:
                      from_cache=self.teacher.from_cache)
         self.seconds["teacher"] = round(time.time() - t0, 1)
 
-    def prepare_data(self) -> None:
-        """Stage 2: the training subset, dev (capped), the report split (``test`` where the
-        task has one), and their overlap with train (logged, warned above 5%)."""
+    def prepare_data(self, number: int = 2) -> None:
+        """Stage 2 (``number``): the training subset, dev (capped), the report split
+        (``test`` where the task has one), and their overlap with train (logged, warned
+        above 5%)."""
         from nas.data import load_task, report_split
         from nas.measure import overlap_counts
 
         d, data_dir = self.cfg.data, self.options.data_dir
-        self.stage(2, "data")
+        self.stage(number, "data")
         self.full_train = load_task(self.task, "train", data_dir)
         self.train = seeded_subset(self.full_train, d.max_train_examples, self.seed, "data",
                                    "data.max_train_examples")
@@ -426,8 +428,8 @@ class Recipe(Method):
             ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         metrics.update(self.stages(ctx))
         metrics.setdefault("metric", ctx.metric)
-        if getattr(ctx, "report", None) is not None:
-            metrics.setdefault("evaluation", ctx.evaluation())
+        if getattr(ctx, "report", None) is not None and "evaluation" not in metrics:
+            metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own
         # wall time of the stages this process ran (a resumed run shows what it redid)
         metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
         # merged with what is on disk now: stages of one run folder may run in separate

@@ -84,7 +84,7 @@ WORDS = "the unbelievable film premiered in 1998 , said adele".split()
 
 
 def test_all_teacher_or_all_student_segmentation_is_each_tokenizers_own(tokenizers):
-    from nas.mixedvocab import MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     for p, tok, specials, vocab in ((0.0, teacher, "teacher", 0), (1.0, student, "student", 1)):
@@ -98,7 +98,7 @@ def test_all_teacher_or_all_student_segmentation_is_each_tokenizers_own(tokenize
 
 
 def test_mixed_segmentation_draws_per_word_and_is_reproducible(tokenizers):
-    from nas.mixedvocab import TEACHER, MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import TEACHER, MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 512)
@@ -122,7 +122,7 @@ def test_mixed_segmentation_draws_per_word_and_is_reproducible(tokenizers):
 
 
 def test_sentences_are_cut_at_a_word_boundary_and_first_pieces_found(tokenizers):
-    from nas.mixedvocab import MixedSegmenter, batch_rng
+    from nas.distill.mixedvocab import MixedSegmenter, batch_rng
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 1.0, 8, specials="student")
@@ -140,7 +140,14 @@ def test_sentences_are_cut_at_a_word_boundary_and_first_pieces_found(tokenizers)
 
 
 def test_masking_uses_each_positions_own_vocabulary(tokenizers):
-    from nas.mixedvocab import IGNORE, STUDENT, TEACHER, MixedSegmenter, batch_rng, mask_tokens
+    from nas.distill.mixedvocab import (
+        IGNORE,
+        STUDENT,
+        TEACHER,
+        MixedSegmenter,
+        batch_rng,
+        mask_tokens,
+    )
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 512)
@@ -172,7 +179,7 @@ def _tiny_teacher(vocab: int = 60):
 
 
 def test_student_pieces_enter_up_projected_and_are_predicted_over_their_vocabulary():
-    from nas.mixedvocab import IGNORE, MixedVocabMLM, MLMHead
+    from nas.distill.mixedvocab import IGNORE, MixedVocabMLM, MLMHead
 
     torch.manual_seed(0)
     model = MixedVocabMLM(_tiny_teacher(), student_vocab_size=20, student_dim=8)
@@ -205,7 +212,7 @@ def test_bert_init_puts_every_table_at_berts_scale():
     """A built child's tables start at N(0, 1); a stage-I word table (std ~0.02) added to
     such position embeddings was erased by the LayerNorm after them (the student then
     learned nothing from its words). After bert_init every table is at BERT's scale."""
-    from nas.mixedvocab import bert_init
+    from nas.distill.mixedvocab import bert_init
 
     torch.manual_seed(0)
     model = _tiny_teacher(vocab=400)
@@ -224,13 +231,12 @@ def test_bert_init_puts_every_table_at_berts_scale():
 def test_mlm_batches_are_a_function_of_epoch_and_batch_index(tokenizers):
     """What makes a resumed stage exact: batch k of an epoch is the same whether the
     epoch starts at 0 or resumes at k (the Trainer restores the rest)."""
-    from nas.mixedvocab import MixedSegmenter
-    from recipes.mixedvocab import _mlm_batches, word_windows
+    from nas.distill.mixedvocab import MixedSegmenter, mlm_batches, word_windows
 
     teacher, student = tokenizers
     seg = MixedSegmenter(teacher, student, 0.5, 32)
     windows = word_windows([" ".join(WORDS)] * 9, 5)
-    batches, steps = _mlm_batches(seg, windows, 4, seed=3, mask_probability=0.15)
+    batches, steps = mlm_batches(seg, windows, 4, seed=3, mask_probability=0.15)
     assert steps == 5
     full = list(batches(1, 0))
     resumed = list(batches(1, 3))
@@ -316,7 +322,7 @@ def test_joint_remote_code_splits_the_head_and_scores_both_labels(tmp_path):
 
 
 def test_joint_loss_and_evaluation_read_each_words_first_piece():
-    from recipes.mixedvocab import evaluate_joint, joint_loss
+    from nas.distill.mixedvocab import evaluate_joint, joint_loss
 
     class Fixed(torch.nn.Module):
         def __init__(self, logits):
@@ -389,6 +395,43 @@ def test_layer_distillation_needs_the_student_vocabulary():
 
     with pytest.raises(ConfigError, match="distill_layers"):
         load_config(SMOKE, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
+
+
+def test_dev_is_capped_to_a_seeded_subset_and_old_snapshots_still_match():
+    """SNIPS's dev file is sorted by intent: the method's dev cap is a seeded sample. The
+    run folder's snapshot keeps the layout runs started before the shared data settings
+    wrote (their data keys only), so those runs still resume."""
+    from nas.methods import load_experiment
+
+    method, config = load_experiment(SMOKE)
+    assert config.data.dev_subset == "seeded"
+    snap = method.snapshot(config)
+    assert snap["data"] == {"max_train_examples": 64, "max_dev_examples": 32, "max_seq_len": 24}
+    assert snap["teacher_finetune"] == {}
+    method, config = load_experiment(SMOKE, ["data.dev_subset=head", "data.val_fraction=0.2"])
+    assert {"dev_subset": "head", "val_fraction": 0.2}.items() <= method.snapshot(config)[
+        "data"].items()
+
+
+def test_class_reader_batches_carry_the_teachers_logits_of_their_rows(tokenizers):
+    """The task stage's classification batches: every row once per epoch, each with its
+    own teacher logits, and batch k the same when an epoch resumes at k."""
+    from nas.distill.general import unlabeled
+    from nas.distill.mixedvocab import ClassReader
+
+    teacher, _ = tokenizers
+    data = unlabeled("t", [" ".join(WORDS[:k + 1]) for k in range(9)], "test")
+    targets = np.arange(9, dtype=np.float32)[:, None]
+    source = ClassReader(teacher, 16).train_batches(data, 4, seed=1, targets=targets)
+    full = list(source(0, 0))
+    assert sorted(i for b in full for i in b["index"].tolist()) == list(range(9))
+    for b in full:
+        assert torch.equal(b["t_logits"][:, 0], b["index"].float())
+    resumed = list(source(0, 1))
+    assert len(resumed) == len(full) - 1
+    assert all(torch.equal(a["input_ids"], b["input_ids"])
+               for a, b in zip(full[1:], resumed, strict=True))
+    assert [b["index"].tolist() for b in full] != [b["index"].tolist() for b in source(1, 0)]
 
 
 # ------------------------------------------------------------------ end to end
@@ -549,7 +592,7 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
 
     from safetensors.torch import load_file
 
-    import recipes.mixedvocab as recipe
+    import nas.distill.mixedvocab as mv
 
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
     # the same vocabulary as the unbroken run: the WordPiece trainer breaks count ties in
@@ -557,7 +600,7 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
     log = [json.loads(line) for line in (smoke_run / "log.jsonl").read_text().splitlines()]
     (vocab,) = [row for row in log if row["stage"] == "vocabulary"]
     shutil.copytree(vocab["dir"], tmp_path / "cache" / "mixedvocab" / Path(vocab["dir"]).name)
-    real = recipe._step_logger
+    real = mv.step_logger
 
     def interrupting(stage, every=50):
         log_step = real(stage, every)
@@ -568,13 +611,13 @@ def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_pat
             log_step(step, info)
         return after
 
-    monkeypatch.setattr(recipe, "_step_logger", interrupting)
+    monkeypatch.setattr(mv, "step_logger", interrupting)
     # the CLI turns Ctrl-C into a message and a non-zero exit
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "a"), "--no-progress"]) != 0
     (folder,) = (tmp_path / "cache" / "mixedvocab").glob("stage1-*")
     assert (folder / "checkpoint.safetensors").is_file()
     assert not (folder / "result.json").exists()
-    monkeypatch.setattr(recipe, "_step_logger", real)
+    monkeypatch.setattr(mv, "step_logger", real)
     assert main(["run", str(SMOKE), "--run-dir", str(tmp_path / "b"), "--no-progress"]) == 0
     assert not (folder / "checkpoint.safetensors").exists()
     (first,) = [row for row in log if row["stage"] == "stage1"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import typing
 from pathlib import Path
 
 import pytest
@@ -76,8 +77,8 @@ def test_every_registered_method_uses_the_shared_config_and_skeleton():
         method = METHODS.get(name)
         assert issubclass(method, Recipe), name
         assert issubclass(method.config_class, MethodConfig), name
-        hints = {f.name: f.type for f in dataclasses.fields(method.config_class)}
-        assert "DataSettings" in str(hints["data"]), name
+        hints = typing.get_type_hints(method.config_class)
+        assert issubclass(hints["data"], DataSettings), name
 
 
 def test_teacher_finetune_is_typed_and_checked_before_any_stage():
