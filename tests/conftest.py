@@ -34,14 +34,18 @@ class SmokeRuns:
     through ``nas run`` in this test run's cache; later calls return the same folder.
 
     Tests may add to the folder (a random baseline, a resume); ``metrics(name)`` is the
-    ``metrics.json`` as the smoke run itself wrote it."""
+    ``metrics.json`` as the smoke run itself wrote it. A run that failed fails every later
+    test that asks for it, without running again."""
 
     def __init__(self, factory: pytest.TempPathFactory) -> None:
         self._factory = factory
         self._dirs: dict[str, Path] = {}
         self._metrics: dict[str, dict] = {}
+        self._failed: dict[str, str] = {}
 
     def __call__(self, name: str) -> Path:
+        if name in self._failed:
+            pytest.fail(self._failed[name])
         if name not in self._dirs:
             import json
 
@@ -50,9 +54,13 @@ class SmokeRuns:
             from nas.cli import main
 
             path = smoke_file(name)
-            assert path.is_file(), f"{name} has no smoke experiment: add {path.name}"
+            if not path.is_file():
+                pytest.fail(f"{name} has no smoke experiment: add experiments/{path.name}")
             run_dir = self._factory.mktemp(f"{name}_smoke") / "run"
-            assert main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"]) == 0
+            code = main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"])
+            if code != 0:
+                self._failed[name] = f"nas run {path.name} ended with status {code}"
+                pytest.fail(self._failed[name])
             self._metrics[name] = json.loads((run_dir / "metrics.json").read_text())
             self._dirs[name] = run_dir
         return self._dirs[name]
