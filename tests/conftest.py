@@ -1,4 +1,5 @@
-"""Shared test set-up: point the engine at the shared data folder (never copied here)."""
+"""Shared test set-up: point the engine at the shared data folder (never copied here),
+give the whole test run one cache, and run each smoke experiment at most once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,68 @@ import pytest
 os.environ.setdefault(
     "NAS_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smoke_cache(tmp_path_factory: pytest.TempPathFactory):
+    """One ``NAS_CACHE_DIR`` for the whole test run, so each distinct teacher fine-tune (and
+    warm-up, general distillation, vocabulary ...) is computed once per run and shared by
+    every test: the smoke files use two teacher settings (adabert and lanas; efficientbert,
+    mobilebert and tinybert). It also keeps the user's own cache out of the tests. A test
+    about cold-cache behaviour points ``NAS_CACHE_DIR`` at a folder of its own (monkeypatch
+    restores this one afterwards)."""
+    path = tmp_path_factory.mktemp("nas_cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NAS_CACHE_DIR", str(path))
+    yield path
+    mp.undo()
+
+
+class SmokeRuns:
+    """``smoke_runs(name)``: the run folder of ``experiments/<name>_smoke.yaml`` run once
+    through ``nas run`` in this test run's cache; later calls return the same folder.
+
+    Tests may add to the folder (a random baseline, a resume); ``metrics(name)`` is the
+    ``metrics.json`` as the smoke run itself wrote it. A run that failed fails every later
+    test that asks for it, without running again."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self._factory = factory
+        self._dirs: dict[str, Path] = {}
+        self._metrics: dict[str, dict] = {}
+        self._failed: dict[str, str] = {}
+
+    def __call__(self, name: str) -> Path:
+        if name in self._failed:
+            pytest.fail(self._failed[name])
+        if name not in self._dirs:
+            import json
+
+            from smokes import smoke_file
+
+            from nas.cli import main
+
+            path = smoke_file(name)
+            if not path.is_file():
+                pytest.fail(f"{name} has no smoke experiment: add experiments/{path.name}")
+            run_dir = self._factory.mktemp(f"{name}_smoke") / "run"
+            code = main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"])
+            if code != 0:
+                self._failed[name] = f"nas run {path.name} ended with status {code}"
+                pytest.fail(self._failed[name])
+            self._metrics[name] = json.loads((run_dir / "metrics.json").read_text())
+            self._dirs[name] = run_dir
+        return self._dirs[name]
+
+    def metrics(self, name: str) -> dict:
+        self(name)
+        return self._metrics[name]
+
+
+@pytest.fixture(scope="session")
+def smoke_runs(smoke_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> SmokeRuns:
+    """Each smoke experiment run at most once per test run, shared by every module."""
+    return SmokeRuns(tmp_path_factory)
 
 
 def _make_tiny_teacher(path: Path, num_labels: int | None, mlm: bool = False) -> Path:

@@ -1,8 +1,12 @@
 """AdaBERT end to end on the smoke configuration: the pipeline through ``nas run``, the
-report, the random baseline as a multi-trial search, resume, and a pinned result.
+report, ``nas evaluate``, the ``hf`` export served by stock ``transformers``, and a pinned
+result; marked slow: the random baseline as a multi-trial search, the same result from a
+warm cache and after a resume, and the augmented retrain.
 
-The smoke run fine-tunes the packaged teacher on 256 SST-2 examples (cached in a
-temporary folder for this module), searches for one short epoch and retrains.
+The smoke run fine-tunes the packaged teacher on 256 SST-2 examples (in the test run's
+shared cache: the run is the session's ``smoke_runs("adabert")``, which
+tests/test_smokes.py checks against the results recorded from an empty cache), searches
+for one short epoch and retrains.
 """
 
 from __future__ import annotations
@@ -21,24 +25,15 @@ SMOKE = "experiments/adabert_smoke.yaml"
 SMOKE_ARCH_ID = "77217a7f967d"
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("NAS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
-
-
 def _run(*argv: str) -> int:
     return main(["run", SMOKE, "--no-progress", *argv])
 
 
 @pytest.fixture(scope="module")
-def cold_run(cache, tmp_path_factory):
-    """The smoke run through the CLI, with an empty teacher cache."""
-    run_dir = tmp_path_factory.mktemp("cold") / "run"
-    assert _run("--run-dir", str(run_dir)) == 0
-    return run_dir
+def cold_run(smoke_runs):
+    """The smoke run through the CLI (the session's; the first to fill the teacher cache
+    when this module runs first, as it does in a whole-suite run)."""
+    return smoke_runs("adabert")
 
 
 def _sha(path) -> str:
@@ -47,7 +42,7 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
+def test_smoke_pipeline_report_and_evaluate(cold_run, capsys):
     from nas.report import write_report
 
     run_dir = cold_run
@@ -59,7 +54,7 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
     assert 0.0 <= teacher["test"]["accuracy"] <= 1.0
     assert searched["params"] < teacher["params"] / 4
     derived = json.loads((run_dir / "derived_arch.json").read_text())
-    assert derived["choices"] == searched["arch"]
+    assert derived["choices"] == searched["arch"] and derived["id"] == SMOKE_ARCH_ID
     exported = json.loads((run_dir / "export" / "config.json").read_text())
     assert exported["architecture"]["choices"] == searched["arch"]
     assert exported["task"] == "sst2"
@@ -74,9 +69,19 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
     assert main(["evaluate", str(run_dir), "--json"]) == 0
     scored = json.loads(capsys.readouterr().out)
     assert scored["split"] == "test" and scored["metrics"] == searched["test"]
+    text, _ = write_report(run_dir)
+    assert "Scores on `test` (" in text and "| searched |" in text
+    assert all((run_dir / name).stat().st_size > 5000
+               for name in ("arch_distribution.png", "derived_cell.png"))
 
-    # the random baseline, a multi-trial search on Optuna: stopped after one trial, then
-    # continued (the finished trial is kept, not redone)
+
+@pytest.mark.slow
+def test_the_random_baseline_stops_continues_and_is_reported(cold_run, capsys):
+    """The random baseline, a multi-trial search on Optuna in the smoke run's folder:
+    stopped after one trial, then continued (the finished trial is kept, not redone)."""
+    from nas.report import write_report
+
+    run_dir = cold_run
     assert _run("--run-dir", str(run_dir), "--searcher", "random", "--n-trials", "1") == 0
     assert (run_dir / "trials" / "0" / "result.json").is_file()
     assert not (run_dir / "trials" / "1").exists()
@@ -90,10 +95,7 @@ def test_smoke_pipeline_report_evaluate_and_random_baseline(cold_run, capsys):
     assert [r["tag"] for r in metrics["random"]["runs"]] == ["random0", "random1"]
     assert "searched" in metrics  # the earlier stage's results are kept
     text, _ = write_report(run_dir)
-    assert "Scores on `test` (" in text and "| searched |" in text
-    assert "random baseline, test:" in text
-    assert all((run_dir / name).stat().st_size > 5000
-               for name in ("arch_distribution.png", "derived_cell.png"))
+    assert "random baseline, test:" in text and "| searched |" in text
 
 
 SERVE = """
@@ -124,7 +126,7 @@ def test_the_searched_model_serves_in_stock_transformers(cold_run, tmp_path, cap
         assert {d["label"]: d["score"] for d in scores} == pytest.approx(ours, abs=1e-5)
 
 
-def test_searchers_come_from_the_registry_and_the_method(cache, tmp_path, capsys):
+def test_searchers_come_from_the_registry_and_the_method(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["run", SMOKE, "--searcher", "grid"])
     assert exit_.value.code == 2 and "invalid choice: 'grid'" in capsys.readouterr().err
@@ -134,6 +136,7 @@ def test_searchers_come_from_the_registry_and_the_method(cache, tmp_path, capsys
     assert len(err.splitlines()) == 1 and "--n-trials needs a multi-trial searcher" in err
 
 
+@pytest.mark.slow
 def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, monkeypatch):
     """Per-stage seeds: the warm-cache run (teacher and probes from the cache) derives the
     cold run's architecture and retrains it to the same weights, bit for bit; so does a
@@ -170,6 +173,7 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
     assert AdaBert().search(resumed, "differentiable") == expected
 
 
+@pytest.mark.slow
 def test_an_augment_section_retrains_on_the_augmented_subset(cold_run, tmp_path):
     """Issue 12, item 3: ``--set augment.n=1`` doubles the retrain's data (each original,
     then its variant), scores every row with the probes, and leaves the search's data and

@@ -1,8 +1,11 @@
 """Same config and seed, same result: with a cold or a warm cache, and after a kill at
 any stage followed by ``--resume`` (the reliability issue's item 1).
 
-Slow (three smoke runs): ``python -m pytest -m slow tests/test_determinism.py``. The
-default run covers the cold/warm and search-resume cases in test_adabert_e2e.py.
+Slow (three smoke runs): ``python -m pytest -m slow tests/test_determinism.py``. In the
+default run, tests/test_smokes.py requires every method's smoke run, in the test run's
+shared (partly warm) cache, to give the results recorded from an empty cache, and
+tests/test_lanas_smoke.py a stopped and continued search to give its straight run's; the
+warm-cache and search-resume cases of AdaBERT are in test_adabert_e2e.py (slow too).
 """
 
 from __future__ import annotations

@@ -214,13 +214,9 @@ def test_a_space_that_does_not_fit_the_teacher_fails_before_any_stage(tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("NAS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    assert main(["run", str(SMOKE), "--run-dir", str(run_dir), "--no-progress"]) == 0
-    yield run_dir
-    mp.undo()
+def smoke_run(smoke_runs):
+    """The session's smoke run (the first warm-up of its settings)."""
+    return smoke_runs("efficientbert")
 
 
 def test_smoke_run_searches_in_three_stages_retrains_reports_and_exports(smoke_run, capsys):
@@ -356,6 +352,7 @@ def test_the_cached_teacher_gives_the_teachers_states_in_fp16(tiny_teacher, tmp_
     assert cached.misses == 2 and "attention_scores" not in other.records
 
 
+@pytest.mark.slow
 def test_the_proxy_noise_script_scores_one_architecture_per_seed(smoke_run, monkeypatch, capsys):
     """experiments/efficientbert_proxy_noise.py: a score per seed, then mean and sd; the
     same seed gives the same score in a new evaluator (the warm-up comes from the cache);

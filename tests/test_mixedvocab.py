@@ -17,7 +17,6 @@ from nas.tagging import first_piece_positions, iob_spans, slot_spans, span_f1
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "mixedvocab_smoke.yaml"
-EXPERIMENTS = sorted((ROOT / "experiments").glob("mixedvocab_*.yaml"))
 
 
 # --------------------------------------------------------------- conlleval span F1
@@ -357,14 +356,6 @@ def test_joint_loss_and_evaluation_read_each_words_first_piece():
 # ----------------------------------------------------------------- experiments
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
-def test_experiments_parse(path):
-    from recipes.mixedvocab import load_config
-
-    config = load_config(path)
-    assert config.name == path.stem
-
-
 def test_the_full_student_is_l6_h256_with_6_2m_parameters_on_the_papers_vocabulary():
     from nas.cost import count_costs
     from recipes.mixedvocab import load_config
@@ -438,13 +429,8 @@ def test_class_reader_batches_carry_the_teachers_logits_of_their_rows(tokenizers
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("NAS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    assert main(["run", str(SMOKE), "--run-dir", str(run_dir), "--no-progress"]) == 0
-    yield run_dir
-    mp.undo()
+def smoke_run(smoke_runs):
+    return smoke_runs("mixedvocab")
 
 
 def test_smoke_run_report_export_and_predict(smoke_run, capsys):
@@ -584,6 +570,7 @@ def test_the_classification_path_on_mrpc(smoke_run, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["label"] in config["labels"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_stage_one_resumes_to_the_same_weights(smoke_run, tmp_path,
                                                               monkeypatch):
     """Stage I killed after step 3 (its checkpoint is from step 2) and started again

@@ -1,5 +1,5 @@
 """Your own data (issue 19): files and mappings as tasks, their errors, ``--set``, and the
-worked example of ``docs/own_data.md`` run from the command line."""
+worked example of ``docs/own_data.md`` run from the command line (slow)."""
 
 from __future__ import annotations
 
@@ -331,6 +331,7 @@ def test_teacher_finetune_takes_a_file(tmp_path, tiny_teacher, capsys, monkeypat
     assert result["dev_examples"] == 2
 
 
+@pytest.mark.slow
 def test_the_worked_example_runs_from_the_command_line(tmp_path, monkeypatch, capsys):
     """docs/own_data.md, command by command, on the shipped CSV: search, report, predict."""
     import csv

@@ -19,11 +19,10 @@ from nas.distill.losses import layer_map, soft_cross_entropy
 from nas.distill.tinybert import FitMaps, Terms, intermediate_loss, prediction_loss
 from nas.errors import NasError
 from nas.network import ModelOutput
-from recipes.tinybert import TinyBert, TinyBertConfig, load_config
+from recipes.tinybert import TinyBert, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "tinybert_smoke.yaml"
-EXPERIMENTS = sorted((ROOT / "experiments").glob("tinybert_*.yaml"))
 
 
 # ------------------------------------------------------------------- layer mapping
@@ -180,12 +179,6 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
 # --------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
-def test_experiments_parse(path):
-    config = load_config(path)
-    assert isinstance(config, TinyBertConfig) and config.name == path.stem
-
-
 def test_sst2_teacher_is_the_adabert_runs_teacher():
     """The same fine-tune settings give the same cache key: one teacher for both."""
     from recipes.adabert import load_config as adabert_config
@@ -259,18 +252,9 @@ def test_tinybert_searches_nothing(capsys):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("NAS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def smoke_run(cache, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    assert main(["run", str(SMOKE), "--run-dir", str(run_dir), "--no-progress"]) == 0
-    return run_dir
+def smoke_run(smoke_runs):
+    """The session's smoke run (the first general distillation of its settings)."""
+    return smoke_runs("tinybert")
 
 
 def test_smoke_run_report_evaluate_and_exports(smoke_run, capsys):
@@ -323,6 +307,7 @@ def test_smoke_run_report_evaluate_and_exports(smoke_run, capsys):
                                             for i in hf_logits.argmax(-1)]
 
 
+@pytest.mark.slow
 def test_an_ablation_arm_reuses_the_general_distillation(smoke_run, tmp_path):
     """Another seed, no attention loss, gold labels for the prediction layer, no
     augmentation: the general-distilled student comes from the cache (it has its own

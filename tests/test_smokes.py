@@ -1,0 +1,62 @@
+"""Every registered method's smoke experiment reproduces its recorded results exactly.
+
+The guard for refactors (issue 26, item 0): ``experiments/<method>_smoke.yaml`` carries
+the metrics its seed gave when recorded (``# expected:`` lines, format in
+``tests/smokes.py``); the run here (shared with the method's own end-to-end tests through
+the ``smoke_runs`` fixture) must give the same numbers, to the last digit. A change that
+moves them on purpose re-records the block and says why in its commit.
+"""
+
+from __future__ import annotations
+
+import pytest
+from smokes import EXPERIMENTS, headline, lookup, read_expected, smoke_file
+
+from nas.methods import METHODS
+
+
+def test_the_format_round_trips(tmp_path):
+    """What ``record`` writes, ``read_expected`` reads back to the same values."""
+    import json
+
+    from smokes import record
+
+    metrics = {"evaluation": {"examples": 9}, "teacher": {"dev": {"accuracy": 0.1 + 0.2},
+                                                          "params": 7, "latency": {"ms": 1.5}},
+               "random": {"runs": [{"test": {"f1": 1 / 3}, "params": 5, "flag": True}]}}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    smoke = tmp_path / "x_smoke.yaml"
+    smoke.write_text("# a header\nmethod: x\n# not the header\n")
+    record(tmp_path, smoke, "abc1234", width=40)
+    expected = read_expected(smoke)
+    assert expected == {"teacher.dev.accuracy": 0.1 + 0.2, "teacher.params": 7,
+                        "random.runs.0.test.f1": 1 / 3, "random.runs.0.params": 5}
+    assert expected == headline(metrics)
+    assert all(lookup(metrics, k) == v for k, v in expected.items())
+    assert smoke.read_text().endswith("method: x\n# not the header\n")
+    record(tmp_path, smoke, "def5678")  # re-recording replaces the block
+    assert smoke.read_text().count("# expected (") == 1 and read_expected(smoke) == expected
+    with pytest.raises(KeyError, match="teacher.test.accuracy"):
+        lookup(metrics, "teacher.test.accuracy")
+
+
+def test_every_smoke_file_has_a_recorded_block():
+    for path in sorted(EXPERIMENTS.glob("*_smoke.yaml")):
+        assert read_expected(path), f"{path.name} records no results: see tests/smokes.py"
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_the_smoke_run_reproduces_the_recorded_metrics(method, smoke_runs):
+    path = smoke_file(method)
+    assert path.is_file(), (f"method {method!r} has no smoke experiment: add "
+                            f"experiments/{path.name} and record its results (tests/smokes.py)")
+    expected = read_expected(path)
+    assert expected, f"{path.name} records no results: see tests/smokes.py"
+    metrics = smoke_runs.metrics(method)
+    got = {}
+    for key in expected:
+        try:
+            got[key] = lookup(metrics, key)
+        except KeyError as missing:
+            got[key] = f"missing: {missing}"
+    assert got == expected
