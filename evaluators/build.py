@@ -29,6 +29,7 @@ warmup-kd             ``space``, ``supernet``, ``task_batches``, ``task_steps_pe
 progressive-transfer  ``space``, ``teacher``, ``batches``, ``steps_per_epoch``,
                       ``logits``; ``test_batches``, ``init``, ``seed``, ``workdir``,
                       ``latency_repeats``, ``progress``
+inherited             ``space``, ``supernet`` (trained weight-sharing network)
 ====================  ===================================================================
 
 A training evaluator's parts other than ``space`` and the run options are fields of its

@@ -51,6 +51,16 @@ class InheritedEvaluator(Evaluator):
         self.objectives = (Objective(f"val_{'+'.join(metric_parts(task.metric))}",
                                      "maximize"),)
 
+    @classmethod
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+                      supernet: Any) -> InheritedEvaluator:
+        """Built by name (:func:`evaluators.build.build_evaluator`): no settings; the
+        parts are the space and its trained ``supernet``."""
+        return cls(space, InheritedTask(supernet=supernet, val_batches=data.val_batches,
+                                        metric=data.metric,
+                                        latency_batches=data.latency_batches,
+                                        seq_len=data.seq_len))
+
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
         from evaluators.costs import counted_costs
         from nas.builder import extract_child

@@ -333,14 +333,6 @@ class MixedVocab(Recipe):
         return {"searched": student, "teacher": student.get("teacher"),
                 "evaluation": student.get("evaluation")}
 
-    def snapshot(self, config: MethodConfig) -> dict[str, Any]:
-        """``config.yaml``; ``data`` without the shared keys that older runs did not record,
-        while they keep this method's defaults (those runs still resume)."""
-        values, defaults = super().snapshot(config), asdict(MixedVocabData())
-        values["data"] = {k: v for k, v in values["data"].items()
-                          if k not in ("dev_subset", "val_fraction") or v != defaults[k]}
-        return values
-
     # -- stage 2 ---------------------------------------------------------------------
     def vocabulary(self, ctx: MixedVocabContext) -> dict[str, Any]:
         """The student vocabulary folder (cached), or the teacher's for the ablation."""

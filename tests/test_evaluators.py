@@ -274,6 +274,7 @@ BY_NAME = {
     "progressive-transfer": ({"transfer_settings": {"lr": 1e-3},
                               "prediction_settings": {"epochs": 2, "lr": 1e-3}},
                              _training_parts),
+    "inherited": (None, lambda ev: {"space": ev.space, "supernet": ev.task.supernet}),
 }
 
 

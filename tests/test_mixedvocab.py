@@ -388,20 +388,16 @@ def test_layer_distillation_needs_the_student_vocabulary():
         load_config(SMOKE, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
 
 
-def test_dev_is_capped_to_a_seeded_subset_and_old_snapshots_still_match():
-    """SNIPS's dev file is sorted by intent: the method's dev cap is a seeded sample. The
-    run folder's snapshot keeps the layout runs started before the shared data settings
-    wrote (their data keys only), so those runs still resume."""
+def test_dev_is_capped_to_a_seeded_subset_by_default():
+    """SNIPS's dev file is sorted by intent: the method's dev cap is a seeded sample; the
+    run folder's snapshot records it (and every other setting)."""
     from nas.methods import load_experiment
 
     method, config = load_experiment(SMOKE)
     assert config.data.dev_subset == "seeded"
-    snap = method.snapshot(config)
-    assert snap["data"] == {"max_train_examples": 64, "max_dev_examples": 32, "max_seq_len": 24}
-    assert snap["teacher_finetune"] == {}
-    method, config = load_experiment(SMOKE, ["data.dev_subset=head", "data.val_fraction=0.2"])
-    assert {"dev_subset": "head", "val_fraction": 0.2}.items() <= method.snapshot(config)[
-        "data"].items()
+    assert method.snapshot(config)["data"]["dev_subset"] == "seeded"
+    method, config = load_experiment(SMOKE, ["data.dev_subset=head"])
+    assert method.snapshot(config)["data"]["dev_subset"] == "head"
 
 
 def test_class_reader_batches_carry_the_teachers_logits_of_their_rows(tokenizers):
