@@ -57,16 +57,7 @@ from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
-from recipes.common import (
-    MethodConfig,
-    Recipe,
-    TaskContext,
-    load_typed,
-    report_reference,
-    run_study_stage,
-    seeded_subset,
-    worker_options,
-)
+from recipes.common import MethodConfig, Recipe, TaskContext, load_typed, report_reference
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -347,6 +338,8 @@ class MobileBert(Recipe):
         """The grid search: every trial is this recipe's transfer on a reduced budget."""
         from functools import partial
 
+        from recipes.common import run_study_stage
+
         cfg = ctx.cfg
         space = cfg.student.build_space(ctx.train.num_labels, cfg.search.choices)
         ctx.stage(3, "%s grid search over %s (%d architectures), each trial a %s transfer on "
@@ -501,6 +494,7 @@ def _shape_line(v: dict[str, Any]) -> str:
 def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
     """The study's evaluator: this recipe's transfer on the search subset, plus the cost
     objectives ``multi_trial`` asks for."""
+    from recipes.common import seeded_subset
     from searchers.loop import study_evaluator
 
     cfg = ctx.cfg
@@ -516,6 +510,8 @@ def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
 def _search_parts(config: MobileBertConfig, options: Any, searcher: str) -> tuple[Any, Any]:
     """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
     caches, in the run folder the first process holds."""
+    from recipes.common import worker_options
+
     options = worker_options(options)
     ctx = MobileBertContext(config, RunDir(options.run_dir), options).prepare()
     space = config.student.build_space(ctx.train.num_labels, config.search.choices)

@@ -47,21 +47,19 @@ import torch
 from torch.nn import functional as F
 
 from nas.augment import AugmentSettings
-from nas.cache import cached_entry, load_weights, save_weights, settings_key
+from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
-from nas.distill.general import TextDistillSettings, seeded_batches, text_corpus, token_lengths
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.task import PredictionSettings, evaluate_student, export_student
+from nas.distill.tinybert import GeneralSettings, general_distillation, initial_student
 from nas.methods import register_method
 from nas.seeding import seed_stage
-from nas.train import TrainSettings, loop_settings
+from nas.train import TrainSettings
 from recipes.common import MethodConfig, Recipe, TaskContext, load_typed
 
 log = logging.getLogger("nas.tinybert")
 
 LAYER_MAPPINGS = ("uniform", "top", "bottom")
-#: Bump when general distillation changes, so that cached students are not reused.
-GENERAL_VERSION = 1
 
 
 # ---------------------------------------------------------------------------- config
@@ -111,17 +109,6 @@ class LossSettings:
 
 
 @dataclass
-class GeneralSettings(TextDistillSettings):
-    """General distillation (TinyBERT §3.2) on unlabeled text; ``enabled: false`` skips
-    it (the ablation)."""
-
-    no_text = "general distillation needs text"
-
-    enabled: bool = True
-    checkpoint_every: int = 200
-
-
-@dataclass
 class IntermediateSettings(TrainSettings):
     """Task distillation of the intermediate layers (the shared loop's settings)."""
 
@@ -159,97 +146,6 @@ class TinyBertConfig(MethodConfig):
 def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
     """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
     return load_typed(path, TinyBert, overrides)
-
-
-# ------------------------------------------------------------- general distillation
-
-
-def general_distillation(cfg: TinyBertConfig, space: Any, task_train: Any,
-                         data_dir: str | None, progress: bool) -> tuple[Path, dict[str, Any]]:
-    """Stage 3: the general-distilled student (with its width maps), cached.
-
-    Returns the weights file (a :class:`~nas.distill.tinybert.DistillStudent` state) and
-    the result record. The cache key hashes the pre-trained teacher's identity, the
-    student's shape and initialisation, the text and the settings; a finished entry is
-    found again without loading anything, an interrupted one resumes from its checkpoint.
-    """
-    from nas.cache import cache_root
-    from nas.teacher import resolve_teacher, teacher_identity
-    from nas.tokenization import load_tokenizer
-
-    g = cfg.general
-    tokenizer = load_tokenizer(resolve_teacher(cfg.teacher))  # the pre-trained teacher's
-    corpus = text_corpus(tokenizer, task=cfg.task, task_train=task_train, corpus=g.corpus,
-                         splits=g.corpus_splits, task_sentences=g.task_sentences,
-                         max_texts=g.max_texts, max_seq_len=g.max_seq_len, seed=g.seed,
-                         data_dir=data_dir)
-    teacher_id = teacher_identity(cfg.teacher)
-    settings = {k: v for k, v in asdict(g).items() if k != "enabled"}
-    key = settings_key(
-        teacher=teacher_id, space=cfg.student.space, student=space.config,
-        init=cfg.student.init, text=corpus.fingerprint, settings=settings,
-        layer_mapping=cfg.layer_mapping, version=GENERAL_VERSION)
-    folder = cache_root() / "general" / f"{cfg.student.space}-{key}"
-    record, _ = cached_entry(folder, "stage 3/8: general distillation", lambda: _general_train(
-        cfg, space, corpus, tokenizer, folder, key, teacher_id, settings, progress))
-    return folder / "student.safetensors", record
-
-
-def _general_train(cfg: TinyBertConfig, space: Any, corpus: Any, tokenizer: Any,
-                   folder: Path, key: str, teacher_id: str, settings: dict[str, Any],
-                   progress: bool) -> dict[str, Any]:
-    """The training of stage 3 (see :func:`general_distillation`); returns the record."""
-    from nas.distill.losses import layer_map
-    from nas.distill.tinybert import DistillStudent, Terms, intermediate_loss
-    from nas.hf import load_teacher_as_design
-    from nas.teacher import resolve_teacher
-    from nas.train import Trainer
-
-    g = cfg.general
-    seed_stage(g.seed, "general")
-    teacher_space, teacher = load_teacher_as_design(resolve_teacher(cfg.teacher))
-    model = _initial_student(cfg, space, teacher_space.config["hidden_size"])
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    mapping = layer_map(space.config["num_hidden_layers"],
-                        teacher_space.config["num_hidden_layers"], cfg.layer_mapping)
-    terms = Terms()
-    lengths = token_lengths(tokenizer, corpus, g.max_seq_len)
-    steps_per_epoch = -(-len(corpus) // g.batch_size)
-
-    def loss(net: DistillStudent, batch: dict[str, torch.Tensor]) -> Any:
-        with torch.no_grad():
-            t = teacher(batch, record=terms.records)
-        return intermediate_loss(net(batch, terms.records), t, model.fits, mapping, terms)
-
-    log.info("stage 3/8: general distillation on %d texts (%s), %d steps per epoch",
-             len(corpus), corpus.sources[0], steps_per_epoch)
-    result = Trainer(model, loop_settings(g),
-                     seeded_batches(corpus, tokenizer, g.batch_size, g.max_seq_len, g.seed,
-                                    "general", lengths),
-                     steps_per_epoch, loss, checkpoint=folder / "checkpoint.safetensors",
-                     progress=progress, desc="general distillation").fit()
-    save_weights(model, folder / "student.safetensors")
-    return {"key": key, "teacher": resolve_teacher(cfg.teacher), "teacher_id": teacher_id,
-            "texts": len(corpus), "tokens": int(lengths.sum()), "source": corpus.sources[0],
-            "steps": result.steps, "train_seconds": round(result.seconds, 1),
-            "history": result.history, "mapping": mapping, "settings": settings}
-
-
-def _initial_student(cfg: TinyBertConfig, space: Any, teacher_dim: int,
-                     pca_init: bool = True) -> Any:
-    """A fresh student with its width maps (call after seeding the stage); with
-    ``pca_init`` and ``student.init: teacher-pca``, word embeddings from the pre-trained
-    teacher's principal components."""
-    from nas.builder import build_child
-    from nas.distill.init import init_embeddings, teacher_embedding_init
-    from nas.distill.tinybert import DistillStudent
-
-    student = build_child(space)
-    if pca_init and cfg.student.init == "teacher-pca":
-        init_embeddings(student, teacher_embedding_init(cfg.teacher,
-                                                        space.config["hidden_size"]))
-    return DistillStudent(student, space.config["hidden_size"], teacher_dim)
 
 
 # --------------------------------------------------------------------- the context
@@ -324,8 +220,11 @@ class TinyBert(Recipe):
         if not ctx.cfg.general.enabled:
             ctx.stage(3, "general distillation off (general.enabled=false)")
             return {"enabled": False}
-        weights, record = general_distillation(ctx.cfg, ctx.space, ctx.full_train,
-                                               ctx.options.data_dir, ctx.progress)
+        cfg = ctx.cfg
+        weights, record = general_distillation(
+            cfg.general, teacher=cfg.teacher, space=ctx.space, space_name=cfg.student.space,
+            init=cfg.student.init, layer_mapping=cfg.layer_mapping, task=cfg.task,
+            task_train=ctx.full_train, data_dir=ctx.options.data_dir, progress=ctx.progress)
         ctx.run.log("general", **{k: v for k, v in record.items() if k != "history"})
         return {"enabled": True, "weights": str(weights), **record}
 
@@ -357,11 +256,11 @@ class TinyBert(Recipe):
         teacher_space, teacher = ctx.task_teacher()
         teacher_dim = teacher_space.config["hidden_size"]
         if general.get("enabled"):
-            model = _initial_student(cfg, ctx.space, teacher_dim, pca_init=False)
+            model = initial_student(ctx.space, teacher_dim)
             load_weights(model, Path(general["weights"]))
         else:
             seed_stage(cfg.seed, "student-init")
-            model = _initial_student(cfg, ctx.space, teacher_dim)
+            model = initial_student(ctx.space, teacher_dim, cfg.teacher, cfg.student.init)
         terms = cfg.losses.terms()
         if not terms.any:
             ctx.stage(5, "intermediate-layer distillation off (no intermediate loss)")
@@ -387,11 +286,10 @@ class TinyBert(Recipe):
         from nas.distill.tinybert import prediction_loss
         from nas.evaluate import classify
 
-        cfg, s, out = ctx.cfg, ctx.cfg.prediction, ctx.run.path / "student.safetensors"
+        s, out = ctx.cfg.prediction, ctx.run.path / "student.safetensors"
         if out.is_file():
             return
-        model = _initial_student(cfg, ctx.space, ctx.task_teacher()[0].config["hidden_size"],
-                                 pca_init=False)
+        model = initial_student(ctx.space, ctx.task_teacher()[0].config["hidden_size"])
         load_weights(model, ctx.run.path / "after_intermediate.safetensors")
         student = model.student
         logits = ctx.teacher_logits(data) if s.distill else None
@@ -475,5 +373,4 @@ class TinyBert(Recipe):
         return lines, []
 
 
-__all__ = ["TinyBert", "TinyBertConfig", "general_distillation", "load_config",
-           "token_lengths"]
+__all__ = ["TinyBert", "TinyBertConfig", "load_config"]
