@@ -10,6 +10,8 @@ inputs, not for the shortest one), on the threads the process was given.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -102,6 +104,27 @@ def cached_teacher_costs(run: Any, teacher: Any, num_labels: int, *, report_spli
     return costs
 
 
+def _cached_overlap(train: Any, data: Any, count: Any) -> Any:
+    """:func:`~nas.data.overlap.text_overlap` of two splits, cached by their content
+    fingerprints (the n-grams of a 67k-sentence training set take seconds, and every
+    run of a task counts the same pair again)."""
+    from nas.cache import cache_root, json_key
+    from nas.checkpoint import atomic_write_json
+    from nas.data.overlap import Overlap
+
+    if not (train.fingerprint and data.fingerprint):
+        return count()
+    path = cache_root() / "overlap" / f"{json_key([train.fingerprint, data.fingerprint])}.json"
+    try:
+        return Overlap(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass  # absent or unreadable: count again and rewrite it
+    overlap = count()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, dataclasses.asdict(overlap))
+    return overlap
+
+
 def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[str, Any]:
     """For each ``name → TaskData`` of ``evaluated``: how many of its texts overlap the
     training texts (exactly, or by a shared phrase); warns when more than 5% do."""
@@ -112,7 +135,8 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
 
     found = {}
     for name, data in evaluated.items():
-        overlap = text_overlap(texts(train), texts(data))
+        overlap = _cached_overlap(train, data, lambda d=data: text_overlap(texts(train),
+                                                                         texts(d)))
         found[name] = {"examples": overlap.examples, "exact": overlap.exact,
                        "shared_phrase": overlap.shared_phrase, "min_words": overlap.min_words}
         if overlap.fraction > 0.05:

@@ -139,7 +139,10 @@ MODEL_OPTIONS = {"tpe": {"n_startup_trials": 0}, "gp": {"n_startup_trials": 0},
 #: searchers whose sampler proposes all of a trial's parameters at once (sample_relative);
 #: random draws each alone, NSGA-II's first generation too. A new searcher that samples
 #: relatively belongs here.
-RELATIVE = [n for n in ("tpe", "gp", "lanas") if n in MULTI_TRIAL]
+#: GP's cases run in the slow suite: its ask is the slowest (about 1 s each, 10 s in all);
+#: its basic cases and the study-level contract stay in the default run
+RELATIVE = [pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n
+            for n in ("tpe", "gp", "lanas") if n in MULTI_TRIAL]
 MULTI_OBJECTIVE = [n for n in MULTI_TRIAL if SEARCHERS.get(n).multi_objective]
 SINGLE_ONLY = [n for n in MULTI_TRIAL if not SEARCHERS.get(n).multi_objective]
 INTEGERS = [IntDistribution(3, 10), IntDistribution(1, 100, log=True),
