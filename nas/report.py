@@ -122,6 +122,12 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
                   f"forward pass of the {where}, one CPU thread, padded to the batch's longest "
                   f"({', '.join(map(str, sorted(seq)))} tokens)."]
+    env = metrics.get("environment")
+    if env:  # runs made before it was recorded have none
+        lines.append(f"Measured at commit {(env.get('commit') or 'unknown')[:12]} (engine "
+                     f"{env.get('engine')}, torch {env.get('torch')}, transformers "
+                     f"{env.get('transformers')}), training on {env.get('threads')} torch "
+                     "thread(s).")
     return lines
 
 

@@ -432,6 +432,7 @@ class Recipe(Method):
             metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own
         # wall time of the stages this process ran (a resumed run shows what it redid)
         metrics["wall_seconds"] = {**ctx.seconds, "total": round(time.time() - started, 1)}
+        metrics["environment"] = environment()
         # merged with what is on disk now: stages of one run folder may run in separate
         # processes (AdaBERT's searched and random arms) and finish in either order
         run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})
@@ -475,6 +476,28 @@ class Recipe(Method):
         """The method's steps after stages 1–2, in its paper's order; returns the metrics
         they add to ``metrics.json`` (``searched``: the method's model)."""
         raise NotImplementedError
+
+
+def environment() -> dict[str, Any]:
+    """What a recorded result depends on besides its configuration: the engine's commit
+    (``None`` outside a git checkout) and version, the libraries' versions and the number
+    of torch threads. Float sums reduce in another order with more threads, so a small
+    model's score can move with the thread count (MobileBERT's smoke arm: dev 0.5 at one
+    thread, 0.53125 at two): compare results measured at the same count."""
+    import subprocess
+
+    import transformers
+
+    import nas
+
+    try:  # the checkout this engine runs from; no shell, a fixed command
+        commit = subprocess.run(["git", "rev-parse", "HEAD"],  # noqa: S603, S607
+                                cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"commit": commit, "engine": nas.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "threads": torch.get_num_threads()}
 
 
 # ------------------------------------------------------------ the multi-trial stage

@@ -55,6 +55,9 @@ def test_a_new_method_needs_only_its_fields_and_stages(tiny_teacher, tmp_path, m
                                    "greeting": "hi, 1 dev batches"}
     assert metrics["teacher"]["params"] > 0 and metrics["metric"] == "accuracy"
     assert metrics["evaluation"]["split"] == "test" and "count" in metrics["wall_seconds"]
+    env = metrics["environment"]  # what the result depends on besides its configuration
+    assert env["threads"] >= 1 and env["torch"] and (env["commit"] is None
+                                                     or len(env["commit"]) == 40)
     on_disk = json.loads((run_dir / "metrics.json").read_text())
     assert on_disk["searched"] == metrics["searched"]
     stages = [json.loads(line)["stage"] for line in (run_dir / "log.jsonl").read_text()
