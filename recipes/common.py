@@ -26,7 +26,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -561,11 +561,6 @@ def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
                         "params": teacher["params"], "flops": teacher["flops"]}}
 
 
-def config_fields(cls: type) -> list[str]:
-    """The field names of a configuration dataclass (for messages and tests)."""
-    return [f.name for f in fields(cls)]
-
-
 __all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",
-           "config_fields", "load_typed", "report_reference", "run_study_stage",
+           "load_typed", "report_reference", "run_study_stage",
            "seeded_subset", "snapshot", "worker_options"]
