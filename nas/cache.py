@@ -111,5 +111,113 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
     module.load_state_dict(load_file(str(path)))
 
 
-__all__ = ["CACHE_ENV", "cache_root", "cached_entry", "exclusive", "json_key", "load_weights",
+# ---------------------------------------------------------------------------
+# listing and clearing (``nas cache list|clear``)
+# ---------------------------------------------------------------------------
+
+
+def cache_kinds(root: Path) -> list[str]:
+    """The kinds of entry in the cache: the root's folders (teachers, outputs, augment,
+    general, warmup, mixedvocab, latency, overlap, …), sorted; none when it is missing."""
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def _walk(path: Path) -> Iterator[os.stat_result]:
+    """The stats of ``path`` and, for a folder, of everything under it (links not followed)."""
+    yield path.lstat()
+    if path.is_dir() and not path.is_symlink():
+        for dirpath, dirnames, filenames in os.walk(path):
+            for name in dirnames + filenames:
+                with contextlib.suppress(OSError):  # removed meanwhile
+                    yield os.lstat(os.path.join(dirpath, name))
+
+
+def entry_stats(path: Path) -> tuple[int, float]:
+    """``(bytes, newest modification time)`` of a cache entry, file or folder."""
+    stats = list(_walk(path))
+    return sum(s.st_size for s in stats), max(s.st_mtime for s in stats)
+
+
+def cache_usage(root: Path) -> list[dict[str, Any]]:
+    """One row per kind: ``kind``, ``entries`` (the folder's items), ``bytes``, ``newest``
+    (modification time, seconds since the epoch; ``None`` for an empty kind)."""
+    rows = []
+    for kind in cache_kinds(root):
+        stats = [entry_stats(p) for p in _entries(root / kind)]
+        rows.append({"kind": kind, "entries": len(stats), "bytes": sum(s for s, _ in stats),
+                     "newest": max((t for _, t in stats), default=None)})
+    return rows
+
+
+def _busy(entry: Path) -> bool:
+    """Whether another process holds the one-writer lock (:func:`exclusive`) of ``entry``:
+    removing it under that writer would let a second writer start beside it."""
+    import fcntl
+
+    lock = entry / ".lock" if entry.is_dir() and not entry.is_symlink() else entry
+    if ".lock" not in (lock.name, lock.suffix) or not lock.is_file():
+        return False
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def clear_cache(root: Path, kind: str | None = None, older_than_days: float | None = None,
+                dry_run: bool = False) -> dict[str, Any]:
+    """Remove the entries of one kind (``None``: every kind), only those not modified for
+    ``older_than_days`` days when given; returns ``removed`` (paths), ``bytes`` and
+    ``busy`` (entries another process is writing, left alone).
+
+    Nothing outside ``root`` is ever removed: a kind must be one of :func:`cache_kinds`
+    (folders, not links), a link inside it is unlinked without following it, and every
+    other entry must resolve inside the root.
+    """
+    import shutil
+    import time
+
+    from nas.errors import NasError
+
+    kinds = cache_kinds(root)
+    if kind is not None and kind not in kinds:
+        raise NasError(f"nas cache clear: unknown kind {kind!r}; the cache {root} holds "
+                       f"{', '.join(kinds) or 'no kind (it is empty)'}")
+    real_root = root.resolve()
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    removed: list[str] = []
+    busy: list[str] = []
+    total = 0
+    for name in [kind] if kind is not None else kinds:
+        for entry in _entries(root / name):
+            size, newest = entry_stats(entry)
+            if cutoff is not None and newest >= cutoff:
+                continue
+            if not entry.is_symlink() and not entry.resolve().is_relative_to(real_root):
+                raise NasError(f"{entry} resolves outside the cache {root}; not removed "
+                               "(remove it by hand)")
+            if _busy(entry):
+                busy.append(str(entry))
+                continue
+            if not dry_run:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            removed.append(str(entry))
+            total += size
+    return {"root": str(root), "removed": removed, "bytes": total, "busy": busy,
+            "dry_run": dry_run}
+
+
+__all__ = ["CACHE_ENV", "cache_kinds", "cache_root", "cache_usage", "cached_entry",
+           "clear_cache", "entry_stats", "exclusive", "json_key", "load_weights",
            "save_weights", "settings_key"]

@@ -23,6 +23,9 @@ from searchers.study import POINTER, read_pointer
 
 def open_run_study(run_dir: str | Path) -> optuna.Study:
     """The study of a run folder (one-line errors for a folder without one)."""
+    if not Path(run_dir).is_dir():
+        raise NasError(f"{run_dir}: the run folder does not exist; give the folder a "
+                       "`nas run` wrote (runs/NAME, or its --run-dir)")
     pointer = read_pointer(run_dir)
     if pointer is None:
         raise NasError(f"{run_dir} holds no multi-trial study (no {POINTER}); run a search "

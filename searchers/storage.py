@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import socket
 import threading
@@ -92,6 +93,10 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
     """The Optuna storage behind ``url`` (see :func:`storage_url`)."""
     if is_journal(url):
         path = Path(url)
+        if path.is_dir():
+            raise StorageError(f"--storage {path}: is a folder; name a journal file (e.g. "
+                               f"{path / JOURNAL_FILE}) or a sqlite:/// URL")
+        check_journal(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
     try:
@@ -109,6 +114,39 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
         message = " ".join(str(err).split())[:200]
         raise StorageError(f"--storage {masked(url)}: cannot open the storage "
                            f"({type(err).__name__}: {message})") from None
+
+
+def check_journal(path: Path) -> None:
+    """Refuse, in one line naming the file, a ``path`` that exists and is not an Optuna
+    journal (issue 27: a garbage or pickled file failed with a bare ``UnicodeDecodeError``
+    only after stages 1-2 had run).
+
+    Optuna's reader keeps quiet about a bad line until a later line follows it, so a file
+    of one garbage line would pass its own opening and fail at the first write; here every
+    complete line must be a JSON object with an ``op_code``. A last line without its
+    newline (what a kill during a write leaves) is not judged here: that is a cut
+    journal, not a foreign file, unless nothing before it is a journal line.
+    """
+    if not path.exists():
+        return
+    fix = "name the study.journal of a run, a new file, or a sqlite:/// URL"
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise StorageError(f"--storage {path}: cannot read it ({err.strerror}); {fix}") from None
+    lines = data.split(b"\n")
+    complete, cut = lines[:-1], lines[-1]
+    for number, line in enumerate(complete, start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError (a binary file)
+            entry = None
+        if not isinstance(entry, dict) or "op_code" not in entry:
+            raise StorageError(f"--storage {path}: line {number} is not an Optuna journal "
+                               f"entry, so the file is not a journal; {fix}")
+    if cut and not complete:
+        raise StorageError(f"--storage {path}: not an Optuna journal file (no complete "
+                           f"entry); {fix}")
 
 
 # ---------------------------------------------------------------------------

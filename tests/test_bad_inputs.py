@@ -257,7 +257,7 @@ CASES = {
                                      r"model\.onnx: missing; export with --format onnx"),
     "export-foreign-folder": Case(foreign_folder, 2, r"not empty and not an export of this "
                                                       r"tool"),
-    "export-onto-file": Case(onto_file, 2, r"notes\.txt: is an existing file"),
+    "export-onto-file": Case(onto_file, 2, r"notes\.txt: is a file, and a folder is expected"),
     "export-labels-empty": Case(_predict_edited(_set("labels", [])), 2,
                                 r"config\.json: labels must be a non-empty list"),
     "export-vocab-negative": Case(_predict_edited(_set("vocab_size", -5)), 2,

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "nas.cli.search",
     "nas.cli.export",
     "nas.cli.audit",
+    "nas.cli.cache",
 )
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from nas.cli.common import non_negative_int, positive_int
+from nas.cli.common import check_output, non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -15,6 +15,8 @@ def _augment(args: argparse.Namespace) -> int:
     from nas.data import load_task
 
     try:
+        # an output in the way fails now, not after the augmentation (issue 27)
+        check_output(args.output, "file", overwrite=args.overwrite, overwrite_flag="--overwrite")
         config = AugmentConfig(p_t=args.p, m=args.m, n=args.n, seed=args.seed,
                                max_seq_len=args.max_seq_len, multi_piece=args.multi_piece)
         data = load_task(args.task, args.split, args.data_dir).head(args.max_examples)
@@ -65,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-o", "--output", default=None, help="TSV file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     p.set_defaults(func=_augment)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -93,3 +95,41 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         print(text)
+
+
+def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir"] = "file", *,
+                 overwrite: bool = False, overwrite_flag: str | None = None,
+                 flag: str = "-o") -> Path | None:
+    """``path`` as a :class:`~pathlib.Path`, checked before any work starts (issue 27,
+    item 4): a command must not train or augment for minutes and then fail to write.
+
+    Refused, each in one line naming the path and the fix: a folder where a file is
+    expected, a file where a folder is expected, an existing file (unless ``overwrite``;
+    ``overwrite_flag`` names the command's flag that allows it), and a parent folder that
+    is missing, is a file or cannot be written. An existing folder for ``kind="dir"`` is
+    left to the command (it knows whether it may replace what is inside). ``None`` (no
+    output asked) passes through.
+    """
+    if path is None:
+        return None
+    out = Path(path).expanduser()
+    where = f"{flag} {out}"
+    if kind == "file" and out.is_dir():
+        raise NasError(f"{where}: is a folder, and a file is expected; name a file "
+                       f"(e.g. {out / 'NAME'})")
+    if kind == "dir" and out.exists() and not out.is_dir():
+        raise NasError(f"{where}: is a file, and a folder is expected; name a new or existing "
+                       "folder (or remove the file)")
+    if kind == "file" and out.exists() and not overwrite:
+        fix = f"pass {overwrite_flag} to replace it" if overwrite_flag else "remove it"
+        raise NasError(f"{where}: the file exists; {fix}, or name another file")
+    parent = out.absolute().parent
+    if not parent.exists():
+        raise NasError(f"{where}: its folder {parent} does not exist; create it first "
+                       f"(mkdir -p {parent}) or name another path")
+    if not parent.is_dir():
+        raise NasError(f"{where}: {parent} is a file, not a folder; name another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise NasError(f"{where}: the folder {parent} is not writable; name a folder you can "
+                       "write to")
+    return out

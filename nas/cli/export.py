@@ -18,6 +18,7 @@ from typing import Any
 from nas.cli.common import (
     add_space_config_option,
     arch_from_args,
+    check_output,
     emit,
     non_negative_int,
     parse_space_config,
@@ -112,6 +113,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from nas.export import export, hf_checkpoint_info, is_hf_checkpoint
     from nas.space import get_space
 
+    # a file in the way or a missing parent fails before any weights load; a folder
+    # holding a previous export is nas.export.check_target's to judge (--overwrite)
+    check_output(args.output, "dir")
     if args.run is not None:
         return _export_run(args)
     doc = _arch_document(args.arch)

@@ -7,6 +7,7 @@ import argparse
 from nas.cli.common import (
     add_space_config_option,
     arch_from_args,
+    check_output,
     emit,
     non_negative_int,
     space_from_args,
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="random seed of the draw (default 0)")
     add_space_config_option(p)
     p.add_argument("-o", "--output", help="also write the architecture file here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="(the output is always JSON)")
     p.set_defaults(func=cmd_sample)
 
@@ -43,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--arch", help="architecture JSON file or inline JSON (default: the default)")
     add_space_config_option(p)
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_draw)
 
@@ -85,6 +88,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    check_output(args.output, "file", overwrite=args.overwrite, overwrite_flag="--overwrite")
     space = space_from_args(args)
     arch = space.sample(args.seed)
     if args.output:
@@ -96,6 +100,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_draw(args: argparse.Namespace) -> int:
     from nas.draw import draw_architecture
 
+    check_output(args.output, "file", overwrite=args.overwrite, overwrite_flag="--overwrite")
     space = space_from_args(args)
     arch = arch_from_args(space, args.arch)
     path = draw_architecture(space, arch, args.output)

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from nas.cli.common import non_negative_int, positive_int
+from nas.cli.common import check_output, non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -24,6 +24,8 @@ def _finetune(args: argparse.Namespace) -> int:
     from nas.teacher import FinetuneConfig, finetune_teacher
 
     _setup_logging()
+    # a file in the way, or a missing parent, fails now rather than after the training
+    check_output(args.output, "dir")
     config = FinetuneConfig(
         epochs=args.epochs,
         lr=args.lr,
