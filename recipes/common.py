@@ -27,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, ClassVar
 
 import numpy as np
@@ -91,6 +91,9 @@ class MethodConfig:
 
     def __post_init__(self) -> None:
         check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
+                      ("name", is_plain_name(str(self.name)),
+                       "a plain folder name (runs/NAME holds the run): no '/', '\\', '..' "
+                       "or absolute path"),
                       ("task", bool(self.task if isinstance(self.task, dict)
                                     else str(self.task).strip()),
                        "a task name, a data file or a mapping"),
@@ -98,6 +101,14 @@ class MethodConfig:
 
     def finetune_config(self) -> FinetuneConfig:
         return self.teacher_finetune
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` names one folder inside ``runs/`` (the default run folder is
+    ``runs/NAME``): a name with a path separator, ``..`` or an absolute path would put
+    the run elsewhere."""
+    return not ("/" in name or "\\" in name or ".." in name or name.strip() == "."
+                or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute())
 
 
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
