@@ -95,6 +95,21 @@ def storage_file(url: str) -> Path | None:
     return Path(url) if is_journal(url) else sqlite_file(url)[0]
 
 
+def record_path(path: str | Path, run_dir: str | Path) -> str:
+    """A file as a run folder records it: relative to the folder when inside it, else
+    absolute (the inverse is :func:`resolve_path`)."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(Path(run_dir).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def resolve_path(recorded: str | Path, run_dir: str | Path) -> Path:
+    """A file recorded by :func:`record_path`, seen from ``run_dir``."""
+    return (Path(run_dir) / recorded).resolve()  # an absolute ``recorded`` stays itself
+
+
 def record_storage(url: str, run_dir: str | Path) -> str:
     """``url`` as a run folder records it (``study.json``): a file inside the folder
     relative to it, so that a moved or copied run folder opens its own file; any other
@@ -102,9 +117,8 @@ def record_storage(url: str, run_dir: str | Path) -> str:
     file = storage_file(url)
     if file is None:
         return url
-    try:
-        rel = Path(file).resolve().relative_to(Path(run_dir).resolve()).as_posix()
-    except ValueError:
+    rel = record_path(file, run_dir)
+    if Path(rel).is_absolute():
         return url
     return rel if is_journal(url) else f"sqlite:///{rel}{sqlite_file(url)[1]}"
 
@@ -116,8 +130,8 @@ def resolve_recorded(recorded: str, run_dir: str | Path) -> str:
     if file is None or file.is_absolute():
         return recorded
     if is_journal(recorded):
-        return str((Path(run_dir) / file).resolve())
-    return f"sqlite:///{(Path(run_dir) / file).resolve()}{sqlite_file(recorded)[1]}"
+        return str(resolve_path(file, run_dir))
+    return f"sqlite:///{resolve_path(file, run_dir)}{sqlite_file(recorded)[1]}"
 
 
 def is_journal(url: str) -> bool:

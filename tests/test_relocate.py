@@ -126,3 +126,38 @@ def test_a_journal_damaged_before_its_end_is_refused_naming_the_file(tmp_path, s
                        r"damaged.*new --run-dir") as err:
         open_storage(str(journal))
     assert "\n" not in str(err.value)
+
+
+class Weighing(CostEvaluator):
+    """The cost evaluator that also writes "trained weights" into ``workdir``, as the
+    training evaluators do."""
+
+    def __init__(self, space, workdir) -> None:
+        super().__init__(space, ("params",), seq_len=8)
+        self.workdir = workdir
+
+    def weights_path(self, arch):
+        return self.workdir / arch.id / "w.bin"
+
+    def evaluate(self, arch, trial=None):
+        self.weights_path(arch).parent.mkdir(parents=True, exist_ok=True)
+        self.weights_path(arch).write_bytes(arch.id.encode())
+        return super().evaluate(arch, trial)
+
+
+def test_trial_weights_are_recorded_relative_to_the_run_folder(tmp_path, space):
+    from searchers.results import trial_weights
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    spec = StudySpec.for_run(searcher="random", name="w", run_dir=a, seed=0,
+                             settings=StudySettings(), options=StudyOptions(n_trials=2),
+                             default_trials=2, seq_len=8)
+    run_study(spec, space, Weighing(space, a / "retrain"))
+    shutil.copytree(a, b)
+    shutil.rmtree(a)  # moved: the copy's trials export the copy's weights
+    for trial in open_run_study(b).trials:
+        recorded = trial.user_attrs["weights"]
+        assert recorded == f"retrain/{trial.user_attrs['arch_id']}/w.bin"
+        assert trial_weights(trial, b) == str((b / recorded).resolve())
+        record = json.loads((b / "trials" / str(trial.number) / "result.json").read_text())
+        assert record["weights"] == recorded
