@@ -456,6 +456,10 @@ class Recipe(Method):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
+        if options.resume and getattr(options.study, "storage", None) is None:
+            from searchers.study import check_own_storages
+
+            check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
         run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
                      resume=options.resume, break_lock=options.break_lock)
         return replace(config, task=task), run

@@ -114,6 +114,16 @@ def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
     return data
 
 
+def check_own_storages(run_dir: str | Path) -> None:
+    """:func:`check_own_storage` for the studies of a run folder about to be resumed (its
+    own and those of its stages' subfolders), so that a refusal comes before any work."""
+    folder = Path(run_dir)
+    for path in [folder / POINTER, *sorted(folder.glob(f"*/{POINTER}"))]:
+        pointer = read_pointer(path.parent)
+        if pointer is not None:
+            check_own_storage(pointer, path.parent)
+
+
 def check_own_storage(pointer: dict[str, Any], run_dir: str | Path) -> None:
     """Refuse to resume a run folder whose pointer still names a file in another run
     folder: a copy of a run made before pointers recorded the folder's own files

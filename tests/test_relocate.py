@@ -161,3 +161,21 @@ def test_trial_weights_are_recorded_relative_to_the_run_folder(tmp_path, space):
         assert trial_weights(trial, b) == str((b / recorded).resolve())
         record = json.loads((b / "trials" / str(trial.number) / "result.json").read_text())
         assert record["weights"] == recorded
+
+
+def test_a_resumed_copy_is_refused_before_any_stage(tmp_path, space):
+    """The refusal comes when the run folder is opened, before stage 1 (the teacher), for
+    the studies of the folder and of its stages' subfolders (EfficientBERT's)."""
+    from nas.methods import RunOptions
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    study_in(a / "stage", space, 2)
+    pointer = json.loads((a / "stage" / "study.json").read_text())
+    pointer.pop("relative_to_folder")
+    pointer["storage"] = str((a / "stage" / "study.journal").resolve())
+    (a / "stage" / "study.json").write_text(json.dumps(pointer))
+    shutil.copytree(a, b)
+    method, config = load_experiment("experiments/lanas_smoke.yaml")
+    with pytest.raises(NasError, match=r"B/stage/study.json: .* lies in another run folder"):
+        method.open(config, RunOptions(run_dir=b, resume=True))
+    assert not (b / "config.yaml").exists()  # refused before the run folder was opened
