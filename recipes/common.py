@@ -27,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, ClassVar
 
 import numpy as np
@@ -91,6 +91,9 @@ class MethodConfig:
 
     def __post_init__(self) -> None:
         check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
+                      ("name", is_plain_name(str(self.name)),
+                       "a plain folder name (runs/NAME holds the run): no '/', '\\', '..' "
+                       "or absolute path"),
                       ("task", bool(self.task if isinstance(self.task, dict)
                                     else str(self.task).strip()),
                        "a task name, a data file or a mapping"),
@@ -98,6 +101,14 @@ class MethodConfig:
 
     def finetune_config(self) -> FinetuneConfig:
         return self.teacher_finetune
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` names one folder inside ``runs/`` (the default run folder is
+    ``runs/NAME``): a name with a path separator, ``..`` or an absolute path would put
+    the run elsewhere."""
+    return not ("/" in name or "\\" in name or ".." in name or name.strip() == "."
+                or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute())
 
 
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
@@ -446,6 +457,10 @@ class Recipe(Method):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
+        if options.resume and getattr(options.study, "storage", None) is None:
+            from searchers.study import check_own_storages
+
+            check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
         run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
                      resume=options.resume, break_lock=options.break_lock)
         return replace(config, task=task), run

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import NasError
-from searchers.storage import open_storage
+from searchers.storage import open_storage, resolve_path
 from searchers.study import POINTER, read_pointer
 
 
@@ -90,6 +90,20 @@ def pick_trial(study: optuna.Study, which: str | int) -> FrozenTrial:
     return trial
 
 
+def trial_weights(trial: FrozenTrial, run_dir: str | Path) -> str | None:
+    """The trained weights a trial recorded: a relative path is inside the run folder
+    of the worker that trained it, this one (``run_dir``) or, for a trial of another
+    worker of a shared study, that worker's (``worker.run_dir``)."""
+    weights = trial.user_attrs.get("weights")
+    if not weights or Path(weights).is_absolute():
+        return weights
+    mine = resolve_path(weights, run_dir)
+    theirs = (trial.user_attrs.get("worker") or {}).get("run_dir")
+    if mine.is_file() or not theirs:
+        return str(mine)
+    return str(resolve_path(weights, theirs))
+
+
 def export_trial(run_dir: str | Path, which: str | int, output: str | Path | None = None,
                  *, fmt: str = "native", overwrite: bool = False) -> tuple[Path, FrozenTrial]:
     """Export trial ``which`` of the run folder's study (default folder
@@ -99,7 +113,7 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
 
     study = open_run_study(run_dir)
     trial = pick_trial(study, which)
-    weights = trial.user_attrs.get("weights")
+    weights = trial_weights(trial, run_dir)
     if not weights or not Path(weights).is_file():
         raise NasError(f"trial {trial.number}: its trained weights are not here "
                        f"({weights or 'none recorded'}); export it on the machine of the "

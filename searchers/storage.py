@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import os
 import socket
 import threading
@@ -47,7 +48,7 @@ from optuna.storages import (
     RetryHeartbeatStaleTrialCallback,
     fail_stale_trials,
 )
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from nas.errors import NasError
@@ -55,14 +56,16 @@ from nas.errors import NasError
 JOURNAL_FILE = "study.journal"
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 
+log = logging.getLogger("nas.study")
+
 
 class StorageError(NasError):
     """A study storage cannot be opened (bad URL, missing driver, unreachable server)."""
 
 
 def storage_url(given: str | None, run_dir: str | Path) -> str:
-    """The canonical storage string: a URL as given, or an absolute journal file path
-    (``RUN_DIR/study.journal`` by default)."""
+    """The canonical storage string, to open: a URL as given (an SQLite file made
+    absolute), or an absolute journal file path (``RUN_DIR/study.journal`` by default)."""
     if given is None:
         return str((Path(run_dir) / JOURNAL_FILE).resolve())
     if "://" in given:
@@ -71,8 +74,64 @@ def storage_url(given: str | None, run_dir: str | Path) -> str:
             raise StorageError(f"--storage {masked(given)}: unknown scheme {scheme!r}; use "
                                "sqlite:///FILE, postgresql+psycopg://USER@HOST/DB or a journal "
                                "file path")
-        return given
+        file, query = sqlite_file(given)
+        return given if file is None else f"sqlite:///{file.expanduser().resolve()}{query}"
     return str(Path(given).expanduser().resolve())
+
+
+def sqlite_file(url: str) -> tuple[Path | None, str]:
+    """The database file of an ``sqlite:///FILE[?query]`` URL and its query (``None`` for
+    other URLs and an in-memory database)."""
+    if not url.startswith("sqlite:///"):
+        return None, ""
+    path, sep, query = url[len("sqlite:///"):].partition("?")
+    if path in ("", ":memory:"):
+        return None, ""
+    return Path(path), sep + query
+
+
+def storage_file(url: str) -> Path | None:
+    """The file a storage lives in (a journal or an SQLite database), else ``None``."""
+    return Path(url) if is_journal(url) else sqlite_file(url)[0]
+
+
+def record_path(path: str | Path, run_dir: str | Path) -> str:
+    """A file as a run folder records it: relative to the folder when inside it, else
+    absolute (the inverse is :func:`resolve_path`)."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(Path(run_dir).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def resolve_path(recorded: str | Path, run_dir: str | Path) -> Path:
+    """A file recorded by :func:`record_path`, seen from ``run_dir``."""
+    return (Path(run_dir) / recorded).resolve()  # an absolute ``recorded`` stays itself
+
+
+def record_storage(url: str, run_dir: str | Path) -> str:
+    """``url`` as a run folder records it (``study.json``): a file inside the folder
+    relative to it, so that a moved or copied run folder opens its own file; any other
+    storage as given (absolute for a file)."""
+    file = storage_file(url)
+    if file is None:
+        return url
+    rel = record_path(file, run_dir)
+    if Path(rel).is_absolute():
+        return url
+    return rel if is_journal(url) else f"sqlite:///{rel}{sqlite_file(url)[1]}"
+
+
+def resolve_recorded(recorded: str, run_dir: str | Path) -> str:
+    """A storage recorded by :func:`record_storage`, to open from ``run_dir`` (a relative
+    file is the run folder's own)."""
+    file = storage_file(recorded)
+    if file is None or file.is_absolute():
+        return recorded
+    if is_journal(recorded):
+        return str(resolve_path(file, run_dir))
+    return f"sqlite:///{resolve_path(file, run_dir)}{sqlite_file(recorded)[1]}"
 
 
 def is_journal(url: str) -> bool:
@@ -98,6 +157,7 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
                                f"{path / JOURNAL_FILE}) or a sqlite:/// URL")
         check_journal(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        repair_journal(path)
         return JournalStorage(JournalFileBackend(str(path)))
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna
@@ -147,6 +207,48 @@ def check_journal(path: Path) -> None:
     if cut and not complete:
         raise StorageError(f"--storage {path}: not an Optuna journal file (no complete "
                            f"entry); {fix}")
+
+
+def _damaged_line(data: bytes) -> int | None:
+    """The number (from 1) of the first complete line of a journal that is not JSON."""
+    for number, line in enumerate(data.split(b"\n")[:-1], start=1):
+        try:
+            json.loads(line)
+        except ValueError:
+            return number
+    return None
+
+
+def repair_journal(path: Path) -> None:
+    """Drop a journal's cut last line (what a kill during a write leaves: Optuna skips it
+    on reading, but the next append would glue a record onto it and make the journal
+    unreadable), with one warning line; a damaged line before the end is refused. The
+    cut is checked again under Optuna's own write lock, so a line another worker is
+    writing at this moment is left alone."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    bad = _damaged_line(data)
+    if bad is not None:
+        raise StorageError(f"{path}: line {bad} of the study journal is damaged (not JSON); "
+                           "restore the file from a backup, or start the search again in a "
+                           "new --run-dir")
+    if data.endswith(b"\n"):
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        data = path.read_bytes()
+        keep = data.rfind(b"\n") + 1
+        if keep == len(data):
+            return  # the writer finished its line
+        with path.open("r+b") as f:
+            f.truncate(keep)
+            os.fsync(f.fileno())
+    finally:
+        lock.release()
+    log.warning("%s: dropped its last line, cut during a write (%d bytes); the record it "
+                "held is lost, the study resumes from the one before", path, len(data) - keep)
 
 
 # ---------------------------------------------------------------------------

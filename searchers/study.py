@@ -21,7 +21,14 @@ from searchers.optuna_bridge import Budget
 from searchers.proposals import StudySearch
 from searchers.seeds import seed_architectures
 from searchers.settings import StudyOptions, StudySettings, make_pruner
-from searchers.storage import open_storage, storage_url, worker_info
+from searchers.storage import (
+    open_storage,
+    record_storage,
+    resolve_recorded,
+    storage_file,
+    storage_url,
+    worker_info,
+)
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -74,6 +81,7 @@ class StudySpec:
             url = storage_url(options.storage, run_dir)
         elif pointer is not None:
             url = pointer["storage"]
+            check_own_storage(pointer, run_dir)
         else:
             url = storage_url(None, run_dir)
         n_trials = options.n_trials
@@ -87,7 +95,9 @@ class StudySpec:
 
 
 def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
-    """``RUN_DIR/study.json``: which storage and study a run folder's search uses."""
+    """``RUN_DIR/study.json``: which storage and study a run folder's search uses, its
+    ``storage`` to open from this folder (a file the pointer records relative to the
+    folder is this folder's own: :func:`searchers.storage.record_storage`)."""
     path = Path(run_dir) / POINTER
     if not path.is_file():
         return None
@@ -98,14 +108,52 @@ def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
     except (ValueError, OSError) as err:
         raise NasError(f"{path}: unreadable study pointer ({err}); delete it to start the "
                        "search again") from None
+    data["recorded_storage"] = data["storage"]
+    if data.get("relative_to_folder"):  # older pointers hold what the run was given
+        data["storage"] = resolve_recorded(str(data["storage"]), run_dir)
     return data
+
+
+def check_own_storages(run_dir: str | Path) -> None:
+    """:func:`check_own_storage` for the studies of a run folder about to be resumed (its
+    own and those of its stages' subfolders), so that a refusal comes before any work."""
+    folder = Path(run_dir)
+    for path in [folder / POINTER, *sorted(folder.glob(f"*/{POINTER}"))]:
+        pointer = read_pointer(path.parent)
+        if pointer is not None:
+            check_own_storage(pointer, path.parent)
+
+
+def check_own_storage(pointer: dict[str, Any], run_dir: str | Path) -> None:
+    """Refuse to resume a run folder whose pointer still names a file in another run
+    folder: a copy of a run made before pointers recorded the folder's own files
+    relative to it (a resume would write into the original). A storage the user named
+    (``--storage``) is recorded as given and left alone: only an old pointer without
+    ``relative_to_folder`` whose file lies in another run folder (one with its own
+    ``study.json``), or has a namesake here, is refused."""
+    if pointer.get("relative_to_folder"):
+        return
+    file = storage_file(pointer["storage"])
+    if file is None:
+        return
+    here = Path(run_dir).resolve()
+    file = file.resolve()
+    if file.is_relative_to(here):
+        return
+    own = here / file.name
+    if (file.parent / POINTER).is_file() or own.exists():
+        fix = (f"resume with --storage {own} to continue this folder's own copy"
+               if own.exists() else "pass --storage to name the storage to use")
+        raise NasError(f"{here / POINTER}: its study storage {file} lies in another run "
+                       f"folder ({file.parent}); a resume would write there; {fix}")
 
 
 def write_pointer(spec: StudySpec, search: StudySearch) -> None:
     """``RUN_DIR/study.json`` for ``spec``'s study (the study holds the trials; this file
     only names it)."""
     atomic_write_json(Path(spec.run_dir) / POINTER, {
-        "storage": spec.storage, "study_name": spec.study_name, "searcher": spec.searcher,
+        "storage": record_storage(spec.storage, spec.run_dir), "relative_to_folder": True,
+        "study_name": spec.study_name, "searcher": spec.searcher,
         "objectives": [o.to_dict() for o in search.objectives], "space": search.space.name})
 
 

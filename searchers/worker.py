@@ -22,7 +22,13 @@ from nas.checkpoint import atomic_write_json
 from nas.units import human
 from searchers.base import Candidate
 from searchers.proposals import StudySearch, claims_before, evaluations
-from searchers.storage import abandon_trial, heartbeat, recover_stale_trials, worker_info
+from searchers.storage import (
+    abandon_trial,
+    heartbeat,
+    record_path,
+    recover_stale_trials,
+    worker_info,
+)
 from searchers.study import StudySpec, open_search, spec_storage
 
 if TYPE_CHECKING:
@@ -66,7 +72,7 @@ def work(search: StudySearch, evaluator: Evaluator, spec: StudySpec,
             abandon_trial(study, number, spec.settings.retries)
             log.warning("trial %d interrupted; it runs again on --resume", number)
             raise
-        weights = _weights_path(evaluator, candidate.arch)
+        weights = _weights_path(evaluator, candidate.arch, spec.run_dir)
         if weights is not None:
             search.set_trial_attr(candidate, "weights", weights)
         _write_record(spec, search, candidate, result, weights)
@@ -78,13 +84,15 @@ def work(search: StudySearch, evaluator: Evaluator, spec: StudySpec,
     return done
 
 
-def _weights_path(evaluator: Evaluator, arch: Any) -> str | None:
-    """Where the evaluator (or one it wraps) wrote the trained weights of ``arch``."""
+def _weights_path(evaluator: Evaluator, arch: Any, run_dir: str | Path) -> str | None:
+    """Where the evaluator (or one it wraps) wrote the trained weights of ``arch``:
+    relative to the study's run folder when inside it (a copied or moved folder exports
+    its own files), else absolute."""
     while evaluator is not None:
         finder = getattr(evaluator, "weights_path", None)
         if finder is not None:
             path = finder(arch)
-            return str(Path(path).resolve()) if path is not None and Path(path).is_file() \
+            return record_path(path, run_dir) if path is not None and Path(path).is_file() \
                 else None
         evaluator = getattr(evaluator, "inner", None)
     return None

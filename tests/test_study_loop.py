@@ -94,7 +94,8 @@ def test_a_study_resumes_without_running_finished_trials_again(tmp_path, storage
                       first)
     assert evaluations(study) == 4 and len(first.calls) == 4
     pointer = json.loads((tmp_path / "study.json").read_text())
-    assert pointer["storage"] == (storage or str(tmp_path / "study.journal"))
+    # the run folder's own file, recorded relative to it (a copied folder opens its own)
+    assert pointer["storage"] == ("sqlite:///study.db" if storage else "study.journal")
     # the space default was queued as a seed and ran first
     assert study.trials[0].user_attrs["seed"] == "default"
     assert study.trials[0].user_attrs["arch_id"] == s.default().id
