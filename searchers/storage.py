@@ -202,6 +202,10 @@ def check_journal(path: Path) -> None:
         except ValueError:  # JSONDecodeError and UnicodeDecodeError (a binary file)
             entry = None
         if not isinstance(entry, dict) or "op_code" not in entry:
+            if number > 1:  # a journal (its first line is one) damaged further on
+                raise StorageError(f"{path}: line {number} of the study journal is damaged "
+                                   "(not a journal entry); restore the file from a backup, "
+                                   "or start the search again in a new --run-dir")
             raise StorageError(f"--storage {path}: line {number} is not an Optuna journal "
                                f"entry, so the file is not a journal; {fix}")
     if cut and not complete:
