@@ -15,7 +15,9 @@ What a trial of the study can be (user attribute ``outcome``):
 * ``complete``, ``pruned``, ``failed`` — an evaluation's result;
 * ``surplus`` — asked by a worker after the study had its trials (:meth:`StudySearch.
   withdraw`); a trial whose worker died is failed with no outcome and queued again
-  (:mod:`searchers.storage`).
+  (:mod:`searchers.storage`); :meth:`StudySearch.ask` runs that retry before anything
+  queued behind the failed trial, and it is seeded as the failed trial was, so a resumed
+  study proposes what the uninterrupted one did (:mod:`searchers.resume`).
 
 Every proposal records ``arch_id``, ``arch`` (the choices as JSON) and ``costs``
 (parameters and FLOPs counted from the graph) as user attributes. The best trial and the
