@@ -47,12 +47,14 @@ class KilledAt(Synthetic):
         return super().evaluate(arch, trial)
 
 
-def spec_for(run_dir, searcher: str, resume: bool = False) -> StudySpec:
+def spec_for(run_dir, searcher: str, resume: bool = False, n_trials: int = N_TRIALS,
+             storage: str | None = None) -> StudySpec:
     s = space()
     settings = StudySettings(seeds=["default", "smallest"], samplers=SAMPLERS,
                              max_params=1.5 * count_costs(s, s.default(), 16).params)
     return StudySpec.for_run(searcher=searcher, name="t", run_dir=run_dir, seed=0,
-                             settings=settings, options=StudyOptions(n_trials=N_TRIALS),
+                             settings=settings,
+                             options=StudyOptions(n_trials=n_trials, storage=storage),
                              default_trials=N_TRIALS, resume=resume, seq_len=16)
 
 
@@ -91,6 +93,27 @@ def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
                  == stale[0].number]
         assert len(retry) == 1 and retry[0].params == stale[0].params
         assert retry[0].user_attrs["outcome"] == "complete"
+    # stopped cleanly between trials (Ctrl-C between two, --n-trials, --timeout)
+    first = Synthetic(s)
+    run_study(spec_for(tmp_path / "stopped", searcher, n_trials=N_TRIALS - 2), s, first)
+    rest = Synthetic(s)
+    resumed = run_study(spec_for(tmp_path / "stopped", searcher, resume=True), s, rest)
+    assert evaluated(resumed) == expected and first.calls + rest.calls == straight_evaluator.calls
+
+
+def test_a_killed_study_on_sqlite_resumes_exactly(tmp_path, monkeypatch):
+    """The same on RDB storage (Optuna's heartbeat is there too; the pid lease acts first
+    for a worker of this host)."""
+    s = space()
+    straight = run_study(spec_for(tmp_path / "a", "random", storage=f"sqlite:///{tmp_path}/a.db"),
+                         s, Synthetic(s))
+    storage = f"sqlite:///{tmp_path}/b.db"
+    with monkeypatch.context() as m, pytest.raises(Killed):
+        m.setattr(searchers.worker, "abandon_trial", lambda *a, **k: None)
+        run_study(spec_for(tmp_path / "b", "random", storage=storage), s, KilledAt(s, 3))
+    resumed = run_study(spec_for(tmp_path / "b", "random", resume=True, storage=storage), s,
+                        Synthetic(s))
+    assert evaluated(resumed) == evaluated(straight)
 
 
 def _arch(study, arch_id: str):
