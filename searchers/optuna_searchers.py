@@ -173,7 +173,7 @@ class LaNASSearcher(MultiTrialSearcher):
     """LaNAS (:class:`searchers.lanas.LaNASSampler`) over the space's encoding, with the
     budget as its rejection-sampling constraint; single-objective (scalarise several
     objectives, e.g. accuracy with a latency penalty). The sampler seeds each trial's
-    draws by ``(seed, trial number)`` itself, so it is built once per study."""
+    draws by ``(seed, proposal index)`` itself, so it is built once per study."""
 
     name = "lanas"
 
