@@ -30,8 +30,11 @@ Properties that matter for a shared study:
 * the tree is a pure function of the first ``n_startup_trials + k·rebuild_every`` finished
   trials (ordered by completion time, then number) and the seed, so workers sharing a
   study build the same tree;
-* a trial's random draws come from a generator seeded by ``(seed, trial number)``, so the
-  same seed gives the same trials, and workers with the same seed do not collide;
+* a trial's random draws come from a generator seeded by ``(seed, proposal index)``
+  (:func:`searchers.resume.proposal_index`: the trial number, except that a killed
+  trial's retry takes the killed trial's, so a resumed search proposes what the
+  uninterrupted one did), so the same seed gives the same trials, and workers with the
+  same seed do not collide;
 * the first ``n_startup_trials`` trials are unseen random samples.
 
 The encoding is the space's (numeric choices by value, others one-hot; SPEC §6) when the
@@ -70,6 +73,7 @@ from scipy.optimize import minimize
 
 from nas.choices import as_number
 from nas.errors import NasError
+from searchers.resume import proposal_index
 
 #: EfficientBERT's settings (SPEC §6).
 EFFICIENTBERT_STARTUP = 80
@@ -441,8 +445,9 @@ class LaNASSampler(BaseSampler):
         if set(search_space) <= set(fixed):  # an enqueued trial: nothing to propose
             return {}
         encoding = self._encoding(search_space)
-        rng = np.random.default_rng([self._seed, trial.number])
         trials = study.get_trials(deepcopy=False)
+        rng = np.random.default_rng([self._seed, proposal_index(trials, trial.number,
+                                                                trial.system_attrs)])
         seen = {self._key(encoding, t.params) for t in trials
                 if t.number != trial.number and t.state != TrialState.WAITING
                 and encoding.covers(t)}
@@ -460,7 +465,9 @@ class LaNASSampler(BaseSampler):
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         single_objective_only(study)
-        seed = zlib.crc32(f"{self._seed}:{trial.number}:{param_name}".encode())
+        index = proposal_index(study.get_trials(deepcopy=False), trial.number,
+                               trial.system_attrs)
+        seed = zlib.crc32(f"{self._seed}:{index}:{param_name}".encode())
         return RandomSampler(seed=seed).sample_independent(study, trial, param_name,
                                                            param_distribution)
 

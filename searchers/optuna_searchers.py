@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from searchers.base import SEARCHERS, MultiTrialSearcher, SearcherError
 from searchers.lanas import LaNASSampler
 from searchers.optuna_bridge import SpaceBridge
+from searchers.resume import proposal_index
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -39,12 +40,16 @@ def derived_seed(seed: int, number: int) -> int:
 
 
 class PerTrialSeed(BaseSampler):
-    """Runs ``factory(seed')`` for each trial, ``seed' = derived_seed(seed, trial.number)``.
+    """Runs ``factory(seed')`` for each trial, ``seed' = derived_seed(seed, index)``, where
+    ``index`` is the trial's proposal index (:func:`searchers.resume.proposal_index`: the
+    trial number, except after a killed trial's retry, which takes the killed trial's).
 
     Optuna's samplers keep one generator for the whole study, so what trial n gets
     depends on how many draws came before it in *this process*; rebuilding the sampler
-    per trial makes it depend on the study alone. The samplers here keep no other state
-    that matters (NSGA-II's generations live in the study's system attributes).
+    per trial makes it depend on the study alone, and seeding it by the proposal index
+    rather than the number makes a resumed study propose what the uninterrupted one did.
+    The samplers here keep no other state that matters (NSGA-II's generations live in the
+    trials' system attributes, which a retry inherits).
     """
 
     def __init__(self, factory: Callable[[int], BaseSampler], seed: int) -> None:
@@ -53,38 +58,39 @@ class PerTrialSeed(BaseSampler):
         self._live: dict[int, BaseSampler] = {}
         self._lock = threading.Lock()
 
-    def _for(self, trial: FrozenTrial) -> BaseSampler:
+    def _for(self, study: optuna.Study, trial: FrozenTrial) -> BaseSampler:
         with self._lock:
             if trial.number not in self._live:
+                index = proposal_index(study.get_trials(deepcopy=False), trial.number,
+                                       trial.system_attrs)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    self._live[trial.number] = self.factory(derived_seed(self.seed,
-                                                                         trial.number))
+                    self._live[trial.number] = self.factory(derived_seed(self.seed, index))
             return self._live[trial.number]
 
     def reseed_rng(self) -> None:
         self.seed = int(np.random.SeedSequence().entropy % 2**32)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict:
-        return self._for(trial).infer_relative_search_space(study, trial)
+        return self._for(study, trial).infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict
                         ) -> dict[str, Any]:
-        return self._for(trial).sample_relative(study, trial, search_space)
+        return self._for(study, trial).sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: Any) -> Any:
         with warnings.catch_warnings():  # TPE/GP warn when a parameter is sampled alone
             warnings.simplefilter("ignore", UserWarning)
-            return self._for(trial).sample_independent(study, trial, param_name,
+            return self._for(study, trial).sample_independent(study, trial, param_name,
                                                        param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self._for(trial).before_trial(study, trial)
+        self._for(study, trial).before_trial(study, trial)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
-        sampler = self._for(trial)
+        sampler = self._for(study, trial)
         with self._lock:
             self._live.pop(trial.number, None)
         sampler.after_trial(study, trial, state, values)
@@ -167,7 +173,7 @@ class LaNASSearcher(MultiTrialSearcher):
     """LaNAS (:class:`searchers.lanas.LaNASSampler`) over the space's encoding, with the
     budget as its rejection-sampling constraint; single-objective (scalarise several
     objectives, e.g. accuracy with a latency penalty). The sampler seeds each trial's
-    draws by ``(seed, trial number)`` itself, so it is built once per study."""
+    draws by ``(seed, proposal index)`` itself, so it is built once per study."""
 
     name = "lanas"
 

@@ -15,7 +15,9 @@ What a trial of the study can be (user attribute ``outcome``):
 * ``complete``, ``pruned``, ``failed`` — an evaluation's result;
 * ``surplus`` — asked by a worker after the study had its trials (:meth:`StudySearch.
   withdraw`); a trial whose worker died is failed with no outcome and queued again
-  (:mod:`searchers.storage`).
+  (:mod:`searchers.storage`); :meth:`StudySearch.ask` runs that retry before anything
+  queued behind the failed trial, and it is seeded as the failed trial was, so a resumed
+  study proposes what the uninterrupted one did (:mod:`searchers.resume`).
 
 Every proposal records ``arch_id``, ``arch`` (the choices as JSON) and ``costs``
 (parameters and FLOPs counted from the graph) as user attributes. The best trial and the
@@ -45,7 +47,8 @@ from searchers.base import (
     searcher_names,
 )
 from searchers.optuna_bridge import Budget, SpaceBridge
-from searchers.storage import live_trial, system_attrs
+from searchers.resume import next_waiting, proposal_index
+from searchers.storage import claim_waiting, live_trial, system_attrs
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -183,8 +186,7 @@ class StudySearch:
         number (rejected and repeated proposals are recorded and asked again)."""
         rejected = repeated = 0
         while True:
-            with _quiet():
-                trial = self.study.ask()
+            trial = self._next_trial()
             for key, value in self.trial_attrs.items():
                 trial.set_user_attr(key, value)
             proposal = self.bridge.propose(self.bridge.suggest(trial))
@@ -204,19 +206,30 @@ class StudySearch:
                     raise SearcherError(
                         f"{rejected} proposals in a row were rejected (last: "
                         f"{proposal.reason}); loosen the budget or check the space")
-                self._fall_back(rejected + repeated, trial.number)
+                self._fall_back(rejected + repeated, trial)
                 continue
             assert proposal.arch is not None  # noqa: S101 (ok proposals have one)
             if not fixed and repeated < self.max_repeats and self._repeat(proposal.arch, trial):
                 repeated += 1
                 self._close(trial, "repeat", TrialState.FAIL,
                             reason=f"architecture {proposal.arch.id} was proposed before")
-                self._fall_back(rejected + repeated, trial.number)
+                self._fall_back(rejected + repeated, trial)
                 continue
             self._live[trial.number] = trial
             return Candidate(trial.number, proposal.arch, dict(proposal.params))
 
-    def _fall_back(self, free: int, number: int) -> None:
+    def _next_trial(self) -> optuna.Trial:
+        """The next trial: a queued retry that comes first in the uninterrupted sequence
+        (:func:`searchers.resume.next_waiting`), else Optuna's (the first queued trial, or
+        a new one)."""
+        retry = next_waiting(self.study.get_trials(deepcopy=False))
+        trial = None if retry is None else claim_waiting(self.study, retry.number)
+        if trial is None:
+            with _quiet():
+                trial = self.study.ask()
+        return trial
+
+    def _fall_back(self, free: int, trial: optuna.Trial) -> None:
         """After every ``fallback_after`` proposals in a row that were rejected or repeats,
         queue a random unseen feasible architecture (user attribute ``fallback``).
 
@@ -226,7 +239,10 @@ class StudySearch:
         hardly ever happens."""
         if free % self.fallback_after:
             return
-        rng = np.random.default_rng([self.seed, number, 1])
+        # seeded by the proposal index, not the trial number: the same after a resume
+        index = proposal_index(self.study.get_trials(deepcopy=False), trial.number,
+                               system_attrs(trial))
+        rng = np.random.default_rng([self.seed, index, 1])
         seen = self.evaluated_ids()
         for _ in range(10_000):
             arch = self.space.sample(rng)

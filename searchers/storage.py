@@ -271,6 +271,21 @@ def live_trial(study: optuna.Study, number: int) -> optuna.Trial:
     return optuna.Trial(study, trial_id(study, number))
 
 
+def claim_waiting(study: optuna.Study, number: int) -> optuna.Trial | None:
+    """Waiting trial ``number`` taken as this process's running trial: what
+    :meth:`optuna.Study.ask` does with the *first* waiting trial, for a chosen one (an
+    atomic WAITING → RUNNING, so two workers never both get it); ``None`` if another
+    worker took it first."""
+    tid = trial_id(study, number)
+    try:
+        if not study._storage.set_trial_state_values(tid, TrialState.RUNNING):
+            return None
+    except UpdateFinishedTrialError:
+        return None
+    study._thread_local.cached_all_trials = None  # as Study.ask: the samplers see it now
+    return optuna.Trial(study, tid)
+
+
 def system_attrs(trial: optuna.Trial) -> dict[str, Any]:
     """A live trial's system attributes (``fixed_params`` of an enqueued trial,
     ``failed_trial`` of a retry), read from the storage."""

@@ -332,8 +332,9 @@ def test_attach_needs_an_existing_study_and_timeouts_stop_new_trials(tmp_path):
 
 
 def test_a_resumed_study_proposes_what_the_uninterrupted_one_did(tmp_path):
-    """Each trial's sampler is seeded by (seed, trial number): stopping and continuing
-    gives the uninterrupted search's trials, past TPE's start-up phase."""
+    """Each trial's sampler is seeded by (seed, proposal index): stopping and continuing
+    gives the uninterrupted search's trials, past TPE's start-up phase (kills:
+    tests/test_exact_resume.py)."""
     s = space()
     straight = run_study(spec_for(tmp_path / "a", n_trials=7), s, Synthetic(s))
     run_study(spec_for(tmp_path / "b", n_trials=4), s, Synthetic(s))

@@ -1,0 +1,122 @@
+"""Exact resume (issue 27): for every multi-trial searcher, a study killed (``kill -9``)
+before its first evaluation, in the middle of a trial, or during its last trial, and
+resumed, evaluates the same sequence of architectures with the same values as the
+uninterrupted study (:mod:`searchers.resume`). The evaluator is synthetic (milliseconds);
+the kill leaves what ``kill -9`` leaves: a RUNNING trial whose worker process is gone."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from optuna.trial import TrialState
+
+import searchers.worker
+from nas.cost import count_costs
+from searchers.base import searcher_names
+from searchers.loop import StudyOptions, StudySettings, StudySpec, run_study
+from tests.test_study_loop import Synthetic, space
+
+N_TRIALS = 6
+#: small start-up phases, so that every sampler's model is used within six trials
+SAMPLERS = {"tpe": {"n_startup_trials": 2}, "gp": {"n_startup_trials": 2},
+            "nsga2": {"population_size": 2},
+            "lanas": {"n_startup_trials": 2, "rebuild_every": 1, "leaf_size": 1}}
+
+
+class Killed(BaseException):
+    """What the killed process would never see: it stands for ``kill -9``."""
+
+
+class KilledAt(Synthetic):
+    """Dies during its ``at``-th evaluation as ``kill -9`` would: the trial stays RUNNING,
+    recorded as run by a process that no longer exists (our pid, with another start
+    time: a reused pid)."""
+
+    def __init__(self, space, at: int) -> None:
+        super().__init__(space)
+        self.at = at
+
+    def evaluate(self, arch, trial=None):
+        if len(self.calls) == self.at:
+            trial.report(1, 0.5)  # a partial curve, as a killed training leaves
+            trial.set_attr("worker", {"host": socket.gethostname(), "pid": os.getpid(),
+                                      "started": 1.0})
+            raise Killed
+        return super().evaluate(arch, trial)
+
+
+def spec_for(run_dir, searcher: str, resume: bool = False, n_trials: int = N_TRIALS,
+             storage: str | None = None) -> StudySpec:
+    s = space()
+    settings = StudySettings(seeds=["default", "smallest"], samplers=SAMPLERS,
+                             max_params=1.5 * count_costs(s, s.default(), 16).params)
+    return StudySpec.for_run(searcher=searcher, name="t", run_dir=run_dir, seed=0,
+                             settings=settings,
+                             options=StudyOptions(n_trials=n_trials, storage=storage),
+                             default_trials=N_TRIALS, resume=resume, seq_len=16)
+
+
+def evaluated(study) -> list[tuple[str, tuple[float, ...]]]:
+    """(architecture id, values) of the complete trials, in the order they finished."""
+    done = sorted((t for t in study.trials if t.state == TrialState.COMPLETE),
+                  key=lambda t: (t.datetime_complete, t.number))
+    return [(t.user_attrs["arch_id"], tuple(t.values)) for t in done]
+
+
+@pytest.mark.parametrize("searcher", searcher_names("multi-trial"))
+def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
+    s = space()
+    straight_evaluator = Synthetic(s)
+    straight = run_study(spec_for(tmp_path / "straight", searcher), s, straight_evaluator)
+    expected = evaluated(straight)
+    assert len(expected) == N_TRIALS
+    assert expected == [(a, (straight_evaluator.score(_arch(straight, a)),))
+                        for a, _ in expected]
+    for at in (0, N_TRIALS // 2, N_TRIALS - 1):  # a seed, mid-study, the last trial
+        run_dir = tmp_path / f"killed{at}"
+        killed = KilledAt(s, at)
+        with monkeypatch.context() as m:  # no clean-up runs in a killed process
+            m.setattr(searchers.worker, "abandon_trial", lambda *a, **k: None)
+            with pytest.raises(Killed):
+                run_study(spec_for(run_dir, searcher), s, killed)
+        resumed_evaluator = Synthetic(s)
+        resumed = run_study(spec_for(run_dir, searcher, resume=True), s, resumed_evaluator)
+        assert evaluated(resumed) == expected, f"killed during evaluation {at}"
+        assert killed.calls + resumed_evaluator.calls == straight_evaluator.calls
+        # the killed trial failed with no outcome; its retry (a new number) ran it
+        stale = [t for t in resumed.trials if t.state == TrialState.FAIL
+                 and t.user_attrs.get("outcome") is None]
+        assert len(stale) == 1
+        retry = [t for t in resumed.trials if t.system_attrs.get("failed_trial")
+                 == stale[0].number]
+        assert len(retry) == 1 and retry[0].params == stale[0].params
+        assert retry[0].user_attrs["outcome"] == "complete"
+    # stopped cleanly between trials (Ctrl-C between two, --n-trials, --timeout)
+    first = Synthetic(s)
+    run_study(spec_for(tmp_path / "stopped", searcher, n_trials=N_TRIALS - 2), s, first)
+    rest = Synthetic(s)
+    resumed = run_study(spec_for(tmp_path / "stopped", searcher, resume=True), s, rest)
+    assert evaluated(resumed) == expected and first.calls + rest.calls == straight_evaluator.calls
+
+
+def test_a_killed_study_on_sqlite_resumes_exactly(tmp_path, monkeypatch):
+    """The same on RDB storage (Optuna's heartbeat is there too; the pid lease acts first
+    for a worker of this host)."""
+    s = space()
+    straight = run_study(spec_for(tmp_path / "a", "random", storage=f"sqlite:///{tmp_path}/a.db"),
+                         s, Synthetic(s))
+    storage = f"sqlite:///{tmp_path}/b.db"
+    with monkeypatch.context() as m, pytest.raises(Killed):
+        m.setattr(searchers.worker, "abandon_trial", lambda *a, **k: None)
+        run_study(spec_for(tmp_path / "b", "random", storage=storage), s, KilledAt(s, 3))
+    resumed = run_study(spec_for(tmp_path / "b", "random", resume=True, storage=storage), s,
+                        Synthetic(s))
+    assert evaluated(resumed) == evaluated(straight)
+
+
+def _arch(study, arch_id: str):
+    """The architecture of the complete trial with ``arch_id``."""
+    trial = next(t for t in study.trials if t.user_attrs.get("arch_id") == arch_id)
+    return space().validate(trial.user_attrs["arch"])
