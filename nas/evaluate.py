@@ -53,11 +53,74 @@ def export_dir_of(path: str | Path) -> tuple[Path, str | dict | None]:
                    "directory (config.json)")
 
 
+def parse_label_map(text: str | None) -> dict[str, str]:
+    """``--label-map neg=negative,pos=positive``: the data's label name → the model's."""
+    if not text:
+        return {}
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        data_name, sep, model_name = (part.strip() for part in item.partition("="))
+        if not sep or not data_name or not model_name or data_name in mapping:
+            raise NasError(f"--label-map expects DATA=MODEL pairs separated by commas, each "
+                           f"data label once (e.g. neg=negative,pos=positive), got {text!r}")
+        mapping[data_name] = model_name
+    return mapping
+
+
+def _check_task(export: Path, recorded: str | None, given: str) -> None:
+    """A built-in task other than the one the export was trained on is refused: its
+    classes mean something else, so the score would be meaningless (an SST-2 model scored
+    on MRPC). A user's own data file is checked by its input kind and label names."""
+    from nas.data.tasks import TASKS
+
+    if recorded is None or recorded == given or given not in TASKS:
+        return
+    if TASKS.get(given).loader is None:  # a built-in task (not a user's data file)
+        raise NasError(f"{export}: the model was trained on task {recorded!r}, not {given!r}; "
+                       f"evaluate it with --task {recorded} (or drop --task)")
+
+
+def _check_input(model: Any, export: Path, data: Any) -> None:
+    """Single-text data for a pair model, or pairs for a single-text model, is refused."""
+    kind = model.text_input
+    given = "pair" if data.is_pair else "single"
+    if kind is not None and kind != given:
+        texts = {"single": "one text", "pair": "a pair of texts"}
+        raise NasError(f"{export}: the model reads {texts[kind]} per example, task "
+                       f"{data.task!r} gives {texts[given]}; evaluate it on a "
+                       f"{kind}-text task")
+
+
+def label_indices(model_labels: list[str], data: Any, mapping: dict[str, str],
+                  export: Path) -> list[int]:
+    """The data's labels as the model's class indices, matched by name (never by
+    position), through ``mapping`` (``--label-map``) where given."""
+    unknown = [k for k in mapping if k not in data.label_names]
+    if unknown:
+        raise NasError(f"--label-map names {unknown[0]!r}, which is not a label of task "
+                       f"{data.task!r} ({', '.join(data.label_names)})")
+    index = {name: i for i, name in enumerate(model_labels)}
+    names = [mapping.get(name, name) for name in data.label_names]
+    missing = [(d, m) for d, m in zip(data.label_names, names, strict=True) if m not in index]
+    if missing:
+        data_name, model_name = missing[0]
+        which = f"{data_name!r}" + (f" (mapped to {model_name!r})" if data_name in mapping
+                                    else "")
+        raise NasError(f"{export}: the model's labels are ({', '.join(model_labels)}), the "
+                       f"data's (task {data.task!r}) are ({', '.join(data.label_names)}); "
+                       f"{which} is not a label of the model: match them by name with "
+                       "--label-map DATA=MODEL,... (e.g. --label-map neg=negative,pos=positive)")
+    return [index[names[y]] for y in data.labels]
+
+
 def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str | None = None,
                    data_dir: str | None = None, batch_size: int = 64,
-                   runtime: str = "torch") -> dict[str, Any]:
+                   runtime: str = "torch", label_map: dict[str, str] | None = None
+                   ) -> dict[str, Any]:
     """Metrics of the model saved at ``path`` on ``split`` of ``task`` (default: the
-    task's report split, ``test`` when it has one)."""
+    task's report split, ``test`` when it has one). The model must fit the data: the same
+    task when both are built-in, the same number of texts per example, and labels that
+    match by name (``label_map``: the data's name → the model's)."""
     import numpy as np
 
     from nas.data import load_task, report_split, resolve_task
@@ -71,23 +134,22 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     if batch_size < 1:
         raise NasError(f"--batch-size must be ≥ 1, got {batch_size}")
     task = resolve_task(task)  # a file or mapping becomes a registered name
+    model = load(export, runtime=runtime)
+    _check_task(export, model.task, task)
     split = split or report_split(task)
     data = load_task(task, split, data_dir)
-    model = load(export, runtime=runtime)
     if model.head is not None:  # a joint intent + slot model (SPEC §7)
         metrics = _joint_metrics(model, data, batch_size, export, task)
         return {"task": task, "split": split, "file": ", ".join(data.sources),
                 "examples": len(data), "metrics": metrics, "export": str(export)}
-    if len(model.labels) != data.num_labels:
-        raise NasError(f"{export}: the model has {len(model.labels)} labels, task {task!r} "
-                       f"has {data.num_labels}; evaluate it on the task it was trained for")
+    _check_input(model, export, data)
+    labels = label_indices(model.labels, data, label_map or {}, export)
     preds = []
     for start in range(0, len(data), batch_size):
         texts_a = list(data.texts_a[start:start + batch_size])
         texts_b = list(data.texts_b[start:start + batch_size]) if data.texts_b else None
         preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).numpy())
-    metrics = classification_metrics(np.concatenate(preds), np.asarray(data.labels),
-                                     data.metric)
+    metrics = classification_metrics(np.concatenate(preds), np.asarray(labels), data.metric)
     return {"task": task, "split": split, "file": ", ".join(data.sources),
             "examples": len(data), "metrics": metrics, "export": str(export)}
 

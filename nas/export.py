@@ -575,6 +575,17 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _text_input(inputs: list[str], task: str | None) -> str | None:
+    """``"single"`` or ``"pair"`` (what the runtime's ``text_input`` means): separate pair
+    inputs make a pair model; else the task's kind, when the task is registered."""
+    if "input_ids_b" in inputs:
+        return "pair"
+    from nas.data.tasks import TASKS
+
+    spec = TASKS.get(task) if task is not None and task in TASKS else None
+    return spec.kind if spec is not None and spec.kind in ("single", "pair") else None
+
+
 def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
            n_labels: int, tokenizer: str | Path | None | bool, max_length: int,
            task: str | None, random_init: bool, head: dict[str, Any] | None = None) -> None:
@@ -598,6 +609,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     inputs = model_inputs(child)
     tok_settings = {"files": tok_files, "max_length": int(max_length),
                     "separate_pair": "input_ids_b" in inputs} if tok_files else None
+    text_input = _text_input(inputs, task)
     arch = meta.arch
     arch_obj = Architecture(dict(arch), meta.space)
 
@@ -622,6 +634,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
                 "nas_tokenizer": tok_settings, "random_init": random_init})
             if task is not None:
                 hf_model.config.update({"task": task})
+            if text_input is not None:
+                hf_model.config.update({"nas_text_input": text_input})
             _quietly(hf_model.save_pretrained, str(out))  # no "Writing model shards" bar
             config_path = out / CONFIG_FILE
             hf_config = json.loads(config_path.read_text())
@@ -646,6 +660,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     }
     if task is not None:
         config["task"] = task
+    if text_input is not None:  # nas predict / evaluate refuse a pair for a single-text model
+        config["text_input"] = text_input
     if head is not None:
         config["head"] = head
     if meta.space_config.get("family") in FAMILIES:

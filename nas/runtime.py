@@ -37,6 +37,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 RUNTIMES = ("torch", "onnx")
+#: what ``text_input`` in config.json records: one text per example, or a pair
+TEXT_INPUTS = ("single", "pair")
 #: A benchmark row whose IQR exceeds this fraction of its median is flagged as noisy.
 NOISY_IQR = 0.10
 
@@ -296,6 +298,47 @@ class ExportedModel:
         return list(self.config["labels"])
 
     @property
+    def task(self) -> str | None:
+        """The task the export was trained on, as recorded (``None``: not recorded)."""
+        task = self.config.get("task")
+        return task if isinstance(task, str) and task else None
+
+    @property
+    def text_input(self) -> str | None:
+        """``"single"`` or ``"pair"``: how many texts one example of the model is, as the
+        export records it (``text_input``), else as its inputs (separate pair inputs) or its
+        registered task say; ``None`` when nothing tells."""
+        recorded = self.config.get("nas_text_input" if self.is_hf else "text_input")
+        if recorded in TEXT_INPUTS:
+            return str(recorded)
+        if "input_ids_b" in self.inputs:
+            return "pair"
+        from nas.data.tasks import TASKS
+
+        spec = TASKS.get(self.task) if self.task in TASKS else None
+        return spec.kind if spec is not None and spec.kind in TEXT_INPUTS else None
+
+    def check_texts(self, texts_a: Sequence[str], texts_b: Sequence[str] | None) -> None:
+        """Refuse texts the model cannot score meaningfully: bytes that are not UTF-8 (the
+        tokenizer would fail with a TypeError), a second text for a single-text model (it
+        would silently change the answer), one text for a pair model."""
+        for text in (*texts_a, *(texts_b or ())):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                bad = ord(text[err.start]) & 0xFF  # a surrogate-escaped byte of argv
+                raise NasError(f"text {text.encode('utf-8', 'replace').decode()[:40]!r}: not "
+                               f"UTF-8 (byte 0x{bad:02x} at position {err.start}); pass the "
+                               "text as UTF-8") from None
+        kind = self.text_input
+        what = f"the model in {self.directory}" + (f" (task {self.task})" if self.task else "")
+        if kind == "single" and texts_b is not None:
+            raise NasError(f"{what} reads one text, got a second; pass one text, or use a "
+                           "sentence-pair model")
+        if kind == "pair" and texts_b is None:
+            raise NasError(f"{what} reads a pair of texts, got one; pass both texts")
+
+    @property
     def inputs(self) -> list[str]:
         if self.is_hf:
             return ["input_ids", "attention_mask", "token_type_ids"]
@@ -417,6 +460,7 @@ class ExportedModel:
                 ) -> list[dict[str, Any]]:
         """``[{"label": name, "probabilities": {name: p}}]``, one per example (a joint
         intent + slot model: :meth:`predict_slots`, with ``label`` the intent)."""
+        self.check_texts(texts_a, texts_b)
         if self.head is not None:
             if texts_b is not None:
                 raise ExportError(f"{self.directory}: a tagging model reads one text, not a pair")
@@ -451,7 +495,7 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
             raise ExportError(f"{directory}: a transformers-format export has no {ONNX_FILE}; "
                               "export with --format onnx")
         _check_hf_head(directory, config)
-        return ExportedModel(directory, config, runtime, _load_hf(directory).eval())
+        return _checked(ExportedModel(directory, config, runtime, _load_hf(directory).eval()))
     if runtime == "onnx":
         path = directory / ONNX_FILE
         if not path.is_file():
@@ -466,7 +510,7 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
                                            providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own untyped errors
             raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
-        return ExportedModel(directory, config, runtime, session)
+        return _checked(ExportedModel(directory, config, runtime, session))
     network = build_network(config, str(directory / CONFIG_FILE))
     tables = _vocab_sizes(network.graph)
     if config.get("vocab_size") is not None and tables and config["vocab_size"] != tables[0]:
@@ -479,7 +523,21 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
     path = directory / WEIGHTS_FILE
     load_state(network, read_weights(path), str(path))
     check_runs(network, config["inputs"], str(directory / CONFIG_FILE))
-    return ExportedModel(directory, config, runtime, network.eval())
+    return _checked(ExportedModel(directory, config, runtime, network.eval()))
+
+
+def _checked(model: ExportedModel) -> ExportedModel:
+    """Refuse a tokenizer length beyond the model's position table: an edited
+    ``max_length`` would otherwise fail at the first long text with a tensor size
+    mismatch."""
+    length = model.tokenizer_settings.get("max_length")
+    limit = model.max_positions
+    if _is_int(length) and limit is not None and length > limit:
+        key = "nas_tokenizer" if model.is_hf else "tokenizer"
+        raise ExportError(f"{model.directory / CONFIG_FILE}: {key}.max_length is {length}, "
+                          f"beyond the model's {limit} positions; set it to at most {limit} "
+                          "(the length the model was trained at), or re-export")
+    return model
 
 
 def _vocab_sizes(graph: Any) -> list[int]:

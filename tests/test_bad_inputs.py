@@ -181,6 +181,45 @@ def three_labels(config: dict) -> None:
     config["num_labels"] = 3
 
 
+# exports that record their task (a random-init export records none), and data files
+SST2_LABELS = ["negative", "positive"]
+
+
+def trained_on(task: str, labels: list[str], text_input: str | None = None,
+               fmt: str = "native") -> Callable[[dict], None]:
+    """An export edited to record ``task`` and ``labels`` (and ``text_input``), as a run's
+    export does."""
+    def change(config: dict) -> None:
+        config["task"] = task
+        if fmt == "hf":
+            config["id2label"] = dict(enumerate(labels))
+            config["label2id"] = {name: i for i, name in enumerate(labels)}
+        else:
+            config["labels"] = labels
+        if text_input is not None:
+            config["text_input"] = text_input
+    return change
+
+
+def data_file(ctx: Ctx, name: str, rows: list[str]) -> str:
+    path = ctx.tmp / name
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def reviews(ctx: Ctx, names: tuple[str, str] = ("neg", "pos"), n: int = 40) -> str:
+    """A CSV of ``n`` labelled sentences whose labels are ``names``, three in four the
+    first (so that a model's accuracy and its complement differ)."""
+    return data_file(ctx, "reviews.csv", ["text,label", *(
+        f"film number {i} was {'fine' if i % 4 == 0 else 'dull'},{names[i % 4 == 0]}"
+        for i in range(n))])
+
+
+def evaluate_on(ctx: Ctx, rows: list[str], name: str = "mine.csv") -> list[str]:
+    export = ctx.edit_config("native", trained_on("sst2", SST2_LABELS))
+    return ["evaluate", str(export), "--task", data_file(ctx, name, rows)]
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -277,6 +316,63 @@ CASES = {
                                 r"model\.safetensors: changed since the export was written"),
     "export-hf-truncated-unlisted": Case(lambda ctx: hf_truncated(ctx, listed=False), 2,
                                          r"transformers cannot load it .*incomplete metadata"),
+    # scores that would mean nothing: the export's task, input kind and labels must fit
+    "evaluate-other-task": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS))),
+        "--task", "mrpc"], 2, r"trained on task 'sst2', not 'mrpc'; evaluate it with --task "
+                              r"sst2"),
+    "evaluate-hf-other-task": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("hf", trained_on("sst2", SST2_LABELS, fmt="hf"))),
+        "--task", "mrpc"], 2, r"trained on task 'sst2', not 'mrpc'"),
+    "evaluate-label-names-differ": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS))),
+        "--task", reviews(ctx)], 2,
+        r"the model's labels are \(negative, positive\), the data's \(task 'reviews-\w+'\) "
+        r"are \(neg, pos\); 'neg' is not a label of the model: .*--label-map"),
+    "evaluate-label-map-wrong": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS))),
+        "--task", reviews(ctx), "--label-map", "neg=negative,pos=postive"], 2,
+        r"'pos' \(mapped to 'postive'\) is not a label of the model"),
+    "evaluate-label-map-unknown": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS))),
+        "--task", reviews(ctx), "--label-map", "bad=negative"], 2,
+        r"--label-map names 'bad', which is not a label of task 'reviews-\w+' \(neg, pos\)"),
+    "evaluate-label-map-malformed": Case(lambda ctx: [
+        "evaluate", str(ctx.exports["native"]), "--task", "sst2", "--label-map", "neg"], 2,
+        r"--label-map expects DATA=MODEL pairs separated by commas"),
+    "evaluate-pair-model-single-data": Case(lambda ctx: [
+        "evaluate", str(ctx.edit_config("native", trained_on("mine", SST2_LABELS, "pair"))),
+        "--task", reviews(ctx, ("negative", "positive"))], 2,
+        r"the model reads a pair of texts per example, task 'reviews-\w+' gives one text"),
+    "predict-second-text": Case(lambda ctx: [
+        "predict", str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS))), "a", "b"],
+        2, r"\(task sst2\) reads one text, got a second; pass one text"),
+    "predict-pair-one-text": Case(lambda ctx: [
+        "predict", str(ctx.edit_config("native", trained_on("mrpc", ["no", "yes"], "pair"))),
+        "a"], 2, r"\(task mrpc\) reads a pair of texts, got one; pass both texts"),
+    "predict-non-utf8": Case(lambda ctx: ["predict", str(ctx.exports["native"]),
+                                          os.fsdecode(b"caf\xe9 au lait")], 2,
+                             r"text 'caf.*: not UTF-8 \(byte 0xe9 at position 3\); pass the "
+                             r"text as UTF-8"),
+    "export-max-length-absurd": Case(_predict_edited(_set("tokenizer.max_length", 100000)), 2,
+                                     r"config\.json: tokenizer\.max_length is 100000, beyond "
+                                     r"the model's 512 positions; set it to at most 512"),
+    "export-hf-max-length-absurd": Case(
+        _predict_edited(_set("nas_tokenizer.max_length", 100000), "hf"), 2,
+        r"config\.json: nas_tokenizer\.max_length is 100000, beyond the model's 512 positions"),
+    # data files: no text, or nothing to score
+    "data-whitespace-text": Case(lambda ctx: evaluate_on(
+        ctx, ["text,label", "fine,positive", "   ,negative", "dull,negative"]), 2,
+        r"mine\.csv: row 2: the text in column 'text' is only whitespace; fill it in or "
+        r"remove the row"),
+    "data-empty-text": Case(lambda ctx: evaluate_on(
+        ctx, ['{"text": "fine", "label": "positive"}', '{"text": "", "label": "negative"}'],
+        "mine.jsonl"), 2, r"mine\.jsonl: row 2: the text in column 'text' is empty"),
+    "data-all-texts-blank": Case(lambda ctx: evaluate_on(
+        ctx, ["text,label", *[" \t,positive", " ,negative"] * 5]), 2,
+        r"mine\.csv: row 1: the text in column 'text' is only whitespace"),
+    "data-no-row": Case(lambda ctx: evaluate_on(ctx, ["text,label"]), 2,
+                        r"mine\.csv: empty file"),
     # runs
     "run-truncated-checkpoint": Case(truncated_checkpoint, 2,
                                      r"checkpoint\.safetensors: not a readable checkpoint"),
@@ -319,7 +415,7 @@ CASES = {
                               r"--seq-len: expected a positive integer, got '0'"),
 }
 #: cases also run as a real ``nas`` process (the entry point, not just ``main``)
-AS_PROCESS = ("space-hidden-abc", "export-labels-empty")
+AS_PROCESS = ("space-hidden-abc", "export-labels-empty", "predict-non-utf8")
 
 
 def _without(folder: Path, *names: str) -> Path:
@@ -399,3 +495,38 @@ def test_debug_shows_the_traceback(tmp_path, exports):
     out = Ctx(tmp_path, exports).edit_config("native", _set("labels", []))
     with pytest.raises(ExportError, match="labels must be a non-empty list"):
         main(["--debug", "predict", str(out), "a fine film"])
+
+
+def _accuracy(argv: list[str], capsys) -> float:
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["metrics"]["accuracy"]
+
+
+def test_labels_match_by_name_never_by_position(tmp_path, exports, capsys):
+    """The same file scores the same under the model's names or a --label-map onto them,
+    and a swapped map scores the complement: labels are matched by name, not by position
+    (``neg/pos`` against ``negative/positive`` was once scored by position)."""
+    ctx = Ctx(tmp_path, exports)
+    export = str(ctx.edit_config("native", trained_on("sst2", SST2_LABELS)))
+    on = ["--split", "train"]  # 36 examples, 3 in 4 of the first label
+    same = _accuracy(["evaluate", export, "--task", reviews(ctx, ("negative", "positive")),
+                      *on], capsys)
+    mapped = _accuracy(["evaluate", export, "--task", reviews(ctx), *on,
+                        "--label-map", "neg=negative,pos=positive"], capsys)
+    swapped = _accuracy(["evaluate", export, "--task", reviews(ctx), *on,
+                         "--label-map", "neg=positive, pos=negative"], capsys)
+    assert same != pytest.approx(0.5)  # else the swap below would prove nothing
+    assert mapped == pytest.approx(same)
+    assert swapped == pytest.approx(1 - same)
+
+
+def test_exports_record_their_text_input(tmp_path):
+    """A run's export records whether the model reads one text or a pair, so nas predict
+    can refuse the other even for a task registered only in the run's process."""
+    from nas.export import _text_input
+
+    assert _text_input(["input_ids", "attention_mask"], "sst2") == "single"
+    assert _text_input(["input_ids", "attention_mask", "token_type_ids"], "mrpc") == "pair"
+    assert _text_input(["input_ids", "input_ids_b"], None) == "pair"
+    assert _text_input(["input_ids"], None) is None

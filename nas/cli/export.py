@@ -183,10 +183,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from nas.runtime import load
 
     model = load(args.directory, args.runtime)
+    texts_b = [args.text_b] if args.text_b is not None else None
+    model.check_texts([args.text], texts_b)  # before any warning: a refusal is one line
     if model.random_init:
         print(f"warning: {args.directory} holds untrained, randomly initialised weights "
               "(exported with --random-init): its answers mean nothing", file=sys.stderr)
-    result = model.predict([args.text], [args.text_b] if args.text_b is not None else None)[0]
+    result = model.predict([args.text], texts_b)[0]
     if "slots" in result:  # a joint intent + slot model: the intent, then one line per slot
         slots = [f"  {s['slot']}: {s['text']}" for s in result["slots"]] or ["  (no slots)"]
         emit(args, result, "\n".join(

@@ -140,6 +140,10 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                                   "made for)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="examples per forward pass")
+    p.add_argument("--label-map", metavar="DATA=MODEL,...",
+                   help="match the data's label names to the model's (e.g. "
+                        "neg=negative,pos=positive); labels always match by name, never by "
+                        "position")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="the runtime that runs the export")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -147,11 +151,11 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from nas.evaluate import evaluate_saved
+    from nas.evaluate import evaluate_saved, parse_label_map
 
     result = evaluate_saved(args.path, task=args.task, split=args.split,
                             data_dir=args.data_dir, batch_size=args.batch_size,
-                            runtime=args.runtime)
+                            runtime=args.runtime, label_map=parse_label_map(args.label_map))
     values = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
     emit(args, result, f"{result['task']}/{result['split']} ({result['file']}, "
                        f"{result['examples']} examples): {values}")

@@ -345,7 +345,12 @@ def _texts(table: Table, column: str) -> tuple[str, ...]:
         if isinstance(value, list | dict):
             raise DataError(f"{table.where}: row {row}: column {column!r} holds a "
                             f"{type(value).__name__}, not a text; name a text column")
-        out.append(str(value))
+        text = str(value)
+        if not text.strip():  # an empty text trains and scores as nothing but [CLS] [SEP]
+            raise DataError(f"{table.where}: row {row}: the text in column {column!r} is "
+                            f"{'empty' if not text else 'only whitespace'}; fill it in or "
+                            f"remove the row")
+        out.append(text)
     return tuple(out)
 
 
