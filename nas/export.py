@@ -479,6 +479,15 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     if len(labels) != n_labels:
         raise ExportError(f"{len(labels)} label names given ({', '.join(labels)}) but the "
                           f"model has {n_labels} outputs")
+    from nas.graph import position_limit
+
+    limit = position_limit(child.graph)
+    if limit is not None and max_length > limit:
+        # the truncation length stock tools read must fit the model's position table,
+        # or `load` refuses the export (a 128-token default on a 64-position model)
+        log.info("tokenizer max_length %d is beyond the model's %d positions; the export "
+                 "truncates at %d", max_length, limit, limit)
+        max_length = limit
     final = Path(out_dir)
     check_target(final, overwrite)
     out = final.parent / f".{final.name}.partial-{os.getpid()}"

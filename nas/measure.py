@@ -135,8 +135,8 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
 
     found = {}
     for name, data in evaluated.items():
-        overlap = _cached_overlap(train, data, lambda d=data: text_overlap(texts(train),
-                                                                         texts(d)))
+        overlap = _cached_overlap(train, data, lambda d=data: text_overlap(
+            texts(train), texts(d), train_key=train.fingerprint or None))
         found[name] = {"examples": overlap.examples, "exact": overlap.exact,
                        "shared_phrase": overlap.shared_phrase, "min_words": overlap.min_words}
         if overlap.fraction > 0.05:

@@ -43,28 +43,40 @@ def _shingles(words: Sequence[str], n: int) -> Iterable[tuple[str, ...]]:
     return (tuple(words[i:i + n]) for i in range(len(words) - n + 1))
 
 
-def text_overlap(train: Sequence[str], validation: Sequence[str], min_words: int = 8
-                 ) -> Overlap:
+#: The training side of the last count, by its key: ``(exact texts, long texts' words,
+#: {n: n-grams})``. A run counts dev and the report split against the same training set.
+_TRAIN_SIDE: dict[str, tuple[set[str], list[list[str]], dict[int, set[str]]]] = {}
+
+
+def text_overlap(train: Sequence[str], validation: Sequence[str], min_words: int = 8,
+                 train_key: str | None = None) -> Overlap:
     """Count validation texts that equal, contain or lie inside a training phrase of
-    ``min_words`` or more words (whitespace words, case-folded)."""
-    exact_set = {" ".join(_words(t)) for t in train}
+    ``min_words`` or more words (whitespace words, case-folded). ``train_key`` (the
+    training set's content fingerprint) keeps its n-grams for the next count."""
+    key = f"{train_key}:{min_words}" if train_key else None
+    if key is not None and key in _TRAIN_SIDE:
+        exact_set, long_train, by_n = _TRAIN_SIDE[key]
+    else:
+        exact_set = {" ".join(_words(t)) for t in train}
+        long_train = [w for w in map(_words, train) if len(w) >= min_words]
+        by_n = {}
+        if key is not None:
+            _TRAIN_SIDE.clear()  # one training set at a time: its n-grams are large
+            _TRAIN_SIDE[key] = (exact_set, long_train, by_n)
     valid = [_words(t) for t in validation]
-    long_train = [w for w in map(_words, train) if len(w) >= min_words]
     # every n-gram of the long training texts, for n = min_words and for the lengths of
     # the shorter validation texts (a short text counts when it lies inside one)
     lengths = {min_words} | {len(w) for w in valid if 0 < len(w) < min_words}
-    grams: set[str] = set()
-    for words in long_train:
-        for n in lengths:
-            grams.update(" ".join(g) for g in _shingles(words, n))
+    for n in lengths - set(by_n):
+        by_n[n] = {" ".join(g) for words in long_train for g in _shingles(words, n)}
     exact = shared = 0
     for words in valid:
         if " ".join(words) in exact_set:
             exact += 1
             shared += 1
-        elif len(words) < min_words:
-            shared += " ".join(words) in grams
-        elif any(" ".join(g) in grams for g in _shingles(words, min_words)):
+        elif len(words) < min_words:  # an L-word text can only lie inside an L-gram
+            shared += " ".join(words) in by_n[len(words)] if words else 0
+        elif any(" ".join(g) in by_n[min_words] for g in _shingles(words, min_words)):
             shared += 1
     return Overlap(len(validation), exact, shared, min_words)
 
