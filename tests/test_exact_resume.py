@@ -65,7 +65,10 @@ def evaluated(study) -> list[tuple[str, tuple[float, ...]]]:
     return [(t.user_attrs["arch_id"], tuple(t.values)) for t in done]
 
 
-@pytest.mark.parametrize("searcher", searcher_names("multi-trial"))
+# GP's ask is the slowest (about 3 s here); its kill-and-resume runs in the slow suite
+@pytest.mark.parametrize("searcher", [
+    pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n
+    for n in searcher_names("multi-trial")])
 def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
     s = space()
     straight_evaluator = Synthetic(s)
@@ -101,6 +104,7 @@ def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
     assert evaluated(resumed) == expected and first.calls + rest.calls == straight_evaluator.calls
 
 
+@pytest.mark.slow
 def test_a_killed_study_on_sqlite_resumes_exactly(tmp_path, monkeypatch):
     """The same on RDB storage (Optuna's heartbeat is there too; the pid lease acts first
     for a worker of this host)."""

@@ -152,7 +152,9 @@ OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "random": {}}
 
 
-@pytest.mark.parametrize("name", sorted(OPTIONS))
+# GP's reopened search runs in the slow suite (its ask is the slowest, ~2 s here)
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n for n in sorted(OPTIONS)])
 def test_a_reopened_search_continues_like_the_uninterrupted_one(name):
     """Beyond the start-up phase, so the samplers' models are in play: a new search on
     the stored study (new samplers, as after a restart) needs nothing but the study."""

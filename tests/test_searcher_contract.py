@@ -351,7 +351,10 @@ def test_same_seed_same_candidates(name, space):
     assert [first.ask() for _ in range(8)] == [second.ask() for _ in range(8)]
 
 
-@pytest.mark.parametrize("name", MULTI_TRIAL)
+# GP's reopened study runs in the slow suite (its ask is the slowest, ~2 s here); its study
+# contract above stays in the default run
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n for n in MULTI_TRIAL])
 def test_a_search_reopened_on_its_storage_continues_like_the_uninterrupted_one(
         name, space, evaluator):
     """The study is the whole state: a new search (new sampler, new process) on the same
