@@ -94,9 +94,12 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises many kinds (pickle, zip, runtime)
-            message = " ".join(str(err).split())[:300]
-            raise ExportError(f"{path}: cannot read it as a torch checkpoint ({message})") \
-                from None
+            # torch's own message advises weights_only=False, which would run the file's
+            # code: keep only its first sentence, and never give that advice
+            message = " ".join(str(err).split()).split(". ")[0][:160]
+            raise ExportError(f"{path}: cannot read it as a torch checkpoint ({message}); "
+                              "give a .safetensors file, a state dict saved with torch.save, "
+                              "or a Hugging Face checkpoint folder") from None
     for key in MODEL_KEYS:
         if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
             data = data[key]

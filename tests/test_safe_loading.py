@@ -61,3 +61,36 @@ def test_no_source_file_unpickles_anything():
                 for text in [path.read_text()]
                 for line, what in _unsafe_loads(ast.parse(text, str(path)), text.splitlines())]
     assert problems == []
+
+
+def test_a_pickled_teacher_output_is_named_with_its_fix_and_never_unpickled(tmp_path):
+    """A cache file planted as a pickle (an object array) is refused in one line naming the
+    file and the fix, instead of numpy's 'Array can't be memory-mapped'."""
+    import numpy as np
+    import pytest
+
+    from nas.data import load_task
+    from nas.distill.cache import TeacherOutputCache
+    from nas.errors import NasError
+
+    cache = TeacherOutputCache("t", load_task("sst2", "dev").head(4), cache_dir=tmp_path,
+                               teacher_id="planted")
+    cache.path.mkdir(parents=True)
+    np.save(cache.file("logits"), np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(NasError, match=r"logits\.npy: a cached teacher output that does not "
+                                       r"load .*nas cache clear outputs") as err:
+        cache.load("logits")
+    assert "\n" not in str(err.value)
+
+
+def test_a_garbage_weights_file_never_advises_weights_only_false(tmp_path):
+    import pytest
+
+    from nas.errors import NasError
+    from nas.export import read_checkpoint
+
+    bad = tmp_path / "w.pt"
+    bad.write_bytes(b"\x80\x04garbage that is no checkpoint")
+    with pytest.raises(NasError, match=r"w\.pt: cannot read it as a torch checkpoint") as err:
+        read_checkpoint(bad)
+    assert "weights_only=False" not in str(err.value) and "\n" not in str(err.value)

@@ -84,7 +84,12 @@ class TeacherOutputCache:
         """The stored array ``name``, memory-mapped read-only."""
         if not self.has(name):
             raise NasError(f"no cached array {name!r} in {self.path}")
-        return np.load(self.file(name), mmap_mode="r")
+        try:  # never unpickles: np.load refuses object arrays without allow_pickle
+            return np.load(self.file(name), mmap_mode="r")
+        except (ValueError, OSError, EOFError) as err:
+            raise NasError(f"{self.file(name)}: a cached teacher output that does not load "
+                           f"({' '.join(str(err).split())[:120]}); delete {self.path} (or "
+                           "`nas cache clear outputs`) and it is computed again") from None
 
     def save(self, name: str, array: np.ndarray) -> np.ndarray:
         self.path.mkdir(parents=True, exist_ok=True)
