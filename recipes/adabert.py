@@ -26,6 +26,7 @@ from its checkpoint.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from recipes.common import (
     Recipe,
     TaskContext,
     load_typed,
+    mean_std,
     report_reference,
     run_study_stage,
     worker_options,
@@ -231,7 +233,7 @@ class AdaBertContext(TaskContext):
             return distillation_loss(model, out, batch, probes, r.gamma, r.kd_temperature)
 
         task = RetrainTask(
-            train_batches=train_batches, steps_per_epoch=-(-len(data) // r.batch_size),
+            train_batches=train_batches, steps_per_epoch=math.ceil(len(data) / r.batch_size),
             loss=loss, test_batches=self.report_batches_or_none(),
             init=lambda model: init_embeddings(model, self.embedding_init),
             **self.scoring_fields())
@@ -253,7 +255,7 @@ class AdaBertSupernetTrainer:
 
         self.ctx, s = ctx, ctx.cfg.search
         self.epochs = s.epochs
-        self.steps_per_epoch = -(-len(ctx.search_train) // s.batch_size)
+        self.steps_per_epoch = math.ceil(len(ctx.search_train) / s.batch_size)
         self.supernet = build_supernet(ctx.space)
         init_embeddings(self.supernet, ctx.embedding_init)
 
@@ -417,7 +419,7 @@ class AdaBert(Recipe):
             return summary
         scores = [metric_score(r[ctx.report_split], ctx.metric) for r in runs]
         return {**summary, "metric": ctx.metric, "split": ctx.report_split,
-                **found.mean_std(scores)}
+                **mean_std(scores)}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:

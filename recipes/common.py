@@ -527,9 +527,11 @@ class StudyStage:
     trials: list[Any]  # the complete trials, in number order
     seconds: float
 
-    def mean_std(self, scores: list[float]) -> dict[str, float]:
-        return {"mean": statistics.mean(scores),
-                "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+
+def mean_std(scores: list[float]) -> dict[str, float]:
+    """``{"mean", "std"}`` of a stage's scores (the sample sd; 0 for one score)."""
+    return {"mean": statistics.mean(scores),
+            "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
 
 
 def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: Any,
@@ -577,5 +579,5 @@ def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",
-           "load_typed", "report_reference", "run_study_stage",
+           "load_typed", "mean_std", "report_reference", "run_study_stage",
            "seeded_subset", "snapshot", "worker_options"]

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -59,7 +58,14 @@ from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
 from nas.train import TrainSettings, loop_settings
-from recipes.common import MethodConfig, Recipe, TaskContext, seeded_subset, worker_options
+from recipes.common import (
+    MethodConfig,
+    Recipe,
+    TaskContext,
+    mean_std,
+    seeded_subset,
+    worker_options,
+)
 from searchers.loop import StudySettings
 from searchers.sampled_supernet import SHAPE_KINDS  # N and r: stage 2 fixes, stage 3 searches
 
@@ -636,8 +642,7 @@ class EfficientBert(Recipe):
             split = ctx.report_split
             scores = [metric_score(r[split], ctx.dev.metric) for r in randoms]
             out["random"] = {"runs": randoms, "split": split, "metric": ctx.dev.metric,
-                             "mean": statistics.mean(scores),
-                             "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+                             **mean_std(scores)}
         return out
 
     # -- ranking audit -------------------------------------------------------------------

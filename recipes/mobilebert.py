@@ -43,6 +43,7 @@ stage is never redone, and ``--resume`` continues an unfinished one from its che
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed, report_reference
+from recipes.common import MethodConfig, Recipe, TaskContext, load_typed, mean_std, report_reference
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -274,7 +275,7 @@ class MobileBertContext(TaskContext):
             teacher=self.task_teacher()[1],
             batches=lambda stage: seeded_batches(data, self.tokenizer, batch_size,
                                                  self.max_seq_len, self.seed, stage, lengths),
-            steps_per_epoch=-(-len(data) // batch_size), logits=self.teacher_logits(data),
+            steps_per_epoch=math.ceil(len(data) / batch_size), logits=self.teacher_logits(data),
             test_batches=self.report_batches if with_test else None, init=self.init_student,
             **self.scoring_fields())
 
@@ -362,7 +363,7 @@ class MobileBert(Recipe):
                 for t in done]
         summary = {"searcher": name, "study": found.spec.study_name,
                    "n_trials": found.spec.n_trials, "runs": runs, "best_trial": best.number,
-                   "best_arch": dict(arch), **found.mean_std([t.values[0] for t in done])}
+                   "best_arch": dict(arch), **mean_std([t.values[0] for t in done])}
         ctx.run.log("search", best=best.number, arch=dict(arch), seconds=found.seconds)
         return summary, space, arch
 

@@ -16,6 +16,7 @@ scores.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -192,7 +193,7 @@ def _general_train(g: GeneralSettings, teacher_name: str | None, space: Any, ini
                         teacher_space.config["num_hidden_layers"], layer_mapping)
     terms = Terms()
     lengths = token_lengths(tokenizer, corpus, g.max_seq_len)
-    steps_per_epoch = -(-len(corpus) // g.batch_size)
+    steps_per_epoch = math.ceil(len(corpus) / g.batch_size)
 
     def loss(net: DistillStudent, batch: dict[str, torch.Tensor]) -> Any:
         with torch.no_grad():
