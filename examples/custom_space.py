@@ -28,8 +28,8 @@ def tiny_cell(vocab_size: int = 30522, hidden: int = 64, num_labels: int = 2) ->
     g.edge("emb", "n0", ChoiceRef("a"))
     g.edge("emb", "n1", ChoiceRef("b"))
     g.edge("n0", "n1", ChoiceRef("c"))
-    g.node("head", "pooler_classifier", role="output", group="head",
-           params={"num_labels": num_labels})
+    g.node("head", "pooler_classifier", role="output", group="head",   # mean over tokens:
+           params={"num_labels": num_labels, "pooling": "mean"})    # a conv cell's [CLS] is local
     g.edge("n1", "head")
     return SearchSpace("tiny-cell", choices, g.graph, drawing=[("tiny cell", "cell")],
                        config=dict(vocab_size=vocab_size, hidden=hidden),

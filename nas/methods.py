@@ -102,7 +102,8 @@ class Method(abc.ABC):
         return [], []
 
 
-def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Method, Any]:
+def load_experiment(path: str | Path, overrides: Sequence[str] = (),
+                    plugins: Sequence[str] = ()) -> tuple[Method, Any]:
     """Read an experiment YAML: the method it names and its typed configuration.
 
     ``overrides`` are ``KEY=VALUE`` settings (``nas run --set``) applied to the file's
@@ -112,11 +113,32 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Me
     snapshot finds the data again from any folder.
     """
     data = apply_overrides(read_yaml(path), list(overrides), str(path))
+    return method_config(data, str(path), Path(path).parent, plugins)
+
+
+def method_config(data: dict[str, Any], where: str, base: Path | None = None,
+                  plugins: Sequence[str] = ()) -> tuple[Method, Any]:
+    """The method and typed configuration of an experiment mapping (a read file, or
+    :func:`nas.search`'s keywords). ``plugins`` (``--plugin``) are imported with the
+    mapping's own ``plugins:`` first (:mod:`nas.plugins`, files relative to ``base``, then
+    the current directory), so a method, space or evaluator they register can be named;
+    a method whose configuration has a ``plugins`` field records them as absolute paths,
+    so its workers and a resume import them again."""
+    path = where
+    listed, extra = data.get("plugins", []), list(plugins)
+    if listed or extra:
+        from nas.plugins import PluginError, import_plugins
+
+        try:
+            recorded = import_plugins(listed, base) + import_plugins(extra)
+        except PluginError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        data = {**data, "plugins": recorded}
     if "task" in data:
         from nas.data.files import normalise_task
 
         try:
-            data["task"] = normalise_task(data["task"], Path(path).parent)
+            data["task"] = normalise_task(data["task"], base or Path.cwd())
         except DataError as err:
             raise ConfigError(f"{path}: {err}") from None
     if "random_samples" in data:  # merged into the study's own setting
@@ -129,6 +151,9 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Me
     if not isinstance(name, str):
         raise ConfigError(f"{path}: method must be a name, got {name!r}")
     method = METHODS.get(name)()
+    if "plugins" in data and "plugins" not in getattr(method.config_class,
+                                                      "__dataclass_fields__", {}):
+        data.pop("plugins")  # imported above; this method's workers do not re-import them
     return method, method.load_config(data, str(path))
 
 

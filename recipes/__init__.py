@@ -6,4 +6,11 @@ it imports every built-in recipe, whose ``@register_method`` runs. A new recipe 
 import here (no reinstall needed, unlike a new entry point).
 """
 
-from recipes import adabert, efficientbert, mixedvocab, mobilebert, tinybert  # noqa: F401  (registration)
+from recipes import (  # noqa: F401  (registration)
+    adabert,
+    efficientbert,
+    mixedvocab,
+    mobilebert,
+    search,
+    tinybert,
+)

@@ -113,6 +113,7 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
 
     study = open_run_study(run_dir)
     trial = pick_trial(study, which)
+    _import_run_plugins(run_dir)
     weights = trial_weights(trial, run_dir)
     if not weights or not Path(weights).is_file():
         raise NasError(f"trial {trial.number}: its trained weights are not here "
@@ -121,12 +122,25 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
     attrs: Mapping[str, Any] = study.user_attrs
     # a transformer space's config names its family (bert, mobilebert) besides its
     # hyperparameters; the family is the space's, not an argument
-    config = {k: v for k, v in attrs.get("space_config", {}).items() if k != "family"}
+    extra = attrs.get("export") or {}
+    config = extra.get("space_kwargs")  # the factory's own arguments (method search)
+    if config is None:
+        config = {k: v for k, v in attrs.get("space_config", {}).items() if k != "family"}
     space = get_space(attrs["space"], **config)
     arch = space.validate(trial.user_attrs["arch"])
     out = Path(output) if output is not None else Path(run_dir) / "exports" / f"trial{trial.number}"
-    extra = attrs.get("export") or {}
     export(space, arch, out, weights=weights, fmt=fmt, labels=extra.get("labels"),
            tokenizer=extra.get("tokenizer"), max_length=extra.get("max_length", 128),
            task=extra.get("task"), overwrite=overwrite)
     return out, trial
+
+
+def _import_run_plugins(run_dir: str | Path) -> None:
+    """The plug-in files the run recorded (``plugins:``), imported so that a space of the
+    user's own is known again (:mod:`nas.plugins`)."""
+    from nas.plugins import import_plugins
+    from nas.rundir import RunDir
+
+    plugins = RunDir(run_dir).config.get("plugins") or []
+    if plugins:
+        import_plugins(plugins)

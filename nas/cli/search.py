@@ -25,6 +25,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "(repeatable; checked like the file; the run's config.yaml records "
                         "the result)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE|MODULE",
+                   help="a Python file or module imported first, e.g. a space of your own "
+                        "(my_space.py registers it); repeatable, added to the file's "
+                        "`plugins:`")
     p.add_argument("--searcher", choices=searcher_names,
                    help="a registered searcher the method accepts (default: the experiment's "
                         "`searcher:`, else the method's own); e.g. random: random "
@@ -69,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
-    method, config = load_experiment(args.config, args.set)
+    method, config = load_experiment(args.config, args.set, plugins=args.plugin)
     # an experiment may name its searcher (`searcher: lanas`); --searcher overrides it
     searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
     study = _study_options(args, searcher)

@@ -40,4 +40,33 @@ def init_embeddings(model: Any, table: torch.Tensor) -> None:
         emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
 
 
-__all__ = ["EMBEDDING_INITS", "init_embeddings", "teacher_embedding_init"]
+class TeacherEmbeddings:
+    """The teacher's factorised word table for a model of any space: every node with a
+    ``word_embeddings`` table of the teacher's vocabulary starts from the teacher's top
+    principal components at its width (one SVD per width, kept); a model without such a
+    node is left as it is. Called on each freshly built child or supernet."""
+
+    def __init__(self, teacher_dir: str | None) -> None:
+        self.teacher_dir = teacher_dir
+        self.tables: dict[int, torch.Tensor] = {}
+
+    def __call__(self, model: Any) -> int:
+        """Initialise ``model``'s word tables; returns how many were set."""
+        done = 0
+        for node in getattr(model, "nodes", {}).values():
+            table = getattr(getattr(node, "word_embeddings", None), "weight", None)
+            if table is None:
+                continue
+            width = int(table.shape[1])
+            if width not in self.tables:
+                self.tables[width] = teacher_embedding_init(self.teacher_dir, width)
+            source = self.tables[width]
+            if source.shape[0] != table.shape[0]:
+                continue  # another vocabulary: its rows mean other words
+            with torch.no_grad():
+                table.copy_(source)
+            done += 1
+        return done
+
+
+__all__ = ["EMBEDDING_INITS", "TeacherEmbeddings", "init_embeddings", "teacher_embedding_init"]

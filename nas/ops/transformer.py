@@ -207,7 +207,10 @@ class BertAttention(Op):
 class PoolerClassifier(Op):
     """BERT's head: ``classifier(dropout(tanh(W_p·h_[CLS])))`` → ``(B, num_labels)``.
 
-    ``p``: ``num_labels``, ``pooler`` (False: classify the [CLS] state directly).
+    ``p``: ``num_labels``, ``pooler`` (False: classify the [CLS] state directly),
+    ``pooling``: ``cls`` (BERT's first-token state, the default) or ``mean`` (the mean over
+    the unmasked tokens: for convolutional or pooling cells, whose first token sees only
+    its neighbours).
     """
 
     def __init__(self, in_widths, out_width, p):
@@ -234,7 +237,13 @@ class PoolerClassifier(Op):
         return (h * h if p.get("pooler", True) else 0) + h * out_width
 
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
-        cls_state = xs[0][:, 0]
+        if p.get("pooling", "cls") == "mean":
+            mask = pair_mask(ctx)
+            x = xs[0]
+            m = (torch.ones_like(x[..., 0]) if mask is None else mask.to(x.dtype))[..., None]
+            cls_state = (x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
+        else:
+            cls_state = xs[0][:, 0]
         if hasattr(self, "pooler"):
             cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, cls_state.shape[-1]))
         return self.classifier(self.dropout(cls_state))

@@ -1,0 +1,681 @@
+"""Search a space of your own (``method: search``): any registered space, any searcher,
+any evaluator, then the chosen architectures retrained with distillation and exported.
+
+The steps, in order (:meth:`Search.stages`):
+
+1. **teacher** — fine-tuned on the task (cached by its settings), as in every method;
+2. **data** — the training subset, dev and the report split; ``data.val_fraction`` of
+   the training subset is held out to score candidates, so that dev chooses nothing
+   the search saw and the report split chooses nothing at all;
+3. **search** —
+   * a multi-trial searcher (``random``, ``tpe``, ``nsga2``, ``gp``, ``lanas``, or one a
+     plug-in registers) proposes architectures on an Optuna study; ``evaluator`` scores
+     each on the held-out part (default ``distilled-retrain``: the child trained from
+     scratch on the rest with knowledge distillation from the teacher's logits, Hinton
+     et al., 2015); ``objectives`` adds predicted or counted costs as minimised
+     objectives; ``constraints`` go to the sampler as Optuna constraints;
+   * or the one-shot ``differentiable`` searcher (GDAS, Dong & Yang 2019; AdaBERT, Chen
+     et al. 2020, §3.2): one supernet trained with hard Gumbel samples of every op and
+     depth choice, the KD loss and an optional efficiency term, then its argmax;
+4. **final** — what ``final.select`` picks (the best trial, the Pareto front, or the
+   front points nearest given speed-ups over the teacher) retrained on the whole training
+   subset with ``final.seeds`` seeds, scored on dev and the report split;
+5. **export** — the first chosen architecture at ``RUN/export``, every chosen one at
+   ``RUN/final/<tag>/export``.
+
+A space file next to the experiment needs no install: ``plugins: [my_space.py]``
+(:mod:`nas.plugins`). :func:`nas.search` is the same run from Python.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nas.config import ConfigError, check_fields
+from nas.errors import NasError
+from nas.methods import RunOptions, register_method
+from nas.rundir import RunDir
+from nas.train import TrainSettings, loop_settings
+from recipes.common import (
+    MethodConfig,
+    Recipe,
+    TaskContext,
+    load_typed,
+    mean_std,
+    report_reference,
+    run_study_stage,
+    worker_options,
+)
+
+log = logging.getLogger("nas.search")
+
+#: what ``objectives:`` may list: the evaluator's validation score, then costs to minimise
+OBJECTIVES = ("accuracy", "latency_ms", "params", "flops")
+SELECTIONS = ("best", "pareto", "latency_ratios")
+#: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
+PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
+                  "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@dataclass
+class EvaluatorChoice:
+    """The evaluator of every trial: a registered name and its settings (for
+    ``distilled-retrain``, the training loop's settings)."""
+
+    name: str = "distilled-retrain"
+    settings: dict = field(default_factory=lambda: {"epochs": 1, "lr": 1e-3})
+
+
+@dataclass
+class Constraints:
+    """Hard limits on every architecture the search may propose: parameters, FLOPs at the
+    run's length, and batch-1 latency predicted by the latency model on this machine."""
+
+    max_params: float | None = None
+    max_flops: float | None = None
+    max_latency_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        check_fields([(name, getattr(self, name) is None or getattr(self, name) > 0,
+                       "None or a positive number")
+                      for name in ("max_params", "max_flops", "max_latency_ms")], self)
+
+
+@dataclass
+class Distillation(TrainSettings):
+    """Training with knowledge distillation from the teacher's logits (Hinton et al., 2015):
+    (1 − α)·CE(labels) + α·T²·CE(softmax(z_T / T), softmax(z_S / T))."""
+
+    epochs: int = 2
+    temperature: float = 2.0
+    alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("temperature", self.temperature > 0, "a positive number"),
+                      ("alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]")], self)
+
+
+@dataclass
+class OneShot:
+    """The ``differentiable`` searcher's supernet training: ``epochs`` over the training
+    part, weight SGD at ``lr`` (cosine to ``lr_min``), architecture Adam at ``arch_lr``,
+    α frozen for the first ``arch_warmup`` of the steps, τ lowered every ``tau_every``
+    steps, and ``beta`` times the efficiency loss on the space's own op costs (0: off)."""
+
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 2e-2
+    lr_min: float = 5e-4
+    arch_lr: float = 3e-4
+    arch_warmup: float = 0.0
+    tau_every: int = 100
+    beta: float = 0.0
+    checkpoint_every: int = 200
+
+    def __post_init__(self) -> None:
+        check_fields([("epochs", self.epochs >= 1, "an integer >= 1"),
+                      ("batch_size", self.batch_size >= 1, "an integer >= 1"),
+                      ("beta", self.beta >= 0, "a number >= 0"),
+                      ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
+
+
+@dataclass
+class FinalSettings:
+    """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
+    points of the front, spread along the first cost) or ``latency_ratios`` (per ratio
+    r, the front point whose latency is nearest the teacher's / r; needs ``latency_ms``
+    among the objectives); each retrained with ``seeds`` seeds."""
+
+    select: str = "best"
+    n: int = 1
+    ratios: list = field(default_factory=list)
+    seeds: int = 1
+
+    def __post_init__(self) -> None:
+        check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
+                      ("n", self.n >= 1, "an integer >= 1"),
+                      ("seeds", self.seeds >= 1, "an integer >= 1"),
+                      ("ratios", all(isinstance(r, int | float) and r > 0 for r in self.ratios)
+                       and (self.select != "latency_ratios" or bool(self.ratios)),
+                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios")],
+                     self)
+
+
+@dataclass
+class SearchConfig(MethodConfig):
+    """``method: search``: see the module docstring for the steps and
+    ``examples/custom_search.yaml`` for a file."""
+
+    space: str = ""
+    space_config: dict = field(default_factory=dict)
+    plugins: list = field(default_factory=list)
+    searcher: str = "tpe"
+    evaluator: EvaluatorChoice = field(default_factory=EvaluatorChoice)
+    objectives: list = field(default_factory=lambda: ["accuracy"])
+    constraints: Constraints = field(default_factory=Constraints)
+    embedding_init: str = "teacher-pca"
+    n_trials: int = 12
+    timeout: float | None = None
+    workers: int = 1
+    storage: str | None = None
+    multi_trial: dict = field(default_factory=dict)
+    one_shot: OneShot = field(default_factory=OneShot)
+    final: FinalSettings = field(default_factory=FinalSettings)
+    retrain: Distillation = field(default_factory=Distillation)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from searchers.base import SEARCHERS
+
+        if not str(self.space).strip():
+            raise ValueError("space: name a registered space (nas spaces list), or one a file "
+                             "in plugins: registers")
+        from nas.distill.init import EMBEDDING_INITS
+
+        check_fields([("n_trials", self.n_trials >= 1, "an integer >= 1"),
+                      ("embedding_init", self.embedding_init in EMBEDDING_INITS,
+                       " or ".join(EMBEDDING_INITS)),
+                      ("workers", self.workers >= 1, "an integer >= 1"),
+                      ("timeout", self.timeout is None or self.timeout > 0,
+                       "None or a positive number of seconds"),
+                      ("objectives", bool(self.objectives) and self.objectives[0] == "accuracy",
+                       "a list starting with accuracy (the evaluator's validation score), "
+                       f"then costs among {', '.join(OBJECTIVES[1:])}")], self)
+        unknown = [o for o in self.objectives if o not in OBJECTIVES]
+        if unknown:
+            raise ValueError(f"objectives: unknown objective {unknown[0]!r}; use "
+                             f"{', '.join(OBJECTIVES)}")
+        if self.final.select == "latency_ratios" and "latency_ms" not in self.objectives:
+            raise ValueError("final.select latency_ratios needs latency_ms among the objectives")
+        SEARCHERS.get(self.searcher)  # an unknown name lists the close ones
+        owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "extra_objectives"}
+        taken = sorted(owned & set(self.multi_trial))
+        if taken:
+            raise ValueError(f"multi_trial.{taken[0]}: method search sets it from the top-level "
+                             "n_trials, constraints and objectives; write it there")
+        self.study_settings()  # the remaining multi_trial keys, checked now
+        self.check_space()
+
+    def study_settings(self) -> Any:
+        """The study's settings: ``multi_trial`` plus the trial count, the constraints and
+        the cost objectives."""
+        from nas.config import from_dict
+        from searchers.settings import StudySettings
+
+        c = self.constraints
+        settings = {**self.multi_trial, "n_trials": self.n_trials,
+                    "max_params": c.max_params, "max_flops": c.max_flops,
+                    "extra_objectives": list(self.objectives[1:])}
+        if c.max_latency_ms is not None:
+            if "max_latency_ms" not in StudySettings.__dataclass_fields__:
+                raise ConfigError("constraints.max_latency_ms: this version's study takes no "
+                                  "latency budget; use max_params or max_flops")
+            settings["max_latency_ms"] = c.max_latency_ms
+        return from_dict(StudySettings, settings, "multi_trial")
+
+    def build_space(self, num_labels: int, vocab_size: int | None = None) -> Any:
+        """The space, built with ``space_config`` and the task's label count (and the
+        teacher tokenizer's vocabulary size) where its factory takes them."""
+        from nas.space import SPACES, get_space
+
+        factory = SPACES.get(self.space)
+        accepts = _parameters(factory)
+        given = dict(self.space_config)
+        for key, value in (("num_labels", num_labels), ("vocab_size", vocab_size)):
+            if value is not None and key not in given and (key in accepts or "**" in accepts):
+                given[key] = value
+        return get_space(self.space, **given), given
+
+    def check_space(self) -> None:
+        """The space exists (a missing one names ``plugins:``), builds, and has choices."""
+        from nas.errors import RegistryError
+
+        try:
+            space, _ = self.build_space(2)
+        except RegistryError as err:
+            raise ConfigError(f"space: {err}; a space defined in a file of yours is found "
+                              "with plugins: [my_space.py] (or nas run --plugin my_space.py)"
+                              ) from None
+        except NasError as err:
+            raise ConfigError(f"space_config: {err}") from None
+        if not space.choices():
+            raise ConfigError(f"space {self.space!r} has no choices: there is nothing to "
+                              "search; use it as a fixed design instead")
+
+
+def _parameters(factory: Any) -> set[str]:
+    """The keyword names a space factory accepts (``**`` when it takes any)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return {"**"}
+    return {"**" if p.kind is p.VAR_KEYWORD else p.name for p in params}
+
+
+def load_config(path: str | Path, overrides: Any = ()) -> SearchConfig:
+    """A generic search's typed configuration (``method: search``)."""
+    return load_typed(path, Search, overrides)
+
+
+# --------------------------------------------------------------------- the context
+
+
+def kd_loss(logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+            temperature: float, alpha: float) -> torch.Tensor:
+    """(1 − α)·CE + α·T²·soft CE against the teacher (Hinton et al., 2015, §2)."""
+    from nas.distill.losses import soft_cross_entropy
+
+    ce = F.cross_entropy(logits, labels)
+    if alpha == 0.0:
+        return ce
+    soft = soft_cross_entropy(logits, teacher_logits, temperature)
+    return (1.0 - alpha) * ce + alpha * temperature ** 2 * soft
+
+
+class SearchContext(TaskContext):
+    """Stages 1–2 plus the space (built for the task's labels and the teacher's
+    vocabulary), the held-out part that scores candidates, and the training pieces every
+    evaluator shares."""
+
+    stage_count = 5
+
+    def prepare(self) -> SearchContext:
+        super().prepare()
+        self.search_train, self.search_val = self.carve_validation()
+        self.space, self.space_kwargs = self.cfg.build_space(self.train.num_labels,
+                                                             len(self.tokenizer))
+        self._check_head()
+        return self
+
+    def _check_head(self) -> None:
+        """The space's classifier answers the task's labels (a space passed as an object,
+        or one whose factory takes no ``num_labels``, may not)."""
+        from nas.builder import build_child
+        from nas.cost import dummy_batch
+
+        with torch.no_grad():
+            out = build_child(self.space, self.space.default()).eval()(dummy_batch(1, 8))
+        found, wanted = int(out.logits.shape[-1]), self.train.num_labels
+        if found != wanted:
+            raise ConfigError(f"space {self.space.name!r}: its head gives {found} outputs and "
+                              f"the task has {wanted} labels; build it with num_labels={wanted}")
+
+    def init_model(self, model: Any) -> None:
+        """A fresh child's (or supernet's) start: its word table from the teacher's
+        principal components (``embedding_init: teacher-pca``; a student learns little of
+        a 30k-word table from a small task set), else as built."""
+        if self.cfg.embedding_init == "teacher-pca":
+            if not hasattr(self, "_embeddings"):
+                from nas.distill.init import TeacherEmbeddings
+
+                self._embeddings = TeacherEmbeddings(self.teacher.model_dir)
+            self._embeddings(model)
+
+    def export_info(self) -> dict[str, Any]:
+        # how `nas export --run` rebuilds a trial's space: the factory's own arguments
+        return {**super().export_info(), "space_kwargs": self.space_kwargs}
+
+    def distillation(self, data: Any, settings: Distillation, stage: str) -> dict[str, Any]:
+        """The training parts of an evaluator over ``data``: seeded batches, steps per
+        epoch and the KD loss against the teacher's logits on ``data``."""
+        logits = torch.from_numpy(np.array(self.teacher_logits(data), dtype=np.float32))
+
+        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            out = model(batch)
+            return kd_loss(out.logits, logits[batch["index"]], batch["labels"],
+                           settings.temperature, settings.alpha)
+
+        return {"train_batches": self.train_batches(data, settings.batch_size, stage),
+                "steps_per_epoch": math.ceil(len(data) / settings.batch_size), "loss": loss}
+
+    def evaluator(self, name: str, settings: Mapping[str, Any], *, data: Any,
+                  val_batches: list[Any] | None, test: bool, workdir: Path, seed: int,
+                  stage: str) -> Any:
+        """The registered evaluator ``name`` built with the parts it asks for; one this
+        recipe cannot give (a warm-up supernet, a teacher fit layer...) is refused in
+        one line."""
+        from evaluators.base import EVALUATORS, FullTrainingData
+        from evaluators.build import build_evaluator
+
+        cls = EVALUATORS.get(name)
+        required, optional = cls.parts()
+        missing = [p for p in required if p not in PROVIDED_PARTS]
+        if missing:
+            raise ConfigError(
+                f"evaluator {name!r} cannot score space {self.space.name!r} here: it needs "
+                f"{', '.join(missing)}, which method search does not provide (it trains "
+                "each child by distillation); use distilled-retrain, or a method built for "
+                f"{name}")
+        typed = cls.settings_type()
+        train = Distillation(**{k: v for k, v in {**_as_dict(self.cfg.retrain),
+                                                  **settings}.items()
+                                if k in Distillation.__dataclass_fields__})
+        pool: dict[str, Any] = {
+            "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
+            "latency_repeats": self.cfg.latency_repeats, "progress": self.progress,
+            "test_batches": self.report_batches_or_none() if test else None,
+            **(self.distillation(data, train, stage) if "loss" in {*required, *optional}
+               else {})}
+        parts = {p: pool[p] for p in (*required, *optional) if p in pool}
+        scoring = FullTrainingData(**self.scoring_fields(val_batches),
+                                   test_batches=pool["test_batches"])
+        given = dict(settings)
+        if typed is TrainSettings:  # the KD keys are this recipe's, not the loop's
+            given = _as_dict(loop_settings(train))
+        return build_evaluator(name, given, scoring, **parts)
+
+
+def _as_dict(settings: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(settings)
+
+
+# ------------------------------------------------------------------------- method
+
+
+@register_method("search")
+class Search(Recipe):
+    """``method: search`` — any space, any searcher, any evaluator (module docstring)."""
+
+    config_class = SearchConfig
+    context_class = SearchContext
+
+    def default_searcher(self) -> str | None:
+        return None  # the file's `searcher:` (default tpe)
+
+    def check_searcher(self, searcher: str | None) -> str | None:
+        """Any registered searcher (plug-ins' included)."""
+        from searchers.base import SEARCHERS
+
+        if searcher is not None:
+            SEARCHERS.get(searcher)  # an unknown name lists the close ones
+        return searcher
+
+    def searcher_of(self, config: SearchConfig, options: RunOptions) -> str:
+        return options.searcher or config.searcher
+
+    def done_fields(self, config: SearchConfig, options: RunOptions) -> dict[str, Any]:
+        return {"searcher": self.searcher_of(config, options)}
+
+    def prepared(self, config: SearchConfig, options: RunOptions, **extra: Any) -> Any:
+        # before stage 1: a constraint no architecture meets is answered now
+        self.check_feasible(config, options)
+        return super().prepared(config, options, **extra)
+
+    def check_feasible(self, config: SearchConfig, options: RunOptions) -> None:
+        try:
+            from searchers.feasibility import check_feasible
+        except ImportError:  # pragma: no cover (a study without the check)
+            return
+        space, _ = config.build_space(2)
+        check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
+                       seed=config.seed)
+
+    def stages(self, ctx: SearchContext) -> dict[str, Any]:
+        from searchers.base import SEARCHERS
+
+        name = self.searcher_of(ctx.cfg, ctx.options)
+        if SEARCHERS.kind_of(name) == "one-shot":
+            search, chosen = self.one_shot(ctx, name)
+        else:
+            search, chosen = self.multi_trial(ctx, name)
+        final = self.final(ctx, chosen)
+        return {"search": search, "final": final, "searched": final[0]["seeds"][0]}
+
+    # -- stage 3 -------------------------------------------------------------------
+    def multi_trial(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """The study: each proposal scored on the held-out part by the evaluator."""
+        from functools import partial
+
+        from searchers.loop import StudyOptions
+
+        cfg = ctx.cfg
+        given = ctx.options.study or StudyOptions()
+        study_options = replace(given, timeout=given.timeout or cfg.timeout,
+                                storage=given.storage or cfg.storage,
+                                workers=given.workers if given.workers != 1 else cfg.workers)
+        ctx.options = replace(ctx.options, study=study_options)
+        ctx.stage(3, "%s search over %s (%s architectures), %s, objectives %s", name,
+                  ctx.space.name, f"{ctx.space.size():,}", cfg.evaluator.name,
+                  ", ".join(cfg.objectives))
+        found = run_study_stage(ctx, searcher=name, space=ctx.space,
+                                evaluator=_study_evaluator(ctx, name),
+                                settings=cfg.study_settings(), default_trials=cfg.n_trials,
+                                parts=partial(_study_parts, cfg, ctx.options, name))
+        ctx.seconds["search"] = found.seconds
+        if not found.trials:
+            raise NasError(f"the {name} search finished no trial (see nas report "
+                           f"{ctx.run.path}); loosen the constraints or add trials")
+        chosen = select_trials(found.study, found.trials, cfg.final,
+                               teacher_ms=_teacher_ms(ctx))
+        summary = {"searcher": name, "study": found.spec.study_name,
+                   "n_trials": found.spec.n_trials, "evaluations": len(found.trials),
+                   "objectives": list(found.study.metric_names or cfg.objectives),
+                   "chosen": [t.number for t in chosen],
+                   **mean_std([t.values[0] for t in found.trials])}
+        ctx.run.log("search", chosen=summary["chosen"], seconds=found.seconds)
+        picks = [(f"trial{t.number}", ctx.space.validate(t.user_attrs["arch"]), t.number)
+                 for t in chosen]
+        return summary, picks
+
+    def one_shot(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """The supernet search; its derived architecture is kept and never searched again."""
+        from nas.builder import build_supernet
+        from nas.seeding import seed_stage
+        from searchers.base import SEARCHERS
+
+        done = ctx.run.load_json("derived_arch.json")
+        if done is not None:
+            arch = ctx.space.validate(done["choices"])
+            ctx.stage(3, "search already finished, derived %s", dict(arch))
+            return {"searcher": name, "derived": dict(arch)}, [("searched", arch, None)]
+        s = ctx.cfg.one_shot
+        supernet = build_supernet(ctx.space)
+        ctx.init_model(supernet)
+        trainer = _supernet_trainer(ctx, supernet, s)
+        seed = seed_stage(ctx.seed, "search")
+        searcher = _one_shot_searcher(SEARCHERS.get(name), seed, s)
+        ctx.stage(3, "%s search over %s, %d epoch(s) × %d steps", name, ctx.space.name,
+                  s.epochs, trainer.steps_per_epoch)
+        with ctx.timed("search"):
+            candidate = searcher.search(ctx.space, trainer)
+        arch = candidate.arch
+        ctx.run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
+                                                "space_config": ctx.space_kwargs,
+                                                "params": candidate.params})
+        ctx.run.log("derived", arch=dict(arch), id=arch.id, seconds=ctx.seconds["search"])
+        ctx.run.remove_checkpoint("search")
+        return {"searcher": name, "derived": dict(arch), **candidate.params}, [
+            ("searched", arch, None)]
+
+    # -- stages 4 and 5 --------------------------------------------------------------
+    def final(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
+              ) -> list[dict[str, Any]]:
+        """Each chosen architecture retrained on the whole training subset with
+        ``final.seeds`` seeds, scored on dev and the report split, and exported."""
+        from evaluators.base import run_evaluation
+        from evaluators.retrain import report_row
+        from nas.export import export
+        from nas.teacher import metric_score
+
+        cfg, rows = ctx.cfg, []
+        for number, (tag, arch, trial) in enumerate(chosen):
+            done = ctx.run.load_json(f"final/{tag}/result.json")
+            if done is not None and (ctx.run.path / "final" / tag / "export").is_dir():
+                rows.append(done)
+                continue
+            ctx.stage(4, "final retrain of %s (%s), %d seed(s)", tag, arch.id, cfg.final.seeds)
+            seeds = []
+            for s in range(cfg.final.seeds):
+                evaluator = ctx.evaluator(
+                    "distilled-retrain", {}, data=ctx.train, val_batches=None, test=True,
+                    workdir=ctx.run.path / "final" / tag / f"seed{s}", seed=cfg.seed + s,
+                    stage=f"final:{s}")
+                result = run_evaluation(evaluator, arch)
+                if not result.ok:
+                    raise NasError(f"the final retrain of {tag} ({arch.id}) {result.status}: "
+                                   f"{result.reason}")
+                seeds.append({**report_row(tag, arch, result, ctx.report_split),
+                              "seed": cfg.seed + s})
+                if s == 0:
+                    ctx.stage(5, "export of %s", tag)
+                    for folder in ([ctx.run.path / "export"] if number == 0 else []) + [
+                            ctx.run.path / "final" / tag / "export"]:
+                        export(ctx.space, arch, folder, weights=evaluator.weights_path(arch),
+                               overwrite=True, **_export_keywords(ctx))
+            split = ctx.report_split
+            row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
+                   "seeds": seeds, "split": split,
+                   **{f"{split}_{k}": v for k, v in mean_std(
+                       [metric_score(r[split], ctx.metric) for r in seeds]).items()}}
+            ctx.run.save_json(f"final/{tag}/result.json", row)
+            ctx.run.log("final", tag=tag, arch_id=arch.id, **{
+                k: v for k, v in row.items() if k.startswith(split)})
+            rows.append(row)
+        return rows
+
+    def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
+                                                                             list[Path]]:
+        from searchers.report import study_sections
+
+        final = metrics.get("final") or []
+        split = metrics.get("evaluation", {}).get("split", "dev")
+        lines = ["", "## Final retrains", "",
+                 f"| model | trial | arch | seeds | {split} mean ± sd (%) |",
+                 "|---|---|---|---|---|"]
+        for row in final:
+            lines.append(f"| {row['tag']} | {row['trial'] if row['trial'] is not None else '-'}"
+                         f" | {row['arch_id']} | {len(row['seeds'])} | "
+                         f"{100 * row[f'{split}_mean']:.2f} ± {100 * row[f'{split}_std']:.2f} |")
+        if not (run.path / "study.json").is_file():
+            return (lines if final else []), []
+        chosen = [r["trial"] for r in final if r.get("trial") is not None]
+        try:
+            more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
+        except TypeError:  # a study report without marks for the chosen trials
+            more, pictures = study_sections(run.path, report_reference(metrics))
+        return lines + more, pictures
+
+
+def _export_keywords(ctx: SearchContext) -> dict[str, Any]:
+    info = ctx.export_info()
+    return {k: info[k] for k in ("labels", "tokenizer", "max_length", "task")}
+
+
+def _teacher_ms(ctx: SearchContext) -> float | None:
+    metrics = ctx.run.load_json("teacher.json") or {}
+    latency = metrics.get("latency", {}).get("batch1", {})
+    return latency.get("median_ms")
+
+
+def select_trials(study: Any, trials: list[Any], final: FinalSettings,
+                  teacher_ms: float | None = None) -> list[Any]:
+    """The trials ``final`` retrains (see :class:`FinalSettings`), in a stable order."""
+    from searchers.results import pareto_front
+
+    first = study.directions[0]
+    sign = 1.0 if first.name == "MAXIMIZE" else -1.0
+    by_score = sorted(trials, key=lambda t: (-sign * t.values[0], t.number))
+    if final.select == "best" or len(study.directions) == 1:
+        return by_score[:final.n]
+    front = sorted(pareto_front(study), key=lambda t: (t.values[1], t.number))
+    if final.select == "pareto":
+        if len(front) <= final.n:
+            return front
+        picks = np.linspace(0, len(front) - 1, final.n).round().astype(int)
+        return [front[i] for i in dict.fromkeys(picks.tolist())]
+    if teacher_ms is None:
+        raise NasError("final.select latency_ratios needs the teacher's measured latency "
+                       "(teacher.json of the run folder)")
+    index = study.metric_names.index("latency_ms") if study.metric_names else 1
+    chosen: list[Any] = []
+    for ratio in final.ratios:
+        target = teacher_ms / float(ratio)
+        best = min(front, key=lambda t: (abs(math.log(t.values[index] / target)), t.number))
+        if best not in chosen:
+            chosen.append(best)
+    return chosen
+
+
+def _study_evaluator(ctx: SearchContext, searcher: str) -> Any:
+    """The study's evaluator: the configured one on the held-out part, with the cost
+    objectives the file asks for."""
+    from searchers.loop import study_evaluator
+
+    cfg = ctx.cfg
+    inner = ctx.evaluator(cfg.evaluator.name, cfg.evaluator.settings, data=ctx.search_train,
+                          val_batches=list(ctx.batches(ctx.search_val, ctx.eval_batch_size)),
+                          test=False, workdir=ctx.run.path / "trial_weights", seed=cfg.seed,
+                          stage="trials")
+    return study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
+                           seq_len=ctx.max_seq_len)
+
+
+def _study_parts(config: SearchConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``): the plug-ins imported
+    again, stages 1–2 from the caches, in the run folder the first process holds."""
+    from nas.plugins import import_plugins
+
+    import_plugins(config.plugins)
+    options = worker_options(options)
+    ctx = SearchContext(config, RunDir(options.run_dir), options).prepare()
+    return ctx.space, _study_evaluator(ctx, searcher)
+
+
+def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
+    """The recipe's side of the one-shot search: KD on the training part, architecture
+    steps on the held-out part, checkpoints and α logs in the run folder."""
+    from searchers.supernet_training import KDSupernetTrainer
+
+    settings = Distillation(batch_size=s.batch_size, temperature=ctx.cfg.retrain.temperature,
+                            alpha=ctx.cfg.retrain.alpha)
+    parts = ctx.distillation(ctx.search_train, settings, "search")
+    val_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_val),
+                                           dtype=np.float32))
+    train_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_train),
+                                             dtype=np.float32))
+
+    def task_loss(out: Any, batch: Mapping[str, Any]) -> torch.Tensor:
+        logits = val_logits if batch.get("split") == "val" else train_logits
+        return kd_loss(out.logits, logits[batch["index"]], batch["labels"],
+                       settings.temperature, settings.alpha)
+
+    def val_batches(epoch: int) -> list[Any]:
+        from nas.seeding import stage_seed
+
+        return list(ctx.batches(ctx.search_val, s.batch_size, shuffle=True,
+                                seed=stage_seed(ctx.seed, f"search-val-order:{epoch}")))
+
+    def on_epoch(epoch: int, info: Mapping[str, Any]) -> None:
+        ctx.run.log("search_epoch", epoch=epoch + 1, **info)
+
+    return KDSupernetTrainer(supernet, epochs=s.epochs, steps_per_epoch=parts["steps_per_epoch"],
+                             train_batches=parts["train_batches"], val_batches=val_batches,
+                             task_loss=task_loss, checkpoint=ctx.run.checkpoint_path("search"),
+                             progress=ctx.progress, on_epoch=on_epoch)
+
+
+def _one_shot_searcher(cls: Any, seed: int, s: OneShot) -> Any:
+    """A one-shot searcher with the file's settings (``derive="argmax"``: every relaxed
+    choice takes its most probable value; DARTS cells keep two inputs per node)."""
+    return cls(seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
+               tau_every=s.tau_every, arch_warmup=s.arch_warmup,
+               checkpoint_every=s.checkpoint_every, derive="argmax")
+
+
+__all__ = ["Search", "SearchConfig", "kd_loss", "load_config", "select_trials"]
