@@ -91,15 +91,42 @@ def cached_teacher_costs(run: Any, teacher: Any, num_labels: int, *, report_spli
                          latency_batches: Mapping[int, Mapping[str, Any]],
                          latency_repeats: int) -> dict[str, Any]:
     """:func:`teacher_costs` of a run's fine-tuned ``teacher`` (a
-    :class:`~nas.teacher.FinetuneResult`), measured once per run and kept in its
-    ``teacher.json`` (a resumed run reports the same row)."""
+    :class:`~nas.teacher.FinetuneResult`), kept in the run's ``teacher.json`` (a resumed
+    run reports the same row).
+
+    A new run folder reuses the row of an earlier run of the same teacher, report split,
+    length, latency batches and repeats on this machine and thread count (the cache's
+    ``teacher-costs`` kind; scoring the teacher on SST-2's 1,821 test sentences takes most
+    of a smoke run). Its latency is then that earlier measurement, which the row says."""
+    from nas.cache import cache_root, json_key
+    from nas.checkpoint import atomic_write_json
+    from nas.latency import machine
+
     known = run.load_json("teacher.json")
     if known is not None:
         return known
-    costs = teacher_costs(teacher.model_dir, num_labels, dev_metrics=teacher.metrics,
-                          report_split=report_split, report=report, tokenizer=tokenizer,
-                          max_seq_len=max_seq_len, latency_batches=latency_batches,
-                          latency_repeats=latency_repeats)
+    shapes = {bs: {k: list(v.shape) for k, v in batch.items() if hasattr(v, "shape")}
+              for bs, batch in latency_batches.items()}
+    key = json_key({"model": teacher.model_dir, "model_key": getattr(teacher, "key", None),
+                    "dev": teacher.metrics, "split": report_split,
+                    "report": getattr(report, "fingerprint", None), "num_labels": num_labels,
+                    "max_seq_len": max_seq_len, "latency": shapes, "repeats": latency_repeats,
+                    "machine": machine(), "threads": torch.get_num_threads()})
+    path = cache_root() / "teacher-costs" / f"{key}.json"
+    costs = None
+    if getattr(report, "fingerprint", None):
+        try:
+            costs = {**json.loads(path.read_text()), "from_cache": str(path)}
+        except (OSError, ValueError):
+            costs = None  # absent or unreadable: measure again and rewrite it
+    if costs is None:
+        costs = teacher_costs(teacher.model_dir, num_labels, dev_metrics=teacher.metrics,
+                              report_split=report_split, report=report, tokenizer=tokenizer,
+                              max_seq_len=max_seq_len, latency_batches=latency_batches,
+                              latency_repeats=latency_repeats)
+        if getattr(report, "fingerprint", None):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, costs)
     run.save_json("teacher.json", costs)
     return costs
 

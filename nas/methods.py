@@ -113,7 +113,9 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (),
     snapshot finds the data again from any folder.
     """
     data = apply_overrides(read_yaml(path), list(overrides), str(path))
-    return method_config(data, str(path), Path(path).parent, plugins)
+    # relative to the file itself: a linked experiment (experiments/search_smoke.yaml)
+    # finds its plug-ins and data beside the file it links to
+    return method_config(data, str(path), Path(path).resolve().parent, plugins)
 
 
 def method_config(data: dict[str, Any], where: str, base: Path | None = None,

@@ -209,6 +209,7 @@ class SearchConfig(MethodConfig):
                              "n_trials, constraints and objectives; write it there")
         self.study_settings()  # the remaining multi_trial keys, checked now
         self.check_space()
+        check_evaluator(self.evaluator.name, self.space)
 
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
@@ -352,14 +353,8 @@ class SearchContext(TaskContext):
         from evaluators.build import build_evaluator
 
         cls = EVALUATORS.get(name)
+        check_evaluator(name, self.space.name)
         required, optional = cls.parts()
-        missing = [p for p in required if p not in PROVIDED_PARTS]
-        if missing:
-            raise ConfigError(
-                f"evaluator {name!r} cannot score space {self.space.name!r} here: it needs "
-                f"{', '.join(missing)}, which method search does not provide (it trains "
-                "each child by distillation); use distilled-retrain, or a method built for "
-                f"{name}")
         typed = cls.settings_type()
         train = Distillation(**{k: v for k, v in {**_as_dict(self.cfg.retrain),
                                                   **settings}.items()
@@ -377,6 +372,22 @@ class SearchContext(TaskContext):
         if typed is TrainSettings:  # the KD keys are this recipe's, not the loop's
             given = _as_dict(loop_settings(train))
         return build_evaluator(name, given, scoring, **parts)
+
+
+def check_evaluator(name: str, space: str) -> None:
+    """An evaluator this recipe can build: one that needs a part it cannot give (a
+    warm-up supernet with a teacher fit layer, a layer-wise transfer's teacher...) is
+    refused in one line, before any stage."""
+    from evaluators.base import EVALUATORS
+
+    required, _ = EVALUATORS.get(name).parts()
+    missing = [p for p in required if p not in PROVIDED_PARTS]
+    if missing:
+        raise ConfigError(
+            f"evaluator {name!r} cannot score space {space!r} in method search: it needs "
+            f"{', '.join(missing)}, which this method does not provide (it trains each child "
+            "by distillation from the teacher's logits); use distilled-retrain, or the "
+            f"method built for {name}")
 
 
 def _as_dict(settings: Any) -> dict[str, Any]:

@@ -1,0 +1,180 @@
+"""Search a space of your own (issue 28): ``method: search`` on examples/custom_search.yaml
+(the method's smoke run), its outputs, ``nas.search`` from Python, plug-in files, and the
+one-line answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "custom_search.yaml"
+SPACE_FILE = ROOT / "examples" / "custom_space.py"
+
+
+def _run(tmp_path: Path, capsys, data: dict, *args: str) -> tuple[int, str]:
+    """``nas run`` on ``data`` (in another folder than the example's space file: give
+    ``plugins`` as absolute paths; a copy of the file would register tiny-cell twice)."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code = main(["run", str(path), "--run-dir", str(tmp_path / "run"), "--no-progress", *args])
+    return code, capsys.readouterr().err
+
+
+def _example(**changes) -> dict:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data.update({"plugins": [str(SPACE_FILE)], **changes})
+    return data
+
+
+# ------------------------------------------------------------- the example, end to end
+
+
+def test_the_example_searches_exports_and_predicts(smoke_runs, capsys):
+    """search → final → export → nas predict, nas report (with the Pareto plot) and
+    nas export --run --trial, which imports the run's plug-in again."""
+    run = smoke_runs("search")
+    metrics = smoke_runs.metrics("search")
+    search, final = metrics["search"], metrics["final"]
+    assert search["searcher"] == "tpe" and search["evaluations"] == 4
+    assert final[0]["trial"] == search["chosen"][0] and len(final[0]["seeds"]) == 1
+    assert metrics["searched"]["arch_id"] == final[0]["arch_id"]
+    assert set(metrics["searched"]) >= {"dev", "test", "params", "latency"}
+
+    capsys.readouterr()
+    assert main(["predict", str(run / "export"), "a gripping, funny film"]) == 0
+    label = capsys.readouterr().out.split("\t")[0]
+    assert label in json.loads((run / "export" / "config.json").read_text())["labels"]
+    assert (run / "final" / final[0]["tag"] / "export" / "config.json").is_file()
+
+    assert main(["report", str(run)]) == 0
+    report = capsys.readouterr().out
+    assert "## Final retrains" in report and "tpe" in report
+    assert (run / "pareto.png").is_file()
+
+    out = run / "exports" / "trial0"
+    assert main(["export", "--run", str(run), "--trial", "0"]) == 0  # default folder
+    assert json.loads((out / "config.json").read_text())["labels"] == ["negative", "positive"]
+
+
+def test_the_python_api_returns_the_study_front_and_an_export(smoke_runs, tmp_path):
+    """``nas.SearchResult`` over the smoke run: best, pareto, the study, a trial table and
+    an export to another format."""
+    import nas
+
+    result = nas.SearchResult.open(smoke_runs("search"))
+    assert result.best["arch_id"] == smoke_runs.metrics("search")["searched"]["arch_id"]
+    assert [p["trial"] for p in result.pareto] and result.study.study_name.endswith("-tpe")
+    table = result.trials
+    assert len(table) >= 4 and "values_val_accuracy" in table.columns
+    out = result.export(tmp_path / "onnx", format="onnx")
+    assert (out / "model.onnx").is_file()
+
+
+def test_a_notebook_space_object_is_searched_without_registration(tmp_path, smoke_runs):
+    """``space=`` takes a ``SearchSpace``: a two-op cell made here, searched by random
+    search with one-epoch trials, in this process (the smoke run's cache holds the
+    teacher)."""
+    import nas
+    from nas import Categorical, ChoiceRef, GraphBuilder, SearchSpace
+
+    smoke_runs("search")  # the teacher of these settings, cached
+    g = GraphBuilder()
+    g.node("emb", "embedding", group="embeddings", params=dict(
+        vocab_size=30522, embedding_size=16, out=16, max_positions=64))
+    g.node("n0", "sum", cell="cell", group="encoder")
+    g.edge("emb", "n0", ChoiceRef("op"))
+    g.node("head", "pooler_classifier", role="output", group="head",
+           params={"num_labels": 2, "pooling": "mean"})
+    g.edge("n0", "head")
+    space = SearchSpace("notebook-cell", [Categorical("op", ("std_conv_3", "skip"))], g.graph)
+    data = _example()
+    keep = ("task", "teacher_finetune", "data", "latency_repeats")
+    result = nas.search(space, searcher="random", n_trials=2, run_dir=tmp_path / "run",
+                        evaluator={"name": "distilled-retrain", "settings": {"epochs": 1}},
+                        retrain={"epochs": 1}, progress=False, **{k: data[k] for k in keep})
+    assert len(result.trials) == 2 and result.best["arch"]["op"] in ("std_conv_3", "skip")
+    assert (tmp_path / "run" / "export" / "config.json").is_file()
+
+
+# --------------------------------------------------------------------- bad input
+
+
+def test_an_unregistered_space_names_plugins_and_close_names(tmp_path, capsys):
+    code, err = _run(tmp_path, capsys, _example(space="tiny-cel", plugins=[]))
+    assert code == 2 and "tiny-cel" in err and "plugins:" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_its_line(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import math\n\nvalue = math.nothing_here\n")
+    code, err = _run(tmp_path, capsys, _example(plugins=[str(broken)]))
+    assert code == 2 and "broken.py" in err and "line 3" in err and "AttributeError" in err
+    assert len(err.strip().splitlines()) == 1
+    code, err = _run(tmp_path, capsys, _example(plugins=["missing.py"]))
+    assert code == 2 and "missing.py: no such file" in err
+
+
+def test_an_evaluator_that_cannot_score_the_space_is_refused_before_stage_one(tmp_path,
+                                                                              capsys):
+    code, err = _run(tmp_path, capsys, _example(evaluator={"name": "warmup-kd"}))
+    assert code == 2 and "warmup-kd" in err and "supernet" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_objective_lists_the_known_ones(tmp_path, capsys):
+    code, err = _run(tmp_path, capsys, _example(objectives=["accuracy", "speed"]))
+    assert code == 2 and "'speed'" in err and "latency_ms" in err
+
+
+def test_the_plugin_flag_imports_a_file_for_any_experiment(tmp_path, capsys):
+    """``nas run --plugin FILE`` adds to ``plugins:`` (here the file's own list is empty)."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(_example(plugins=[])))
+    from nas.methods import load_experiment
+
+    _, config = load_experiment(path, plugins=[str(SPACE_FILE)])
+    assert config.plugins == [str(SPACE_FILE.resolve())]
+
+
+# ------------------------------------------------------------------------ slow ones
+
+
+@pytest.mark.slow
+def test_the_example_runs_with_the_differentiable_searcher(tmp_path, capsys):
+    code, err = _run(tmp_path, capsys, _example(), "--searcher", "differentiable")
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["search"]["searcher"] == "differentiable"
+    assert (tmp_path / "run" / "export" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_nas_search_runs_in_a_fresh_interpreter(tmp_path):
+    """The issue's example call, in a new Python process."""
+    script = f"""
+import nas
+result = nas.search(space="tiny-cell", plugins=[{str(SPACE_FILE)!r}], task="sst2",
+                    searcher="tpe", n_trials=2, constraints={{"max_params": 2e6}},
+                    run_dir={str(tmp_path / 'run')!r}, progress=False,
+                    teacher_finetune=dict(epochs=1, max_train_examples=256,
+                                          max_dev_examples=256, max_seq_len=32, batch_size=32),
+                    data=dict(max_train_examples=320, max_dev_examples=64, val_fraction=0.2,
+                              max_seq_len=32),
+                    evaluator={{"name": "distilled-retrain", "settings": {{"epochs": 1}}}},
+                    retrain={{"epochs": 1}}, latency_repeats=2)
+print(result.best["arch_id"], len(result.trials))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    arch_id, trials = done.stdout.split()
+    assert len(arch_id) == 12 and trials == "2"
