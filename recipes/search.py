@@ -111,10 +111,12 @@ class Distillation(TrainSettings):
 
 @dataclass
 class OneShot:
-    """The ``differentiable`` searcher's supernet training: ``epochs`` over the training
-    part, weight SGD at ``lr`` (cosine to ``lr_min``), architecture Adam at ``arch_lr``,
-    α frozen for the first ``arch_warmup`` of the steps, τ lowered every ``tau_every``
-    steps, and ``beta`` times the efficiency loss on the space's own op costs (0: off)."""
+    """A one-shot searcher's supernet training: ``epochs`` over the training part, weight
+    SGD at ``lr`` (cosine to ``lr_min``); for ``differentiable``, architecture Adam at
+    ``arch_lr``, α frozen for the first ``arch_warmup`` of the steps, τ lowered every
+    ``tau_every`` steps and ``beta`` times the efficiency loss on the space's own op costs
+    (0: off); for ``sampled-supernet``, ``candidates`` sub-networks scored with their
+    inherited weights."""
 
     epochs: int = 1
     batch_size: int = 32
@@ -125,11 +127,13 @@ class OneShot:
     tau_every: int = 100
     beta: float = 0.0
     checkpoint_every: int = 200
+    candidates: int = 16
 
     def __post_init__(self) -> None:
         check_fields([("epochs", self.epochs >= 1, "an integer >= 1"),
                       ("batch_size", self.batch_size >= 1, "an integer >= 1"),
                       ("beta", self.beta >= 0, "a number >= 0"),
+                      ("candidates", self.candidates >= 1, "an integer >= 1"),
                       ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
 
 
@@ -500,7 +504,7 @@ class Search(Recipe):
         ctx.init_model(supernet)
         trainer = _supernet_trainer(ctx, supernet, s)
         seed = seed_stage(ctx.seed, "search")
-        searcher = _one_shot_searcher(SEARCHERS.get(name), seed, s)
+        searcher = _one_shot_searcher(SEARCHERS.get(name), seed, ctx.cfg, ctx.space)
         ctx.stage(3, "%s search over %s, %d epoch(s) × %d steps", name, ctx.space.name,
                   s.epochs, trainer.steps_per_epoch)
         with ctx.timed("search"):
@@ -681,12 +685,28 @@ def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
                              progress=ctx.progress, on_epoch=on_epoch)
 
 
-def _one_shot_searcher(cls: Any, seed: int, s: OneShot) -> Any:
-    """A one-shot searcher with the file's settings (``derive="argmax"``: every relaxed
-    choice takes its most probable value; DARTS cells keep two inputs per node)."""
-    return cls(seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
-               tau_every=s.tau_every, arch_warmup=s.arch_warmup,
-               checkpoint_every=s.checkpoint_every, derive="argmax")
+def _one_shot_searcher(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> Any:
+    """A one-shot searcher with the file's settings, each given only if its class takes
+    it (a plug-in's one-shot searcher gets what it asks for):
+
+    * ``differentiable``: ``derive="argmax"`` (every relaxed choice takes its most probable
+      value), β, the weight and architecture optimisers, τ's staircase;
+    * ``sampled-supernet`` (EfficientBERT's stage 3): every choice kind of the space
+      sampled under ``constraints.max_params``, ``one_shot.candidates`` candidates scored
+      with inherited weights, the same weight optimiser as the differentiable search."""
+    from searchers.differentiable import weight_settings
+
+    s = cfg.one_shot
+    pool = {"seed": seed, "beta": s.beta, "lr": s.lr, "lr_min": s.lr_min,
+            "arch_lr": s.arch_lr, "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
+            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
+            "kinds": tuple(sorted({c.kind for c in space.choices()})),
+            "max_params": cfg.constraints.max_params, "seq_len": cfg.data.max_seq_len,
+            "candidates": s.candidates,
+            "settings": weight_settings(epochs=s.epochs, lr=s.lr, lr_min=s.lr_min,
+                                        checkpoint_every=s.checkpoint_every)}
+    accepts = _parameters(cls.__init__)
+    return cls(**{k: v for k, v in pool.items() if k in accepts or "**" in accepts})
 
 
 __all__ = ["Search", "SearchConfig", "kd_loss", "load_config", "select_trials"]

@@ -112,6 +112,8 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
     from nas.space import get_space
 
     study = open_run_study(run_dir)
+    if which == "best" and len(study.directions) > 1:
+        which = _chosen_trial(run_dir, which)
     trial = pick_trial(study, which)
     _import_run_plugins(run_dir)
     weights = trial_weights(trial, run_dir)
@@ -144,3 +146,13 @@ def _import_run_plugins(run_dir: str | Path) -> None:
     plugins = RunDir(run_dir).config.get("plugins") or []
     if plugins:
         import_plugins(plugins)
+
+
+def _chosen_trial(run_dir: str | Path, which: str | int) -> str | int:
+    """``best`` of a multi-objective study: the trial the run's final stage chose first
+    (``method: search``'s ``final.select``), when it recorded one."""
+    from nas.rundir import RunDir
+
+    metrics = RunDir(run_dir).load_json("metrics.json") or {}
+    chosen = (metrics.get("search") or {}).get("chosen") or []
+    return chosen[0] if chosen else which

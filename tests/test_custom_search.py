@@ -62,6 +62,10 @@ def test_the_example_searches_exports_and_predicts(smoke_runs, capsys):
     out = run / "exports" / "trial0"
     assert main(["export", "--run", str(run), "--trial", "0"]) == 0  # default folder
     assert json.loads((out / "config.json").read_text())["labels"] == ["negative", "positive"]
+    # "best" of a two-objective study: the trial the final stage chose
+    capsys.readouterr()
+    assert main(["export", "--run", str(run), "--trial", "best", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trial"] == search["chosen"][0]
 
 
 def test_the_python_api_returns_the_study_front_and_an_export(smoke_runs, tmp_path):
