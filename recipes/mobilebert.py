@@ -484,14 +484,6 @@ def _shape_line(v: dict[str, Any]) -> str:
             f"{v['hidden_act']}")
 
 
-def _shape_line(v: dict[str, Any]) -> str:
-    """``L6 H384 intra 192 A12 F4×512 shared_bottleneck no_norm relu``."""
-    return (f"L{v['num_hidden_layers']} H{v['hidden_size']} intra {v['intra_bottleneck_size']} "
-            f"A{v['num_attention_heads']} F{v['num_feedforward_networks']}×"
-            f"{v['intermediate_size']} {v['attention_input']} {v['normalization_type']} "
-            f"{v['hidden_act']}")
-
-
 def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
     """The study's evaluator: this recipe's transfer on the search subset, plus the cost
     objectives ``multi_trial`` asks for."""

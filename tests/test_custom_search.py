@@ -182,3 +182,65 @@ print(result.best["arch_id"], len(result.trials))
     assert done.returncode == 0, done.stderr[-2000:]
     arch_id, trials = done.stdout.split()
     assert len(arch_id) == 12 and trials == "2"
+
+
+# ------------------------------------------------------------------ the final choice
+
+
+def _study(values: list[tuple[float, float]], names=("val_accuracy", "latency_ms")):
+    import optuna
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_metric_names(list(names))
+    for v in values:
+        study.add_trial(optuna.trial.create_trial(values=list(v)))
+    return study
+
+
+def test_final_selects_best_pareto_and_latency_ratios():
+    from recipes.search import FinalSettings, select_trials
+
+    #        accuracy, latency ms: trials 0-3 on the front, 4 dominated
+    study = _study([(0.90, 10.0), (0.85, 4.0), (0.80, 2.0), (0.70, 1.0), (0.60, 9.0)])
+    trials = study.trials
+    numbers = lambda picked: [t.number for t in picked]  # noqa: E731
+    assert numbers(select_trials(study, trials, FinalSettings("best", n=2))) == [0, 1]
+    assert numbers(select_trials(study, trials, FinalSettings("pareto", n=2))) == [3, 0]
+    assert numbers(select_trials(study, trials, FinalSettings("pareto", n=9))) == [3, 2, 1, 0]
+    # teacher 20 ms: 2x -> 10 ms (trial 0), 5x -> 4 ms (1), 15x -> 1.33 ms (3)
+    ratios = FinalSettings("latency_ratios", ratios=[2, 5, 15])
+    assert numbers(select_trials(study, trials, ratios, teacher_ms=20.0)) == [0, 1, 3]
+    # two ratios nearest the same point retrain it once
+    twice = FinalSettings("latency_ratios", ratios=[2, 2.2])
+    assert numbers(select_trials(study, trials, twice, teacher_ms=20.0)) == [0]
+
+
+def test_latency_ratios_need_a_latency_objective(tmp_path, capsys):
+    code, err = _run(tmp_path, capsys, _example(final={"select": "latency_ratios",
+                                                       "ratios": [2]}))
+    assert code == 2 and "latency_ms among the objectives" in err
+
+
+# ----------------------------------------------------------------------- plug-ins
+
+
+def test_plugin_files_resolve_beside_the_experiment_and_import_once(tmp_path, monkeypatch):
+    from nas.plugins import PluginError, import_plugins
+
+    (tmp_path / "exp").mkdir()
+    plugin = tmp_path / "exp" / "counted.py"
+    plugin.write_text("import builtins\n"
+                      "builtins.nas_test_imports = getattr(builtins, 'nas_test_imports', 0) + 1\n")
+    monkeypatch.chdir(tmp_path)
+    import builtins
+
+    monkeypatch.setattr(builtins, "nas_test_imports", 0, raising=False)
+    assert import_plugins(["counted.py"], tmp_path / "exp") == [str(plugin.resolve())]
+    assert import_plugins(["exp/counted.py"]) == [str(plugin.resolve())]  # from the cwd
+    assert builtins.nas_test_imports == 1  # the same file, imported once
+    assert import_plugins(["json"]) == ["json"]  # a module name
+    with pytest.raises(PluginError, match="no module of that name"):
+        import_plugins(["no_such_module_here"])
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    with pytest.raises(PluginError, match=r"bad.py failed to import: line 1: SyntaxError"):
+        import_plugins(["bad.py"])
