@@ -7,7 +7,8 @@ The pieces are small and separately tested:
   staircase every 100 steps, reaching 0.2 at 80% of the search (AdaBERT's published
   schedule); ``linear`` gives GDAS's 10 → 0.1.
 * :func:`op_cost_table` and :func:`efficiency_loss` -- L_E = (K/K_max)·Σ_edges Σ_o
-  y_o·(SIZE(o) + FLOPs(o)). Two scales (``op_costs``):
+  y_o·(SIZE(o) + FLOPs(o)), over every op choice of the space (edges and nodes, each
+  summed over its places in the supernet). Two scales (``op_costs``):
 
   - ``normalised`` (default): each op's SIZE and FLOPs are divided by the largest
     candidate's and averaged, and the edges are averaged, so L_E ∈ [0, 1]; an op's
@@ -20,6 +21,10 @@ The pieces are small and separately tested:
 * :func:`derive_cell_architecture` -- K = argmax; per intermediate node keep the two
   strongest incoming edges ranked by their strongest non-zero op; each kept edge takes
   its arg-max non-zero op; the other edges become ``zero``.
+* :func:`derive_argmax_architecture` -- any space: each relaxed (op, depth) choice takes
+  its most probable value, widths their largest, ``other`` choices their default; the
+  next most probable valid architecture when a constraint is broken.
+* :func:`check_relaxable` -- a space without op or depth choices is refused in one line.
 * :class:`DifferentiableSearch` -- the bilevel first-order step: an architecture step
   (Adam) on a validation batch before each weight step on a training batch. The weight
   steps themselves (SGD, cosine schedule, clipping, checkpoints, resume) are the shared
@@ -30,8 +35,9 @@ The pieces are small and separately tested:
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +46,8 @@ from torch import nn
 
 from nas.arch_params import ArchParameters
 from nas.architecture import Architecture
-from nas.choices import Categorical
+from nas.choices import Categorical, as_number
+from nas.errors import NasError
 from nas.graph import ChoiceRef, plan
 from nas.network import GraphNet, ModelOutput
 from nas.ops import OPS
@@ -81,8 +88,69 @@ def op_choices(space: SearchSpace) -> list[Categorical]:
     return [c for c in space.choices() if c.kind == "op"]
 
 
+#: The choice kinds the supernet relaxes (weighted or hard-Gumbel, :mod:`nas.network`).
+RELAXED_KINDS = ("op", "depth")
+
+
+def relaxed_choices(space: SearchSpace) -> list[Categorical]:
+    """The choices the search puts architecture parameters α on: categorical op and depth
+    choices, in the space's order. Widths stay at their largest in the supernet, ``other``
+    choices at their default (:func:`search_values`)."""
+    return [c for c in space.choices() if c.kind in RELAXED_KINDS]
+
+
+def search_values(space: SearchSpace) -> dict[str, Any]:
+    """The value each ``other`` choice keeps while the supernet trains: its default. (Widths
+    need no value: the supernet takes them at their largest.) An ``other`` choice has no
+    size order and no relaxation, so the search fixes it where the space's author did."""
+    return {c.name: c.default for c in space.choices() if c.kind == "other"}
+
+
+def check_relaxable(space: SearchSpace) -> None:
+    """Refuse, in one line, a space the differentiable search cannot relax: one without a
+    categorical op or depth choice of two values or more (widths and heads only, a fixed
+    design). Such a space needs a multi-trial searcher, which samples any choice."""
+    if any(len(c) > 1 for c in relaxed_choices(space)):
+        return
+    from collections import Counter
+
+    from searchers.base import searcher_names
+
+    kinds = Counter(c.kind for c in space.choices() if len(c) > 1)
+    shown = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+    raise SearcherError(
+        f"space {space.name!r} has no op or depth choice to relax (its choices: {shown}); the "
+        "differentiable searcher relaxes only categorical op and depth choices (widths stay "
+        "at their largest); use a multi-trial searcher: "
+        f"{', '.join(searcher_names('multi-trial'))}")
+
+
 OP_COST_SCALES = ("normalised", "published")
 PUBLISHED_OP_COST = 0.1
+
+
+def _positions(space: SearchSpace) -> dict[str, list[tuple[list[int], dict[str, Any]]]]:
+    """Per op choice, every place of the supernet's plan where it picks an op (edges and
+    nodes alike), as ``(input widths, op parameters)``: the relaxed op and depth choices
+    open, widths at their largest, ``other`` choices at their search value."""
+    relaxed = frozenset(c.name for c in relaxed_choices(space))
+    steps = plan(space.graph, space.choice_map, search_values(space), relaxed)
+    places: dict[str, list[tuple[list[int], dict[str, Any]]]] = {}
+    for st in steps:
+        for e in st.inputs:
+            if e.choice is not None and e.op is None:
+                places.setdefault(e.choice, []).append(([e.in_width], e.params))
+        if st.choice is not None and st.op is None:
+            places.setdefault(st.choice, []).append((list(st.in_widths), st.params))
+    return places
+
+
+def _ratios(counts: list[int]) -> torch.Tensor:
+    """``counts / max(counts)`` (0 when every count is 0), each correctly rounded: the
+    integer division is exact before the one rounding to float32, so a choice priced over
+    n identical places gets the same bits as over one."""
+    top = max(counts)
+    return torch.tensor([c / top if top > 0 else 0.0 for c in counts], dtype=torch.float32)
 
 
 def op_cost_table(space: SearchSpace, seq_len: int = 128, scale: str = "normalised"
@@ -90,50 +158,63 @@ def op_cost_table(space: SearchSpace, seq_len: int = 128, scale: str = "normalis
     """Per op choice, the cost of each candidate: ``normalised`` (params/max + MACs/max)/2,
     or ``published`` (0.1 for every op; see the module docstring).
 
-    Costs come from each op's declared ``count_params``/``count_macs`` at the widths the
-    supernet's plan gives the choice's first edge (AdaBERT's edges all have the same
-    width). ``zero`` and ``skip`` cost nothing.
+    A candidate's params and MACs are its op's declared ``count_params``/``count_macs``
+    summed over every place the choice picks an op -- edges and nodes (a node's combine
+    op may be a choice, :class:`nas.graph.ChoiceRef`), in every layer of the supernet --
+    at the widths the supernet gives each place; ``zero`` and ``skip`` cost nothing.
+    (AdaBERT's edges all have one width, so its costs are one edge's ratios.) A choice
+    that sets an op *parameter* (:class:`nas.graph.ChoiceValue`) is not priced: the cost
+    model declares such values equally costly.
     """
-    steps = plan(space.graph, space.choice_map, {},
-                 frozenset(c.name for c in space.choices() if c.kind != "width"))
-    widths: dict[str, tuple[int, int]] = {}
-    for st in steps:
-        for e in st.inputs:
-            if e.choice is not None and e.choice not in widths:
-                widths[e.choice] = (e.in_width, e.out_width)
+    places = _positions(space)
     table = {}
     for c in op_choices(space):
-        if c.name not in widths:
+        if c.name not in places:
             continue
-        w_in, w_out = widths[c.name]
-        params = torch.tensor([float(OPS.get(str(v)).count_params([w_in], w_out, {}))
-                               for v in c.values])
-        macs = torch.tensor([float(OPS.get(str(v)).count_macs([w_in], w_out, {}, seq_len))
-                             for v in c.values])
-        table[c.name] = 0.5 * (params / params.max().clamp_min(1.0)
-                               + macs / macs.max().clamp_min(1.0))
+        params, macs = [], []
+        for v in c.values:
+            op = OPS.get(str(v))
+            p = m = 0
+            for w_in, op_params in places[c.name]:
+                w_out = op.out_width(w_in, op_params)
+                p += int(op.count_params(w_in, w_out, op_params))
+                m += int(op.count_macs(w_in, w_out, op_params, seq_len))
+            params.append(p)
+            macs.append(m)
+        table[c.name] = 0.5 * (_ratios(params) + _ratios(macs))
         if scale == "published":
             table[c.name] = torch.full_like(table[c.name], PUBLISHED_OP_COST)
     return table
 
 
 def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, torch.Tensor],
-                    depth_choice: Categorical | None = None,
+                    depth_choice: Categorical | Sequence[Categorical] | None = None,
                     edges: str = "mean") -> torch.Tensor:
     """L_E = (K/K_max)·Σ_edges Σ_o y_o·cost(o) (SPEC §2), differentiable in the weights y.
 
-    ``edges``: ``"mean"`` averages the edges (the normalised scale), ``"sum"`` adds them
-    (the published scale). K/K_max is the expectation of K under the depth weights (with
-    a hard sample it is the sampled depth, and its straight-through gradient reaches the
-    depth logits).
+    ``edges``: ``"mean"`` averages the priced choices (the normalised scale), ``"sum"``
+    adds them (the published scale). K/K_max is the expectation of K under the depth
+    weights (with a hard sample it is the sampled depth, and its straight-through gradient
+    reaches the depth logits). With several depth choices (a space of several stacks,
+    layers and FFNs per layer) the factor is the mean of their K/K_max; a space with depth
+    choices and no priced op choice pays the depth factor alone (so depth is still priced).
     """
-    edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items())
-    if edges == "mean":
-        edge_cost = edge_cost / max(1, len(costs))
-    if depth_choice is None or depth_choice.name not in weights:
-        return edge_cost
-    ks = torch.tensor([float(v) for v in depth_choice.values])
-    depth_frac = (weights[depth_choice.name] * ks).sum() / float(max(depth_choice.values))
+    depths = ([] if depth_choice is None else [depth_choice]
+              if isinstance(depth_choice, Categorical) else list(depth_choice))
+    depths = [d for d in depths if d.name in weights]
+    if not costs and depths:
+        edge_cost: torch.Tensor | float = 1.0
+    else:
+        edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items())
+        if edges == "mean":
+            edge_cost = edge_cost / max(1, len(costs))
+    if not depths:
+        return torch.as_tensor(edge_cost, dtype=torch.float32)
+    fractions = []
+    for d in depths:
+        ks = torch.tensor([float(v) for v in d.values])
+        fractions.append((weights[d.name] * ks).sum() / float(max(d.values)))
+    depth_frac = fractions[0] if len(fractions) == 1 else sum(fractions) / len(fractions)
     return depth_frac * edge_cost
 
 
@@ -168,6 +249,95 @@ def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
     return space.validate(values)
 
 
+DERIVATIONS = ("cell", "argmax")
+#: How many architectures :func:`derive_argmax_architecture` tries before giving up.
+DERIVE_TRIES = 10_000
+
+
+def _preferences(space: SearchSpace, alphas: ArchParameters
+                 ) -> list[tuple[Categorical, list[tuple[float, Any]]]]:
+    """Per choice of two values or more, its values best first with the cost of taking
+    each instead of the best: relaxed choices by probability (cost log p_best − log p),
+    widths from the largest down and ``other`` choices from their default on (cost: one
+    nat per step down the list)."""
+    prefs = []
+    for c in space.choices():
+        if len(c) < 2:
+            continue
+        if c.name in alphas.choices:
+            logp = torch.log_softmax(alphas.logits(c.name).detach().double(), dim=-1).tolist()
+            order = sorted(range(len(c)), key=lambda i: (-logp[i], i))
+            ranked = [(logp[order[0]] - logp[i], c.values[i]) for i in order]
+        elif c.kind == "width" and c.numeric:
+            values = sorted(c.values, key=lambda v: -as_number(v))  # type: ignore[operator]
+            ranked = [(float(r), v) for r, v in enumerate(values)]
+        else:
+            values = [c.default, *(v for v in c.values if v != c.default)]
+            ranked = [(float(r), v) for r, v in enumerate(values)]
+        prefs.append((c, ranked))
+    return prefs
+
+
+def derive_argmax_architecture(space: SearchSpace, alphas: ArchParameters,
+                               tries: int = DERIVE_TRIES) -> Architecture:
+    """The generic discretisation (DARTS's final arg-max, Liu et al., 2019, §2.4, without
+    the cell's top-2 edges): each relaxed choice takes its most probable value, each width
+    its largest (the size the supernet trained, so the derived network is the one whose
+    shared weights the search scored) and each ``other`` choice its default (the value it
+    kept during the search, :func:`search_values`).
+
+    If that architecture breaks a constraint of the space (or leaves a node without
+    inputs), the next ones are tried in increasing order of cost -- the summed costs of
+    :func:`_preferences`, ties broken by the choices' order -- so the result is the most
+    probable valid architecture, deterministically. After ``tries`` invalid ones it is a
+    one-line :class:`SearcherError`.
+    """
+    prefs = _preferences(space, alphas)
+    fixed = {c.name: c.values[0] for c in space.choices() if len(c) < 2}
+    start = (0,) * len(prefs)
+    heap: list[tuple[float, tuple[int, ...]]] = [(0.0, start)]
+    seen = {start}
+    first: str | None = None
+    for _ in range(tries):
+        if not heap:
+            break
+        cost, ranks = heapq.heappop(heap)
+        values = {**fixed, **{c.name: ranked[r][1]
+                              for (c, ranked), r in zip(prefs, ranks, strict=True)}}
+        try:
+            space.resolve(values)  # validates (constraints) and plans (every node fed)
+            return space.validate(values)
+        except NasError as err:
+            first = first or str(err)
+        for i, (_, ranked) in enumerate(prefs):
+            if ranks[i] + 1 < len(ranked):
+                nxt = ranks[:i] + (ranks[i] + 1,) + ranks[i + 1:]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    step = ranked[ranks[i] + 1][0] - ranked[ranks[i]][0]
+                    heapq.heappush(heap, (cost + step, nxt))
+    raise SearcherError(f"space {space.name!r}: no valid architecture among the {len(seen)} "
+                        f"most probable ones (the arg-max: {first}); relax the space's "
+                        "constraints or use derive='cell'")
+
+
+def derive_architecture(space: SearchSpace, alphas: ArchParameters, how: str = "cell"
+                        ) -> Architecture:
+    """``cell``: :func:`derive_cell_architecture` (DARTS/AdaBERT cells); ``argmax``:
+    :func:`derive_argmax_architecture` (any space)."""
+    if how == "argmax":
+        return derive_argmax_architecture(space, alphas)
+    if how == "cell":
+        return derive_cell_architecture(space, alphas)
+    raise SearcherError(f"derive must be one of {', '.join(DERIVATIONS)}, got {how!r}")
+
+
+def _check_derive(derive: str) -> None:
+    if derive not in DERIVATIONS:
+        raise SearcherError(f"derive must be one of {', '.join(DERIVATIONS)} (cell: AdaBERT's "
+                            f"two edges per node; argmax: any space), got {derive!r}")
+
+
 LossFn = Callable[[ModelOutput, Mapping[str, torch.Tensor]], torch.Tensor]
 
 
@@ -198,11 +368,13 @@ class DifferentiableSearch:
                  arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
                  schedule: TemperatureSchedule | None = None, seed: int = 0,
                  record: tuple[str, ...] = (), arch_warmup_steps: int = 0,
-                 op_costs: str = "normalised") -> None:
+                 op_costs: str = "normalised", derive: str = "cell") -> None:
         if op_costs not in OP_COST_SCALES:
             raise SearcherError(f"op_costs must be one of {', '.join(OP_COST_SCALES)}, got "
                                 f"{op_costs!r}")
+        _check_derive(derive)
         self.space = space
+        self.derivation = derive
         self.supernet = supernet
         self.task_loss = task_loss
         self.settings = settings
@@ -214,12 +386,16 @@ class DifferentiableSearch:
         # would steer the distribution alone.
         self.arch_warmup_steps = arch_warmup_steps
         self.generator = torch.Generator().manual_seed(seed)
-        relaxed = [c for c in space.choices() if c.kind in ("op", "depth")]
+        relaxed = relaxed_choices(space)
+        # ``other`` choices keep one value while the supernet trains (widths need none)
+        self.fixed = search_values(space)
         self.alphas = ArchParameters(relaxed, generator=torch.Generator().manual_seed(seed))
         self.costs = op_cost_table(space, scale=op_costs)
         self.edge_reduction = "sum" if op_costs == "published" else "mean"
         depth = [c for c in relaxed if c.kind == "depth"]
-        self.depth_choice = depth[0] if depth else None
+        # one depth choice (AdaBERT's K) is priced as before; several by the mean K/K_max
+        self.depth_choice: Categorical | list[Categorical] | None = (
+            None if not depth else depth[0] if len(depth) == 1 else depth)
         self.schedule = schedule or TemperatureSchedule(total_steps - arch_warmup_steps)
         self.a_opt = torch.optim.Adam(self.alphas.parameters(), lr=arch_lr, betas=(0.5, 0.999),
                                       weight_decay=arch_weight_decay)
@@ -232,7 +408,8 @@ class DifferentiableSearch:
               ) -> tuple[torch.Tensor, dict[str, float]]:
         tau = self.tau()
         weights = self.alphas.gumbel(tau, hard=True, generator=self.generator)
-        out = model(batch, weights=weights, hard=True, record=self.record)
+        out = model(batch, arch=self.fixed or None, weights=weights, hard=True,
+                    record=self.record)
         task = self.task_loss(out, batch)
         eff = efficiency_loss(weights, self.costs, self.depth_choice, self.edge_reduction)
         info = {"task_loss": task.item(), "efficiency": eff.item(), "tau": tau}
@@ -265,7 +442,8 @@ class DifferentiableSearch:
                 for name in self.alphas.choices}
 
     def derive(self) -> Architecture:
-        return derive_cell_architecture(self.space, self.alphas)
+        """The architecture the search found so far (``derive``: ``cell`` or ``argmax``)."""
+        return derive_architecture(self.space, self.alphas, self.derivation)
 
     def state_dict(self) -> dict[str, Any]:
         return {"alphas": self.alphas.state_dict(), "a_opt": self.a_opt.state_dict(),
@@ -287,13 +465,21 @@ class DifferentiableSearcher(OneShotSearcher):
     and derives the architecture. α stays frozen for the first ``arch_warmup`` fraction
     of the steps, after which τ follows the staircase schedule over the remaining steps.
     The candidate's ``params`` hold the final choice probabilities.
+
+    ``derive``: ``"cell"`` (the default; DARTS/AdaBERT cells, two edges per node) or
+    ``"argmax"`` (any space whose choices include categorical op or depth choices; see
+    :func:`derive_argmax_architecture`). A space without such choices is refused before
+    anything trains (:func:`check_relaxable`).
     """
 
     def __init__(self, seed: int = 0, *, beta: float = 4.0, lr: float = 2e-2,
                  lr_min: float = 5e-4, arch_lr: float = 3e-4, arch_weight_decay: float = 1e-3,
                  tau_every: int = 100, arch_warmup: float = 0.0, checkpoint_every: int = 200,
-                 record: tuple[str, ...] = (), op_costs: str = "normalised") -> None:
+                 record: tuple[str, ...] = (), op_costs: str = "normalised",
+                 derive: str = "cell") -> None:
         super().__init__(seed)
+        _check_derive(derive)
+        self.derive = derive
         if op_costs not in OP_COST_SCALES:
             raise SearcherError(f"op_costs must be one of {', '.join(OP_COST_SCALES)}, got "
                                 f"{op_costs!r}")
@@ -309,6 +495,7 @@ class DifferentiableSearcher(OneShotSearcher):
         self.engine: DifferentiableSearch | None = None
 
     def search(self, space: SearchSpace, trainer: SupernetTrainer) -> Candidate:
+        check_relaxable(space)
         total = trainer.epochs * trainer.steps_per_epoch
         if total < 1:
             raise SearcherError(f"the search has {trainer.epochs} epoch(s) of "
@@ -321,7 +508,7 @@ class DifferentiableSearcher(OneShotSearcher):
             beta=self.beta, arch_lr=self.arch_lr, arch_weight_decay=self.arch_weight_decay,
             schedule=TemperatureSchedule(total - warmup, every=self.tau_every),
             seed=self.seed, record=self.record, arch_warmup_steps=warmup,
-            op_costs=self.op_costs)
+            op_costs=self.op_costs, derive=self.derive)
         trainer.fit(self.engine)
         self._best = Candidate(0, self.engine.derive(),
                                {"probabilities": self.engine.probabilities()})

@@ -59,6 +59,19 @@ def test_attention_mse_zeroes_masked_scores_in_both() -> None:
     assert L.attention_mse(s2, t2).item() == pytest.approx(1.3125 / 2)
 
 
+def test_kd_loss_by_hand() -> None:
+    # student uniform over 2 classes, teacher softmax([2·ln3, 0] / T=2) = (3/4, 1/4):
+    # CE = ln 2, KL = 3/4·ln(3/2) + 1/4·ln(1/2) = 3/4·ln 3 − ln 2;
+    # 0.5·ln 2 + 0.5·4·(3/4·ln 3 − ln 2) = 1.5·ln(3/2)
+    student = torch.zeros(1, 2, dtype=torch.float64)
+    teacher = torch.tensor([[2 * math.log(3.0), 0.0]], dtype=torch.float64)
+    labels = torch.tensor([0])
+    assert L.kd_loss(student, teacher, labels).item() == pytest.approx(1.5 * math.log(1.5))
+    assert L.kd_loss(student, teacher, labels, alpha=0.0).item() == pytest.approx(math.log(2.0))
+    with pytest.raises(ValueError, match="alpha in"):
+        L.kd_loss(student, teacher, labels, alpha=2.0)
+
+
 def test_soft_cross_entropy_with_temperature_and_reductions() -> None:
     # ex. 1, T=2: teacher [0, 2 ln3]/2 → softmax [1/4, 3/4]; student [0,0] → log 1/2 each:
     # CE = ln 2.  ex. 2: teacher [0,0]/2 → [1/2, 1/2]; student [2 ln3, 0]/2 = [ln3, 0] →

@@ -109,6 +109,32 @@ def soft_cross_entropy(
     raise NasError(f"reduction must be 'batchmean' or 'mean', got {reduction!r}")
 
 
+def kd_loss(
+    logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 2.0,
+    alpha: float = 0.5,
+) -> torch.Tensor:
+    """Knowledge distillation (Hinton et al., 2015, §2): (1−α)·CE(y, z_S) +
+    α·T²·KL(softmax(z_T/T) ‖ softmax(z_S/T)), batch mean.
+
+    Logits (B, C), labels (B,). The T² keeps the soft term's gradients on the scale of the
+    hard term's as T changes (Hinton et al., 2015, §2). The teacher is a constant (no
+    gradient reaches it). α = 0 is plain cross-entropy.
+    """
+    if not 0.0 <= alpha <= 1.0 or not temperature > 0.0:
+        raise NasError(f"kd_loss needs alpha in [0, 1] and temperature > 0, got alpha={alpha}, "
+                       f"temperature={temperature}")
+    ce = F.cross_entropy(logits, labels)
+    if alpha == 0.0:
+        return ce
+    log_s = F.log_softmax(logits / temperature, dim=-1)
+    log_t = F.log_softmax(teacher_logits.detach().to(logits.dtype) / temperature, dim=-1)
+    kl = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
+    return (1.0 - alpha) * ce + alpha * temperature ** 2 * kl
+
+
 def layer_map(num_student: int, num_teacher: int, strategy: str = "uniform") -> list[int]:
     """Teacher layer g(m) for each student layer m = 1…M (SPEC §5), 1-based.
 
