@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from nas.config import ConfigError, check_fields
+from nas.distill.losses import kd_loss
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
@@ -277,18 +277,6 @@ def load_config(path: str | Path, overrides: Any = ()) -> SearchConfig:
 
 
 # --------------------------------------------------------------------- the context
-
-
-def kd_loss(logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-            temperature: float, alpha: float) -> torch.Tensor:
-    """(1 − α)·CE + α·T²·soft CE against the teacher (Hinton et al., 2015, §2)."""
-    from nas.distill.losses import soft_cross_entropy
-
-    ce = F.cross_entropy(logits, labels)
-    if alpha == 0.0:
-        return ce
-    soft = soft_cross_entropy(logits, teacher_logits, temperature)
-    return (1.0 - alpha) * ce + alpha * temperature ** 2 * soft
 
 
 class SearchContext(TaskContext):
@@ -709,4 +697,4 @@ def _one_shot_searcher(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> An
     return cls(**{k: v for k, v in pool.items() if k in accepts or "**" in accepts})
 
 
-__all__ = ["Search", "SearchConfig", "kd_loss", "load_config", "select_trials"]
+__all__ = ["Search", "SearchConfig", "load_config", "select_trials"]
