@@ -111,6 +111,16 @@ def import_module(name: str) -> ModuleType:
             from None
 
 
+def import_run_plugins(run_dir: str | Path) -> list[str]:
+    """The plug-ins a run recorded (its ``config.yaml``'s ``plugins:``, absolute paths or
+    module names), imported again so that a later command (``nas report``, ``nas export
+    --run``) knows the user's own space."""
+    from nas.rundir import RunDir
+
+    plugins = RunDir(run_dir).config.get("plugins") or []
+    return import_plugins(plugins) if plugins else []
+
+
 def _where(err: BaseException, path: Path) -> str:
     """``line N: `` of the innermost frame of the failure inside the plug-in file."""
     if isinstance(err, SyntaxError) and err.lineno is not None:
@@ -120,4 +130,5 @@ def _where(err: BaseException, path: Path) -> str:
     return f"line {lines[-1]}: " if lines else ""
 
 
-__all__ = ["PluginError", "import_file", "import_plugins", "is_file_plugin", "resolve_plugin"]
+__all__ = ["PluginError", "import_file", "import_plugins", "import_run_plugins", "is_file_plugin",
+           "resolve_plugin"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from nas.errors import NasError
 from nas.methods import method_of_run
+from nas.plugins import import_run_plugins
 from nas.rundir import RunDir
 from nas.teacher import metric_parts, metric_score
 from nas.units import human
@@ -67,6 +68,7 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
         what = f"no entry {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise NasError(f"{run.path}/metrics.json: a result is missing or malformed ({what}); "
                        "the file is damaged or from another version") from None
+    import_run_plugins(run.path)  # a space of the user's own (method search's plugins:)
     pictures = _derived_drawing(run)
     method = method_of_run(run)
     if method is not None:
@@ -144,5 +146,7 @@ def _derived_drawing(run: RunDir) -> list[Path]:
     from nas.space import get_space
 
     space = get_space(derived["space"], **derived["space_config"])
+    if not space.drawing:  # a user's space need not declare drawing groups
+        return []
     return [draw_architecture(space, derived["choices"], run.path / "derived_cell.png",
                               title=f"derived architecture {derived.get('id', '')}")]

@@ -566,13 +566,37 @@ class Search(Recipe):
                          f" | {row['arch_id']} | {len(row['seeds'])} | "
                          f"{100 * row[f'{split}_mean']:.2f} ± {100 * row[f'{split}_std']:.2f} |")
         if not (run.path / "study.json").is_file():
-            return (lines if final else []), []
+            return (lines if final else []) + one_shot_lines(metrics.get("search") or {}), []
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
         try:
             more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
         except TypeError:  # a study report without marks for the chosen trials
             more, pictures = study_sections(run.path, report_reference(metrics))
         return lines + more, pictures
+
+
+def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[str]:
+    """The one-shot search's derived choices with their final probabilities, and a warning
+    where a choice's distribution stayed within ``undecided`` of uniform: its argmax is then
+    close to a random pick, not a decision (too few architecture steps)."""
+    probabilities = search.get("probabilities") or {}
+    derived = search.get("derived") or {}
+    if not probabilities:
+        return []
+    lines = ["", f"## One-shot search: {search.get('searcher', '?')}", "",
+             "| choice | derived | its probability | uniform |", "|---|---|---|---|"]
+    flat = []
+    for name, probs in probabilities.items():
+        top, uniform = max(probs), 1.0 / len(probs)
+        lines.append(f"| {name} | {derived.get(name, '-')} | {top:.3f} | {uniform:.3f} |")
+        if top - uniform < undecided:
+            flat.append(name)
+    if flat:
+        lines += ["", f"Warning: {len(flat)} of {len(probabilities)} choices "
+                      f"({', '.join(flat)}) ended within {undecided} of uniform: their derived "
+                      "values are close to random picks; raise `one_shot.epochs` or "
+                      "`one_shot.arch_lr`."]
+    return lines
 
 
 def _export_keywords(ctx: SearchContext) -> dict[str, Any]:

@@ -115,7 +115,9 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
     if which == "best" and len(study.directions) > 1:
         which = _chosen_trial(run_dir, which)
     trial = pick_trial(study, which)
-    _import_run_plugins(run_dir)
+    from nas.plugins import import_run_plugins
+
+    import_run_plugins(run_dir)
     weights = trial_weights(trial, run_dir)
     if not weights or not Path(weights).is_file():
         raise NasError(f"trial {trial.number}: its trained weights are not here "
@@ -135,17 +137,6 @@ def export_trial(run_dir: str | Path, which: str | int, output: str | Path | Non
            tokenizer=extra.get("tokenizer"), max_length=extra.get("max_length", 128),
            task=extra.get("task"), overwrite=overwrite)
     return out, trial
-
-
-def _import_run_plugins(run_dir: str | Path) -> None:
-    """The plug-in files the run recorded (``plugins:``), imported so that a space of the
-    user's own is known again (:mod:`nas.plugins`)."""
-    from nas.plugins import import_plugins
-    from nas.rundir import RunDir
-
-    plugins = RunDir(run_dir).config.get("plugins") or []
-    if plugins:
-        import_plugins(plugins)
 
 
 def _chosen_trial(run_dir: str | Path, which: str | int) -> str | int:

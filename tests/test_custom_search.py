@@ -159,6 +159,22 @@ def test_the_example_runs_with_the_differentiable_searcher(tmp_path, capsys):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["search"]["searcher"] == "differentiable"
     assert (tmp_path / "run" / "export" / "config.json").is_file()
+    # a new process knows the space again from the run's recorded plug-ins
+    done = subprocess.run([sys.executable, "-m", "nas", "report", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "## One-shot search: differentiable" in done.stdout
+
+
+def test_the_one_shot_report_warns_when_choices_stay_near_uniform():
+    from recipes.search import one_shot_lines
+
+    lines = one_shot_lines({"searcher": "differentiable", "derived": {"a": "x", "d": 2},
+                            "probabilities": {"a": [0.6, 0.2, 0.2], "d": [0.34, 0.33, 0.33]}})
+    text = "\n".join(lines)
+    assert "| a | x | 0.600 | 0.333 |" in text and "| d | 2 | 0.340 | 0.333 |" in text
+    assert "1 of 2 choices (d) ended within 0.05 of uniform" in text
+    assert one_shot_lines({}) == []
 
 
 @pytest.mark.slow
