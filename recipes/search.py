@@ -581,10 +581,12 @@ def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[s
     close to a random pick, not a decision (too few architecture steps)."""
     probabilities = search.get("probabilities") or {}
     derived = search.get("derived") or {}
+    title = ["", f"## One-shot search: {search.get('searcher', '?')}", ""]
+    if search.get("candidates"):
+        return title + _candidate_lines(search["candidates"])
     if not probabilities:
         return []
-    lines = ["", f"## One-shot search: {search.get('searcher', '?')}", "",
-             "| choice | derived | its probability | uniform |", "|---|---|---|---|"]
+    lines = [*title, "| choice | derived | its probability | uniform |", "|---|---|---|---|"]
     flat = []
     for name, probs in probabilities.items():
         top, uniform = max(probs), 1.0 / len(probs)
@@ -596,6 +598,21 @@ def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[s
                       f"({', '.join(flat)}) ended within {undecided} of uniform: their derived "
                       "values are close to random picks; raise `one_shot.epochs` or "
                       "`one_shot.arch_lr`."]
+    return lines
+
+
+def _candidate_lines(candidates: list[Mapping[str, Any]], shown: int = 10) -> list[str]:
+    """The sampled-supernet ranking: candidates by inherited-weight score (ties in draw
+    order, the order the search breaks them in), and how many tie with the chosen one."""
+    ranked = sorted(enumerate(candidates), key=lambda ic: (-ic[1]["value"], ic[0]))
+    lines = ["| rank | arch | params | inherited score |", "|---|---|---|---|"]
+    lines += [f"| {r} | {c['arch_id']} | {c['params']:,} | {c['value']:.4f} |"
+              for r, (_, c) in enumerate(ranked[:shown], 1)]
+    ties = sum(c["value"] == ranked[0][1]["value"] for _, c in ranked)
+    if ties > 1:
+        lines += ["", f"Warning: {ties} of {len(candidates)} candidates tie at the best "
+                      "inherited score; the first drawn was chosen. Score on more held-out "
+                      "examples (`data.val_fraction`) to separate them."]
     return lines
 
 

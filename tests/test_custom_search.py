@@ -175,6 +175,12 @@ def test_the_one_shot_report_warns_when_choices_stay_near_uniform():
     assert "| a | x | 0.600 | 0.333 |" in text and "| d | 2 | 0.340 | 0.333 |" in text
     assert "1 of 2 choices (d) ended within 0.05 of uniform" in text
     assert one_shot_lines({}) == []
+    ranked = "\n".join(one_shot_lines({"searcher": "sampled-supernet", "candidates": [
+        {"arch_id": "a", "params": 10, "value": 0.5}, {"arch_id": "b", "params": 20,
+                                                        "value": 0.75},
+        {"arch_id": "c", "params": 30, "value": 0.75}]}))
+    assert "| 1 | b | 20 | 0.7500 |\n| 2 | c | 30 | 0.7500 |\n| 3 | a | 10 | 0.5000 |" in ranked
+    assert "2 of 3 candidates tie at the best inherited score" in ranked
 
 
 @pytest.mark.slow
