@@ -27,8 +27,8 @@ PENALIZED = "penalized_"
 
 
 def outcome(t: FrozenTrial) -> str:
-    """What became of a trial: complete, pruned, failed, rejected, repeat, surplus, stale
-    (its worker died), running or waiting."""
+    """What became of a trial: complete, pruned, failed, rejected, infeasible, repeat,
+    surplus, stale (its worker died), running or waiting."""
     found = t.user_attrs.get("outcome")
     if found is not None:
         return found
@@ -219,9 +219,12 @@ def study_sections(run_dir: str | Path,
              + f". {len(evaluated)} evaluations of {study.user_attrs.get('n_trials', '?')}: "
              + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("complete", "pruned", "failed"))
              + "."]
-    free = {k: counts[k] for k in ("rejected", "repeat", "stale", "surplus") if counts.get(k)}
+    free = {k: counts[k] for k in ("rejected", "infeasible", "repeat", "stale", "surplus")
+            if counts.get(k)}
     if free:
         what = {"rejected": "rejected proposals (invalid or over budget, never trained)",
+                "infeasible": "infeasible proposals (over a constraint, never trained; told "
+                              "to the sampler with their constraint values)",
                 "repeat": "repeated architectures skipped",
                 "stale": "trials lost with their worker (failed and queued again)",
                 "surplus": "trials asked after the study was full (not run)"}
