@@ -536,7 +536,8 @@ def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -
 
 def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
                     threads: int = 1, clock: str = "wall",
-                    log: Callable[[str], None] | None = None
+                    log: Callable[[str], None] | None = None,
+                    calibration: Mapping[str, int] | None = None
                     ) -> Callable[[Mapping[str, Any]], float]:
     """``arch -> ms`` for ``space`` on this machine, from the cached latency table
     (:func:`default_table_path`, the cache's ``latency`` kind). A table without a fit
@@ -564,7 +565,8 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
             table = table if table is not None and ours(table) else None
             if table is None or not fitted(table):
                 start = time.perf_counter()
-                table = calibrate([space], [setting], clock=clock, table=table)
+                table = calibrate([space], [setting], clock=clock, table=table,
+                                  **dict(calibration or {}))
                 table.save(path)
                 if log:
                     log(f"latency model: no table for space {space.name!r} at "

@@ -199,24 +199,25 @@ class Budget:
         return costs
 
     @staticmethod
-    def _cost(costs: Mapping[str, Any], name: str) -> float:
+    def cost(costs: Mapping[str, Any], name: str) -> float:
+        """Cost ``name`` of :meth:`costs` (``latency_ms``: the predicted one)."""
         return float(costs["latency_ms_predicted" if name == "latency_ms" else name])
 
     def constraint_values(self, costs: Mapping[str, Any]) -> dict[str, float]:
         """Per active constraint, ``cost / limit − 1``: ≤ 0 when it is met (Optuna's
         convention). Relative, so that parameters (millions) and milliseconds weigh
         alike in the summed violation by which TPE and NSGA-II rank infeasible trials."""
-        return {n: self._cost(costs, n) / limit - 1.0 for n, limit in self.limits.items()}
+        return {n: self.cost(costs, n) / limit - 1.0 for n, limit in self.limits.items()}
 
     def violations(self, costs: Mapping[str, Any]) -> dict[str, float]:
         """``{cost: amount over its limit}`` for the broken constraints (empty: feasible)."""
-        return {n: self._cost(costs, n) - limit for n, limit in self.limits.items()
-                if self._cost(costs, n) > limit}
+        return {n: self.cost(costs, n) - limit for n, limit in self.limits.items()
+                if self.cost(costs, n) > limit}
 
     def violation(self, costs: Mapping[str, Any]) -> str | None:
         """Why ``costs`` break the budget, or ``None``."""
         for name in self.violations(costs):
-            return (f"over budget: {name} {self._cost(costs, name):g} > max_{name} "
+            return (f"over budget: {name} {self.cost(costs, name):g} > max_{name} "
                     f"{self.limits[name]:g}")
         return None
 
