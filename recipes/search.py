@@ -590,10 +590,7 @@ class Search(Recipe):
         if not (run.path / "study.json").is_file():
             return (lines if final else []), []
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
-        try:
-            more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
-        except TypeError:  # a study report without marks for the chosen trials
-            more, pictures = study_sections(run.path, report_reference(metrics))
+        more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
         return lines + more, pictures
 
 
