@@ -106,12 +106,14 @@ def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
     assert evaluated(resumed) == expected and first.calls + rest.calls == straight_evaluator.calls
 
 
-# NSGA-II's case (2 s) runs in the slow suite: the default run has no time to spare
+# NSGA-II's and GP's cases (2 s and more) run in the slow suite: the default run has no
+# time to spare
 @pytest.mark.parametrize("searcher", [
-    "tpe", pytest.param("nsga2", marks=pytest.mark.slow), "random"])
+    "tpe", pytest.param("nsga2", marks=pytest.mark.slow),
+    pytest.param("gp", marks=pytest.mark.slow), "random"])
 def test_a_killed_study_with_an_active_constraint_resumes_exactly(tmp_path, monkeypatch,
                                                                   searcher):
-    """Under a budget the default architecture breaks: TPE and NSGA-II get infeasible
+    """Under a budget the default architecture breaks: TPE, NSGA-II and GP get infeasible
     trials (complete, with placeholder values and constraint values, never evaluated),
     random search rejected ones; killed mid-study and resumed, the whole sequence (the
     infeasible trials and their values included) is the uninterrupted one's."""
