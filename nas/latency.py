@@ -532,3 +532,48 @@ def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -
     weighted = [([x / y for x in xs], 1.0) for xs, y in rows]
     scale, per_call, const = _nnls(weighted)
     return Fit(float(scale), float(per_call), float(const), archs, [y for _, y in rows])
+
+
+def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
+                    threads: int = 1, clock: str = "wall",
+                    log: Callable[[str], None] | None = None,
+                    calibration: Mapping[str, int] | None = None
+                    ) -> Callable[[Mapping[str, Any]], float]:
+    """``arch -> ms`` for ``space`` on this machine, from the cached latency table
+    (:func:`default_table_path`, the cache's ``latency`` kind). A table without a fit
+    for this space and setting, or no table, is calibrated once (:func:`calibrate`, its
+    defaults) and saved in the cache under the table's lock, so a second process waits
+    and then reads it; ``log`` says which it was, with the calibration's time. A table
+    from another machine is replaced, as ``nas latency calibrate`` does."""
+    setting = Setting(batch_size, seq_len, threads)
+    path = default_table_path(clock)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def fitted(table: LatencyTable) -> bool:
+        return setting.key in table.fits.get(space_key(space), {})
+
+    def ours(table: LatencyTable) -> bool:
+        here = machine()
+        return {k: table.machine.get(k) for k in here} == here and table.clock == clock
+
+    table = LatencyTable.load(path) if path.is_file() else None
+    if table is None or not (ours(table) and fitted(table)):
+        from nas.cache import exclusive
+
+        with exclusive(path.with_name(f".{path.name}.lock"), f"latency calibration {path}"):
+            table = LatencyTable.load(path) if path.is_file() else None
+            table = table if table is not None and ours(table) else None
+            if table is None or not fitted(table):
+                start = time.perf_counter()
+                table = calibrate([space], [setting], clock=clock, table=table,
+                                  **dict(calibration or {}))
+                table.save(path)
+                if log:
+                    log(f"latency model: no table for space {space.name!r} at "
+                        f"{setting.describe()} on this machine; calibrated in "
+                        f"{time.perf_counter() - start:.1f} s and cached in {path}")
+            elif log:
+                log(f"latency model: {path} (calibrated by another process)")
+    elif log:
+        log(f"latency model: {path} (cached)")
+    return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)

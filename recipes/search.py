@@ -224,12 +224,8 @@ class SearchConfig(MethodConfig):
         c = self.constraints
         settings = {**self.multi_trial, "n_trials": self.n_trials,
                     "max_params": c.max_params, "max_flops": c.max_flops,
+                    "max_latency_ms": c.max_latency_ms,
                     "extra_objectives": list(self.objectives[1:])}
-        if c.max_latency_ms is not None:
-            if "max_latency_ms" not in StudySettings.__dataclass_fields__:
-                raise ConfigError("constraints.max_latency_ms: this version's study takes no "
-                                  "latency budget; use max_params or max_flops")
-            settings["max_latency_ms"] = c.max_latency_ms
         return from_dict(StudySettings, settings, "multi_trial")
 
     def build_space(self, num_labels: int, vocab_size: int | None = None) -> Any:
@@ -421,13 +417,34 @@ class Search(Recipe):
         return super().prepared(config, options, **extra)
 
     def check_feasible(self, config: SearchConfig, options: RunOptions) -> None:
-        try:
-            from searchers.feasibility import check_feasible
-        except ImportError:  # pragma: no cover (a study without the check)
-            return
+        """A constraint no architecture meets is refused in one line before stage 1
+        (:func:`searchers.feasibility.check_feasible`: a few thousand architectures
+        costed by the cost model). A latency limit calibrates the latency model for the
+        space now if this machine's table has none; the note goes to the run log at
+        stage 3."""
+        from searchers.feasibility import check_feasible
+
         space, _ = config.build_space(2)
+        latency_fn = None
+        if config.constraints.max_latency_ms is not None:
+            latency_fn = self.latency_model(space, config.data.max_seq_len)
         check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
-                       seed=config.seed)
+                       seed=config.seed, latency_fn=latency_fn)
+
+    def latency_model(self, space: Any, seq_len: int) -> Any:
+        """This machine's latency predictor for ``space`` (calibrated once and cached when
+        its table has none: :func:`nas.latency.space_predictor`); what it did is logged
+        and kept for the run log (:attr:`latency_notes`)."""
+        from nas.latency import space_predictor
+
+        if not hasattr(self, "latency_notes"):
+            self.latency_notes: list[str] = []
+
+        def note(message: str) -> None:
+            log.info(message)
+            self.latency_notes.append(message)
+
+        return space_predictor(space, seq_len=seq_len, log=note)
 
     def stages(self, ctx: SearchContext) -> dict[str, Any]:
         from searchers.base import SEARCHERS
@@ -456,6 +473,11 @@ class Search(Recipe):
         ctx.stage(3, "%s search over %s (%s architectures), %s, objectives %s", name,
                   ctx.space.name, f"{ctx.space.size():,}", cfg.evaluator.name,
                   ", ".join(cfg.objectives))
+        if cfg.constraints.max_latency_ms is not None:  # the study's budget reads it
+            self.latency_model(ctx.space, ctx.max_seq_len)
+            for message in self.latency_notes:
+                ctx.run.log("latency_model", note=message)
+            self.latency_notes.clear()
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
                                 evaluator=_study_evaluator(ctx, name),
                                 settings=cfg.study_settings(), default_trials=cfg.n_trials,
@@ -568,10 +590,7 @@ class Search(Recipe):
         if not (run.path / "study.json").is_file():
             return (lines if final else []) + one_shot_lines(metrics.get("search") or {}), []
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
-        try:
-            more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
-        except TypeError:  # a study report without marks for the chosen trials
-            more, pictures = study_sections(run.path, report_reference(metrics))
+        more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
         return lines + more, pictures
 
 

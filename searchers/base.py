@@ -97,6 +97,11 @@ class MultiTrialSearcher(abc.ABC):
     #: whether the sampler handles several objectives (a Pareto front); a search with
     #: several objectives and a searcher that does not is refused in one line
     multi_objective: ClassVar[bool] = True
+    #: whether the sampler learns from constraint values (Optuna's ``constraints_func``):
+    #: then an infeasible proposal is recorded as a complete trial with its constraint
+    #: values and placeholder objective values; otherwise it is rejected and asked again
+    #: (:mod:`searchers.proposals`)
+    constraint_aware: ClassVar[bool] = False
     #: the registered name (in messages)
     name: ClassVar[str] = ""
 

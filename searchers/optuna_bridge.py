@@ -20,10 +20,15 @@ distribution, and a trial's parameters back into a validated
 The mapping is one-to-one (each architecture has exactly one parameter set), so a
 sampler that deduplicates by parameters deduplicates by architecture id.
 
-:class:`Budget` checks a hard budget (parameters, FLOPs) from the graph alone
-(:func:`nas.cost.count_costs`; no model is built). An invalid or over-budget proposal is
-never silently changed: :meth:`SpaceBridge.propose` returns it with the reason, and the
-searcher records it as a rejected trial (:mod:`searchers.optuna_searchers`).
+:class:`Budget` holds the hard constraints (parameters and FLOPs counted from the graph,
+:func:`nas.cost.count_costs`; batch-1 latency predicted by the latency model,
+:mod:`nas.latency`): no model is built and nothing is trained to check them. An invalid
+proposal is never silently changed: :meth:`SpaceBridge.propose` returns it with the
+reason. An architecture over a limit is *infeasible*: its :attr:`Proposal.violations`
+say by how much, and :meth:`Budget.constraint_values` are the values Optuna's
+``constraints_func`` reads (≤ 0 feasible). What a search does with it depends on its
+sampler (:mod:`searchers.proposals`): a constraint-aware one (TPE, NSGA-II, GP) learns
+from it, the others have it rejected and ask again.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +49,7 @@ from nas.errors import ArchitectureError, NasError
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
     from nas.space import SearchSpace
 
@@ -138,56 +144,119 @@ def _groups(space: SearchSpace) -> list[list[str]]:
     return list(groups.values())
 
 
+#: The costs a constraint may limit, in the order of the constraint values.
+LIMITED = ("params", "flops", "latency_ms")
+
+
 @dataclass(frozen=True)
 class Budget:
-    """Hard ceilings checked from the graph alone (SPEC §1 counts, at ``seq_len`` tokens;
-    ``None``: 128, or the space's position limit when it is shorter)."""
+    """Hard constraints checked before any training: ``max_params`` and ``max_flops``
+    (SPEC §1 counts at ``seq_len`` tokens; ``None``: 128, or the space's position limit
+    when it is shorter) and ``max_latency_ms``, batch-1 latency predicted by
+    ``latency_fn`` (``arch -> ms``, the latency model of this machine,
+    :func:`searchers.study.study_budget`)."""
 
     max_params: float | None = None
     max_flops: float | None = None
     seq_len: int | None = None
+    max_latency_ms: float | None = None
+    latency_fn: Callable[[Mapping[str, Any]], float] | None = field(
+        default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_params", "max_flops"):
+        for name in ("max_params", "max_flops", "max_latency_ms"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise NasError(f"budget: {name} must be positive, got {value}")
         if self.seq_len is not None and self.seq_len < 1:
             raise NasError(f"budget: seq_len must be a positive integer, got {self.seq_len}")
+        if self.max_latency_ms is not None and self.latency_fn is None:
+            raise NasError("budget: max_latency_ms needs a latency_fn (the latency model's "
+                           "predictor; searchers.study.study_budget builds one)")
 
     @property
     def active(self) -> bool:
-        return self.max_params is not None or self.max_flops is not None
+        return bool(self.limits)
 
-    def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, int]:
+    @property
+    def limits(self) -> dict[str, float]:
+        """``{cost: limit}`` of the active constraints, in :data:`LIMITED` order."""
+        given = (self.max_params, self.max_flops, self.max_latency_ms)
+        return {n: float(v) for n, v in zip(LIMITED, given, strict=True) if v is not None}
+
+    def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, Any]:
+        """Parameters and FLOPs counted from the graph and, with a ``latency_fn``, the
+        predicted latency (``latency_ms_predicted``; ``latency_ms`` is what an
+        evaluation measures)."""
         from nas.cost import count_costs
         from nas.graph import position_limit
 
         seq_len = self.seq_len or min(128, position_limit(space.graph) or 128)
         c = count_costs(space, arch, seq_len)
-        return {"params": c.params, "flops": c.flops, "seq_len": seq_len}
+        costs: dict[str, Any] = {"params": c.params, "flops": c.flops, "seq_len": seq_len}
+        if self.latency_fn is not None:
+            costs["latency_ms_predicted"] = float(self.latency_fn(arch))
+        return costs
 
-    def violation(self, costs: Mapping[str, float]) -> str | None:
+    @staticmethod
+    def cost(costs: Mapping[str, Any], name: str) -> float:
+        """Cost ``name`` of :meth:`costs` (``latency_ms``: the predicted one)."""
+        return float(costs["latency_ms_predicted" if name == "latency_ms" else name])
+
+    def constraint_values(self, costs: Mapping[str, Any]) -> dict[str, float]:
+        """Per active constraint, ``cost / limit − 1``: ≤ 0 when it is met (Optuna's
+        convention). Relative, so that parameters (millions) and milliseconds weigh
+        alike in the summed violation by which TPE and NSGA-II rank infeasible trials."""
+        return {n: self.cost(costs, n) / limit - 1.0 for n, limit in self.limits.items()}
+
+    def violations(self, costs: Mapping[str, Any]) -> dict[str, float]:
+        """``{cost: amount over its limit}`` for the broken constraints (empty: feasible)."""
+        return {n: self.cost(costs, n) - limit for n, limit in self.limits.items()
+                if self.cost(costs, n) > limit}
+
+    def violation(self, costs: Mapping[str, Any]) -> str | None:
         """Why ``costs`` break the budget, or ``None``."""
-        for name, limit in (("params", self.max_params), ("flops", self.max_flops)):
-            if limit is not None and costs[name] > limit:
-                return f"over budget: {name} {costs[name]:g} > max_{name} {limit:g}"
+        for name in self.violations(costs):
+            return (f"over budget: {name} {self.cost(costs, name):g} > max_{name} "
+                    f"{self.limits[name]:g}")
         return None
+
+    def constraints_func(self) -> Callable[[FrozenTrial], list[float]]:
+        """Optuna's ``constraints_func`` (TPE, NSGA-II, GP): a trial's constraint values,
+        which :class:`searchers.proposals.StudySearch` records as the user attribute
+        ``constraints`` when it is asked. A trial without them (an invalid architecture,
+        rejected before any cost was counted) is given zeros: no constraint is known to
+        be broken."""
+        names = list(self.limits)
+
+        def values(trial: FrozenTrial) -> list[float]:
+            found = trial.user_attrs.get("constraints") or {}
+            return [float(found.get(n, 0.0)) for n in names]
+
+        return values
 
 
 @dataclass
 class Proposal:
     """What a trial's parameters stand for: the architecture (``None`` if invalid), the
-    counted costs and, for a proposal to reject, the reason."""
+    counted costs, the constraint values and, for a proposal to reject or record as
+    infeasible, the reason and the amounts over each limit (``violations``)."""
 
     params: dict[str, Any]
     arch: Architecture | None
     costs: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+    violations: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+    @property
+    def infeasible(self) -> bool:
+        """A valid architecture that breaks a constraint."""
+        return self.arch is not None and bool(self.violations)
 
 
 class SpaceBridge:
@@ -276,9 +345,10 @@ class SpaceBridge:
         costs: dict[str, Any] = {}
         if self.budget.active:
             costs = self.budget.costs(self.space, arch)
-            reason = self.budget.violation(costs)
-            if reason is not None:
-                return Proposal(params, arch, costs, reason)
+            constraints = self.budget.constraint_values(costs)
+            violations = self.budget.violations(costs)
+            return Proposal(params, arch, costs, self.budget.violation(costs), constraints,
+                            violations)
         return Proposal(params, arch, costs)
 
     def feasible(self, params: Mapping[str, Any]) -> bool:

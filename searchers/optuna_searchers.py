@@ -11,6 +11,19 @@ number)`` (:class:`PerTrialSeed`), so a proposal is a pure function of the seed,
 number and the study's contents: the same seed gives the same trials, a resumed search
 continues as the uninterrupted one would, and workers that share a seed still draw
 different trials. LaNAS seeds each trial's draws the same way itself.
+
+Constraints (issue 28): TPE, NSGA-II and GP take the budget as Optuna's
+``constraints_func`` (:meth:`~searchers.optuna_bridge.Budget.constraints_func`), so an
+infeasible architecture is a trial they learn from (ranked below every feasible one:
+TPE ranks infeasible trials by their summed violation, below the feasible ones, a
+variant of c-TPE, Watanabe & Hutter, 2023; NSGA-II's constrained domination,
+Deb et al., 2002; GP's probability of feasibility, Gardner et al., 2014), not a pruned
+one, which would bias TPE toward the smallest models. Random search and LaNAS reject
+infeasible proposals instead: random search learns nothing, so rejection samples the
+feasible set uniformly, and LaNAS samples inside its partitions under the budget by
+rejection already (Wang et al., 2021). Optuna 5.0 deprecates ``constraints_func`` (to be
+removed in 7.0) for ``Trial.set_constraint``; both end in the trial constraint values
+that the samplers read, so the move is one line in :meth:`PerTrialSearcher.constraint_options`.
 """
 
 from __future__ import annotations
@@ -65,6 +78,8 @@ class PerTrialSeed(BaseSampler):
                                        trial.system_attrs)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    # Optuna 5.0 deprecates constraints_func (module docstring)
+                    warnings.simplefilter("ignore", FutureWarning)
                     self._live[trial.number] = self.factory(derived_seed(self.seed, index))
             return self._live[trial.number]
 
@@ -100,6 +115,13 @@ class PerTrialSearcher(MultiTrialSearcher):
     """A searcher whose Optuna sampler is rebuilt per trial (:class:`PerTrialSeed`);
     subclasses say how to build it for one seed (:meth:`build`)."""
 
+    def constraint_options(self, bridge: SpaceBridge | None) -> dict[str, Any]:
+        """``{"constraints_func": ...}`` for a constraint-aware searcher whose bridge has an
+        active budget, else nothing (the sampler then behaves as without constraints)."""
+        if not self.constraint_aware or bridge is None or not bridge.budget.active:
+            return {}
+        return {"constraints_func": bridge.budget.constraints_func()}
+
     @abc.abstractmethod
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         """The Optuna sampler for one trial's seed."""
@@ -111,6 +133,7 @@ class PerTrialSearcher(MultiTrialSearcher):
         try:  # the options are checked now, not at the first trial
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                warnings.simplefilter("ignore", FutureWarning)  # constraints_func (above)
                 factory(seed)
         except TypeError as err:  # an unknown option
             raise SearcherError(f"searcher {self.name!r}: bad sampler option ({err}); "
@@ -138,34 +161,41 @@ class RandomSearcher(PerTrialSearcher):
 @SEARCHERS.register("tpe")
 class TPESearcher(PerTrialSearcher):
     """Multivariate TPE (``TPESampler(multivariate=True)``), with the constant liar so
-    that parallel workers spread out; single- or multi-objective."""
+    that parallel workers spread out; single- or multi-objective; constraint-aware."""
 
     name = "tpe"
+    constraint_aware = True
 
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
-        options = {"multivariate": True, "constant_liar": True, **self.options}
+        options = {"multivariate": True, "constant_liar": True,
+                   **self.constraint_options(bridge), **self.options}
         return optuna.samplers.TPESampler(seed=seed, **options)
 
 
 @SEARCHERS.register("nsga2")
 class NSGA2Searcher(PerTrialSearcher):
-    """NSGA-II (``NSGAIISampler``): a genetic multi-objective search (Deb et al., 2002)."""
+    """NSGA-II (``NSGAIISampler``): a genetic multi-objective search (Deb et al., 2002),
+    constraint-aware (constrained domination)."""
 
     name = "nsga2"
+    constraint_aware = True
 
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
-        return optuna.samplers.NSGAIISampler(seed=seed, **self.options)
+        return optuna.samplers.NSGAIISampler(seed=seed, **self.constraint_options(bridge),
+                                             **self.options)
 
 
 @SEARCHERS.register("gp")
 class GPSearcher(PerTrialSearcher):
     """Gaussian-process Bayesian optimisation (``GPSampler``: log EI, or log EHVI with
-    several objectives)."""
+    several objectives); constraint-aware."""
 
     name = "gp"
+    constraint_aware = True
 
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
-        return optuna.samplers.GPSampler(seed=seed, **self.options)
+        return optuna.samplers.GPSampler(seed=seed, **self.constraint_options(bridge),
+                                         **self.options)
 
 
 @SEARCHERS.register("lanas")

@@ -6,9 +6,19 @@ A multi-trial searcher (:mod:`searchers.optuna_searchers`) is the study's sample
 :class:`~searchers.optuna_bridge.SpaceBridge` and tells the study what became of it.
 What a trial of the study can be (user attribute ``outcome``):
 
-* ``rejected`` — the parameters give an invalid or over-budget architecture (the reason
-  is in ``reason``); told as *pruned*, so that TPE ranks the region low, and asked again.
-  It costs no evaluation and does not count as a trial of the search;
+* ``rejected`` — the parameters give an invalid architecture, or, for a sampler that
+  cannot learn from constraints (random, LaNAS), one over a constraint (the reason is in
+  ``reason``); told as *pruned* and asked again. It costs no evaluation and does not
+  count as a trial of the search;
+* ``infeasible`` — for a constraint-aware sampler (TPE, NSGA-II, GP: Optuna's
+  ``constraints_func``), a valid architecture over a constraint. It is not trained: its
+  costs are counted (or predicted) from the graph, and the trial is told *complete* with
+  placeholder values (:meth:`StudySearch.placeholder`), the amounts over each limit
+  (``violations``) and its constraint values (``constraints``, ``cost / limit − 1``), so
+  that the sampler ranks it below every feasible trial. Pruning it instead would bias TPE
+  toward the smallest models (issue 28). It does not count as a trial of the search, is
+  never a best trial or on the front (Optuna leaves infeasible trials out), and is asked
+  again;
 * ``repeat`` — the architecture was evaluated (or is being evaluated) already; told as
   *failed*, which every sampler ignores, and asked again (up to ``max_repeats`` times,
   then the repeat is returned: once the space is exhausted, repeats are allowed);
@@ -20,7 +30,8 @@ What a trial of the study can be (user attribute ``outcome``):
   study proposes what the uninterrupted one did (:mod:`searchers.resume`).
 
 Every proposal records ``arch_id``, ``arch`` (the choices as JSON) and ``costs``
-(parameters and FLOPs counted from the graph) as user attributes. The best trial and the
+(parameters and FLOPs counted from the graph, the predicted latency with a latency
+constraint) as user attributes, and, under a budget, its ``constraints``. The best trial and the
 Pareto front are Optuna's (``study.best_trial``, ``study.best_trials``): only complete
 evaluations are COMPLETE trials.
 """
@@ -46,7 +57,7 @@ from searchers.base import (
     SearcherError,
     searcher_names,
 )
-from searchers.optuna_bridge import Budget, SpaceBridge
+from searchers.optuna_bridge import Budget, Proposal, SpaceBridge
 from searchers.resume import next_waiting, proposal_index
 from searchers.storage import claim_waiting, live_trial, system_attrs
 
@@ -126,18 +137,24 @@ class StudySearch:
     bridge: the space's parameters and the hard budget.
     objectives: what the evaluations return (the study's directions).
     seed: the search's seed (the fallback architectures' generator).
-    max_rejections: consecutive rejected proposals before giving up (an impossible budget).
+    max_rejections: consecutive rejected or infeasible proposals before giving up (an
+        impossible budget).
     max_repeats: consecutive repeated architectures skipped before one is returned.
     fallback_after: proposals in a row that were rejected or repeats before a random
         feasible architecture is queued (:meth:`_fall_back`).
     trial_attrs: user attributes set on every trial as soon as it is asked (the worker).
+    record_infeasible: tell infeasible proposals as complete ``infeasible`` trials (a
+        constraint-aware sampler, :attr:`MultiTrialSearcher.constraint_aware`) instead of
+        rejecting them.
     """
 
     def __init__(self, study: optuna.Study, bridge: SpaceBridge,
                  objectives: Sequence[Objective] = DEFAULT_OBJECTIVES, *, seed: int = 0,
                  max_rejections: int = 1000, max_repeats: int = 100, fallback_after: int = 20,
-                 trial_attrs: Mapping[str, Any] | None = None) -> None:
+                 trial_attrs: Mapping[str, Any] | None = None,
+                 record_infeasible: bool = False) -> None:
         self.study = study
+        self.record_infeasible = record_infeasible
         self.bridge = bridge
         self.space = bridge.space
         self.objectives = check_objectives(objectives, "study search")
@@ -178,6 +195,8 @@ class StudySearch:
             raise SearcherError(
                 f"study {study.study_name!r} optimises {found}, this search {directions} "
                 f"({[o.name for o in objectives]}); use another study name or storage")
+        limits.setdefault("record_infeasible",
+                          factory.constraint_aware and bridge.budget.active)
         return cls(study, bridge, objectives, seed=seed, **limits)
 
     # -- asking ------------------------------------------------------------------
@@ -199,12 +218,20 @@ class StudySearch:
                 trial.set_user_attr("arch_id", proposal.arch.id)
                 trial.set_user_attr("arch", dict(proposal.arch))
                 trial.set_user_attr("costs", proposal.costs)
-            if not proposal.ok:
+                if proposal.constraints:  # what the constraints_func reads
+                    trial.set_user_attr("constraints", proposal.constraints)
+            if proposal.infeasible and self.record_infeasible:
+                rejected += 1
+                self._close(trial, "infeasible", TrialState.COMPLETE,
+                            self.placeholder(proposal), reason=proposal.reason,
+                            violations=proposal.violations)
+            elif not proposal.ok:
                 rejected += 1
                 self._close(trial, "rejected", TrialState.PRUNED, reason=proposal.reason)
+            if not proposal.ok:
                 if rejected >= self.max_rejections:
                     raise SearcherError(
-                        f"{rejected} proposals in a row were rejected (last: "
+                        f"{rejected} proposals in a row were rejected or infeasible (last: "
                         f"{proposal.reason}); loosen the budget or check the space")
                 self._fall_back(rejected + repeated, trial)
                 continue
@@ -217,6 +244,31 @@ class StudySearch:
                 continue
             self._live[trial.number] = trial
             return Candidate(trial.number, proposal.arch, dict(proposal.params))
+
+    def placeholder(self, proposal: Proposal) -> list[float]:
+        """The values an ``infeasible`` trial is told, one per objective: a cost objective
+        takes the proposal's own cost (``params``, ``flops`` counted from the graph;
+        ``latency_ms`` when a latency constraint predicted it), any other the worst
+        value of that objective among the study's complete evaluations so far (0.0
+        before the first). The constraint-aware samplers rank the trial by its constraint
+        values, below every feasible trial, whatever these are; they are what GP's
+        regression and the history see, and the worst value keeps them from looking good
+        there. A function of the study's contents, so a resumed search tells the same."""
+        done = [t.values for t in self.study.get_trials(deepcopy=False,
+                                                        states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("outcome") == "complete"]
+        values = []
+        for k, objective in enumerate(self.objectives):
+            key = "latency_ms_predicted" if objective.name == "latency_ms" else objective.name
+            cost = proposal.costs.get(key) if key in ("params", "flops",
+                                                      "latency_ms_predicted") else None
+            if cost is not None:
+                values.append(float(cost))
+            elif done:
+                values.append(float(min(objective.sign * v[k] for v in done) * objective.sign))
+            else:
+                values.append(0.0)
+        return values
 
     def _next_trial(self) -> optuna.Trial:
         """The next trial: a queued retry that comes first in the uninterrupted sequence

@@ -1,6 +1,7 @@
 """The multi-trial part of ``nas report RUN_DIR``: a trial table, the Pareto front
-(``pareto.png``: the objectives, with the reference models such as the teacher and the
-seed architectures marked), the optimisation history (``history.png``) and what pruning
+(``pareto.png``: the objectives, each trial labelled with its number, the reference
+models such as the teacher, the seed architectures and the trials the final stage chose
+marked), the optimisation history (``history.png``) and what pruning
 saved. A method's :meth:`~nas.methods.Method.report_sections` calls
 :func:`study_sections`; the study is read from its storage, so the report covers every
 worker's trials.
@@ -27,8 +28,8 @@ PENALIZED = "penalized_"
 
 
 def outcome(t: FrozenTrial) -> str:
-    """What became of a trial: complete, pruned, failed, rejected, repeat, surplus, stale
-    (its worker died), running or waiting."""
+    """What became of a trial: complete, pruned, failed, rejected, infeasible, repeat,
+    surplus, stale (its worker died), running or waiting."""
     found = t.user_attrs.get("outcome")
     if found is not None:
         return found
@@ -108,9 +109,11 @@ def _trade_off(points: list[tuple[float, float]], sx: float, sy: float) -> list[
 
 
 def plot_pareto(study: optuna.Study, path: Path,
-                reference: Mapping[str, Mapping[str, float]] | None = None) -> Path | None:
-    """``pareto.png``: every complete trial, the front joined, seeds and references
-    marked."""
+                reference: Mapping[str, Mapping[str, float]] | None = None,
+                chosen: Sequence[int] = ()) -> Path | None:
+    """``pareto.png``: every complete trial labelled with its number, the front joined,
+    seeds and references marked, and the trials numbered in ``chosen`` (those a method's
+    final stage retrained, e.g. ``method: search``'s ``final.select``) ringed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,12 +134,21 @@ def plot_pareto(study: optuna.Study, path: Path,
                label="trials")
     if len(study.directions) > 1:  # the study's own front, drawn on its first two objectives
         on_front = {t.number for t in pareto_front(study)}
-        chosen = [i for i, t in enumerate(trials) if t.number in on_front]
+        front_index = [i for i, t in enumerate(trials) if t.number in on_front]
     else:
-        chosen = _trade_off(list(xy), sx, sy)
-    front = sorted((xy[i] for i in chosen), key=lambda p: p[0])
+        front_index = _trade_off(list(xy), sx, sy)
+    front = sorted((xy[i] for i in front_index), key=lambda p: p[0])
     ax.plot([p[0] for p in front], [p[1] for p in front], "-o", c="tab:red", ms=5,
             label="Pareto front")
+    for t, (x, y) in zip(trials, xy, strict=True):  # which trial is which (nas export)
+        ax.annotate(str(t.number), (x, y), textcoords="offset points", xytext=(3, -9),
+                    fontsize=6, color="dimgrey")
+    marked = set(chosen)
+    picked = [p for t, p in zip(trials, xy, strict=True) if t.number in marked]
+    if picked:
+        ax.scatter([p[0] for p in picked], [p[1] for p in picked], marker="o", s=140,
+                   facecolors="none", edgecolors="black", linewidths=1.5,
+                   label="chosen (final retrain)")
     seeds = [(t.user_attrs["seed"], p) for t, p in zip(trials, xy, strict=True)
              if t.user_attrs.get("seed")]
     for i, (tag, (x, y)) in enumerate(seeds):
@@ -198,9 +210,11 @@ def plot_history(study: optuna.Study, path: Path) -> Path | None:
 
 
 def study_sections(run_dir: str | Path,
-                   reference: Mapping[str, Mapping[str, float]] | None = None
-                   ) -> tuple[list[str], list[Path]]:
-    """Report lines and pictures for the run folder's study (none without a study)."""
+                   reference: Mapping[str, Mapping[str, float]] | None = None,
+                   chosen: Sequence[int] = ()) -> tuple[list[str], list[Path]]:
+    """Report lines and pictures for the run folder's study (none without a study);
+    ``chosen``: the trial numbers the method's final stage retrained, named in the text
+    and ringed on the Pareto plot."""
     run_dir = Path(run_dir)
     pointer = read_pointer(run_dir)
     if pointer is None:
@@ -219,9 +233,12 @@ def study_sections(run_dir: str | Path,
              + f". {len(evaluated)} evaluations of {study.user_attrs.get('n_trials', '?')}: "
              + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("complete", "pruned", "failed"))
              + "."]
-    free = {k: counts[k] for k in ("rejected", "repeat", "stale", "surplus") if counts.get(k)}
+    free = {k: counts[k] for k in ("rejected", "infeasible", "repeat", "stale", "surplus")
+            if counts.get(k)}
     if free:
         what = {"rejected": "rejected proposals (invalid or over budget, never trained)",
+                "infeasible": "infeasible proposals (over a constraint, never trained; told "
+                              "to the sampler with their constraint values)",
                 "repeat": "repeated architectures skipped",
                 "stale": "trials lost with their worker (failed and queued again)",
                 "surplus": "trials asked after the study was full (not run)"}
@@ -244,9 +261,13 @@ def study_sections(run_dir: str | Path,
         front = pareto_front(study)
         lines.append("Pareto front: trials " + ", ".join(str(t.number) for t in front)
                      + f" (`nas export --run {run_dir} --trial N`).")
+    if chosen:
+        lines.append("Chosen for the final retrain: trial"
+                     + ("s " if len(chosen) > 1 else " ")
+                     + ", ".join(str(n) for n in chosen) + " (ringed on the Pareto plot).")
     lines += ["", _table(study, evaluated, names), "",
               f"Open the study in the dashboard: `optuna-dashboard {pointer['storage']}`."]
-    pictures = [p for p in (plot_pareto(study, run_dir / "pareto.png", reference),
+    pictures = [p for p in (plot_pareto(study, run_dir / "pareto.png", reference, chosen),
                             plot_history(study, run_dir / "history.png")) if p is not None]
     return lines, pictures
 

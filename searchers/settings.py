@@ -26,8 +26,13 @@ class StudySettings:
         ``score − λ·max(0, cost/target − 1)`` (:class:`~evaluators.penalty.PenaltyEvaluator`).
     extra_objectives: costs added as minimised objectives for searchers that handle
         several (nsga2, tpe, gp, random), e.g. ``[latency_ms]``: a Pareto front.
-    max_params, max_flops: a hard budget, checked from the graph before any training;
-        over-budget proposals are rejected (recorded, never evaluated).
+    max_params, max_flops, max_latency_ms: hard constraints, checked before any training
+        (parameters and FLOPs counted from the graph, batch-1 latency predicted by this
+        machine's latency model, calibrated once for the space if its table has none).
+        An infeasible proposal is never evaluated: a constraint-aware sampler (tpe,
+        nsga2, gp) gets it as a complete trial with placeholder values and its
+        constraint values (Optuna's ``constraints_func``), the others have it rejected
+        and ask again (:mod:`searchers.proposals`).
     seeds: architectures evaluated first: ``default``, ``largest``, ``smallest`` or a
         JSON file (a published architecture); none by default (a random baseline stays
         random).
@@ -45,6 +50,7 @@ class StudySettings:
     extra_objectives: list = field(default_factory=list)
     max_params: float | None = None
     max_flops: float | None = None
+    max_latency_ms: float | None = None
     seeds: list = field(default_factory=list)
     pruner: str = "none"
     pruner_options: dict = field(default_factory=dict)
@@ -67,7 +73,7 @@ class StudySettings:
         need(isinstance(self.extra_objectives, list)
              and all(n in COSTS for n in self.extra_objectives),
              f"extra_objectives must be among {list(COSTS)}, got {self.extra_objectives!r}")
-        for name in ("max_params", "max_flops"):
+        for name in ("max_params", "max_flops", "max_latency_ms"):
             value = getattr(self, name)
             need(value is None or value > 0, f"{name} must be None or > 0, got {value!r}")
         need(isinstance(self.seeds, list) and all(isinstance(s, str) for s in self.seeds),
@@ -87,7 +93,10 @@ class StudySettings:
 
     @property
     def budget_kwargs(self) -> dict[str, float | None]:
-        return {"max_params": self.max_params, "max_flops": self.max_flops}
+        """The :class:`~searchers.optuna_bridge.Budget` limits (``max_latency_ms`` also
+        needs the latency model: :func:`searchers.study.study_budget`)."""
+        return {"max_params": self.max_params, "max_flops": self.max_flops,
+                "max_latency_ms": self.max_latency_ms}
 
 
 @dataclass

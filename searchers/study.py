@@ -172,9 +172,24 @@ def open_search(spec: StudySpec, space: SearchSpace, objectives: tuple[Objective
     return StudySearch.open(
         space, spec.searcher, seed=spec.seed, objectives=objectives,
         storage=storage if storage is not None else spec_storage(spec),
-        study_name=spec.study_name, budget=Budget(seq_len=spec.seq_len, **s.budget_kwargs),
+        study_name=spec.study_name, budget=study_budget(spec, space),
         sampler_options=s.samplers.get(spec.searcher, {}), pruner=make_pruner(s),
         trial_attrs={"worker": worker_info(spec.run_dir)})
+
+
+def study_budget(spec: StudySpec, space: SearchSpace) -> Budget:
+    """The hard constraints of ``spec``'s study; ``max_latency_ms`` predicts batch-1
+    latency at the run's length with one thread (as each worker runs) from this machine's
+    latency table, calibrated once for the space and cached when it has none
+    (:func:`nas.latency.space_predictor`; the first process does it, before any worker
+    starts)."""
+    s = spec.settings
+    latency_fn = None
+    if s.max_latency_ms is not None:
+        from nas.latency import space_predictor
+
+        latency_fn = space_predictor(space, seq_len=spec.seq_len, log=log.info)
+    return Budget(seq_len=spec.seq_len, latency_fn=latency_fn, **s.budget_kwargs)
 
 
 def check_study(search: StudySearch, spec: StudySpec) -> None:

@@ -241,6 +241,16 @@ def _set(path: str, value: object) -> Callable[[dict], None]:
     return change
 
 
+def impossible_constraint(ctx: Ctx) -> list[str]:
+    """``method: search`` on the example with a parameter limit below its smallest child."""
+    data = yaml.safe_load((ROOT / "examples" / "custom_search.yaml").read_text())
+    data["plugins"] = [str(ROOT / "examples" / "custom_space.py")]
+    data["constraints"] = {"max_params": 1000}
+    path = ctx.tmp / "search.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+
 def _drop(key: str) -> Callable[[dict], None]:
     return lambda data: data.pop(key)
 
@@ -282,6 +292,10 @@ CASES = {
                                     r"bad\.yaml.*random_samples is now multi_trial\.n_trials"),
     "yaml-lr-nan": Case(_yaml(_set("search.lr", float("nan"))), 2,
                         r"bad\.yaml\.search\.lr: expected a finite number, got nan"),
+    "search-constraint-no-architecture-meets": Case(
+        impossible_constraint, 2, r"constraints: no architecture of space 'tiny-cell' meets "
+                                  r"them; the smallest of all 27 architectures: params .*raise "
+                                  r"constraints\.max_params to at least 994,274"),
     # data
     "data-non-utf8-line-5": Case(non_utf8_data, 2,
                                  r"sst2/train\.tsv:5: not UTF-8 text \(byte 0xe9 at column 4\)"),

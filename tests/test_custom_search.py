@@ -139,6 +139,40 @@ def test_an_unknown_objective_lists_the_known_ones(tmp_path, capsys):
     assert code == 2 and "'speed'" in err and "latency_ms" in err
 
 
+def test_a_constraint_no_architecture_meets_is_refused_before_stage_one(tmp_path, capsys):
+    """The cost model costs the space's architectures first (all 27 of tiny-cell) and the
+    one line names the smallest parameters and FLOPs found and the limit to raise."""
+    code, err = _run(tmp_path, capsys, _example(constraints={"max_params": 1.0e6,
+                                                             "max_flops": 100}))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no architecture of space 'tiny-cell' meets them" in err
+    assert "params 994.27K (max_params 1.00M)" in err and "FLOPs" in err
+    assert "raise constraints.max_flops to at least" in err and "max_params to" not in err
+    assert not (tmp_path / "run").exists()  # before the run folder, the teacher, anything
+
+
+def test_a_latency_limit_is_checked_with_the_latency_model(tmp_path):
+    """``max_latency_ms`` is costed by a latency predictor (here a stand-in: the
+    calibrated one is tests/test_latency_model.py's); a sampled space says how many it
+    drew, and a limit met alone but not with the others is named so."""
+    from nas.errors import NasError
+    from nas.space import get_space, small_config
+    from searchers.feasibility import check_feasible
+    from searchers.optuna_bridge import Budget
+
+    space = get_space("adabert", **small_config("adabert"))
+
+    def latency(arch):
+        return 1.0 + arch["depth"]
+
+    check_feasible(space, Budget(max_latency_ms=3.0, latency_fn=latency), seq_len=16)
+    with pytest.raises(NasError, match=r"smallest of \d+ sampled architectures: latency 2 ms "
+                                       r"\(max_latency_ms 1.5 ms\); raise constraints\."
+                                       r"max_latency_ms to at least 2 ms"):
+        check_feasible(space, Budget(max_latency_ms=1.5, latency_fn=latency), seq_len=16,
+                       samples=200)
+
+
 def test_the_plugin_flag_imports_a_file_for_any_experiment(tmp_path, capsys):
     """``nas run --plugin FILE`` adds to ``plugins:`` (here the file's own list is empty)."""
     path = tmp_path / "exp.yaml"

@@ -26,6 +26,7 @@ from nas.latency import (
     op_calls,
     op_keys,
     space_key,
+    space_predictor,
 )
 from nas.space import get_space, small_config
 
@@ -194,6 +195,25 @@ def test_latency_commands(tmp_path, capsys):
     assert code == 0 and SETTING.key in out and "adabert@" in out
     code = main(["latency", "calibrate", "--spaces", "adabert", "--archs", "0", "--table", path])
     assert code == 2 and "--archs" in capsys.readouterr().err
+
+
+def test_a_space_without_a_table_is_calibrated_once_and_cached(spaces, tmp_path, monkeypatch):
+    """What ``constraints.max_latency_ms`` uses (issue 28): this machine's table in the
+    cache; a space it lacks is calibrated, saved and logged with its time, and found in
+    the cache the next time."""
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
+    notes: list[str] = []
+    first = space_predictor(spaces[0], seq_len=8, log=notes.append, calibration=TINY)
+    assert len(notes) == 1 and "no table for space 'adabert'" in notes[0]
+    assert " s and cached in " in notes[0] and default_table_path().is_file()
+    again = space_predictor(spaces[0], seq_len=8, log=notes.append, calibration=TINY)
+    assert notes[1].endswith("(cached)")
+    arch = spaces[0].sample(1)
+    assert first(arch) == again(arch) == LatencyModel.load().predict(spaces[0], arch,
+                                                                      seq_len=8)
+    space_predictor(spaces[1], seq_len=8, log=notes.append, calibration=TINY)  # added
+    assert "no table for space 'mobilebert-grid'" in notes[2]
+    assert set(LatencyTable.load(default_table_path()).fits) == {space_key(s) for s in spaces}
 
 
 def test_the_cpu_clock_times_one_thread(spaces, tmp_path):

@@ -146,6 +146,48 @@ def test_rejected_proposals_are_recorded_and_asked_again():
         impossible.ask()
 
 
+def test_a_constraint_aware_sampler_learns_from_infeasible_trials_it_never_trains():
+    """Issue 28: TPE gets the budget as Optuna's constraints_func. An architecture over it
+    is told as a complete ``infeasible`` trial (placeholder values, the violation amounts,
+    its constraint values as Optuna's), never a best one; random search rejects it."""
+    from nas.cost import count_costs
+
+    space = get_space("adabert", **small_config("adabert"))
+    limit = 0.8 * count_costs(space, space.default(), 128).params
+    objectives = (Objective("accuracy", "maximize"), Objective("params", "minimize"))
+    search = StudySearch.open(space, "tpe", seed=0, budget=Budget(max_params=limit),
+                              objectives=objectives, sampler_options={"n_startup_trials": 2})
+    assert search.record_infeasible
+    for k in range(6):
+        c = search.ask()
+        search.tell(c, EvalResult((0.5 + 0.01 * k, float(search.study.trials[c.id].user_attrs[
+            "costs"]["params"]))))
+    trials = search.study.trials
+    infeasible = [t for t in trials if t.user_attrs.get("outcome") == "infeasible"]
+    complete = [t for t in trials if t.user_attrs.get("outcome") == "complete"]
+    assert infeasible and len(complete) == 6
+    for t in infeasible:
+        params = t.user_attrs["costs"]["params"]
+        assert t.state.name == "COMPLETE" and params > limit
+        assert t.user_attrs["violations"] == {"params": pytest.approx(params - limit)}
+        assert t.constraints == {"0": pytest.approx(params / limit - 1)}  # Optuna's record
+        assert t.values[1] == params  # a cost objective's placeholder is the counted cost
+        before = [c.values[0] for c in complete if c.number < t.number]
+        assert t.values[0] == (min(before) if before else 0.0)  # the worst accuracy so far
+    assert all(next(iter(t.constraints.values())) <= 0 for t in complete)
+    front = {t.number for t in search.study.best_trials}
+    assert front and not front & {t.number for t in infeasible}
+
+    rejecting = StudySearch.open(space, "random", seed=0, budget=Budget(max_params=limit))
+    assert not rejecting.record_infeasible
+    for _ in range(4):
+        c = rejecting.ask()
+        rejecting.tell(c, EvalResult((0.5,)))
+    outcomes = {t.user_attrs.get("outcome") for t in rejecting.study.trials}
+    assert "infeasible" not in outcomes and not any(t.constraints
+                                                    for t in rejecting.study.trials)
+
+
 OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "nsga2": {"population_size": 4},
            "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},

@@ -266,6 +266,36 @@ def test_median_pruning_stops_weak_candidates_and_keeps_their_curves(tmp_path):
     assert all(p.stat().st_size > 5000 for p in pictures)
 
 
+def test_the_pareto_plot_labels_trial_numbers_and_rings_the_chosen_ones(tmp_path,
+                                                                        monkeypatch):
+    """Issue 28: which point is which trial (for ``nas export --trial N``), and which the
+    final stage retrained."""
+    import matplotlib.figure
+
+    from searchers.report import plot_pareto, study_sections
+
+    s = space()
+    study = run_study(spec_for(tmp_path, searcher="random", n_trials=4), s, Synthetic(s))
+    done = [t.number for t in study.trials if t.user_attrs.get("outcome") == "complete"]
+    drawn = {}
+
+    def keep(fig, path, **kwargs):
+        ax = fig.axes[0]
+        drawn["labels"] = sorted(int(t.get_text()) for t in ax.texts if t.get_text().isdigit())
+        drawn["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        drawn["rings"] = [c.get_offsets().tolist() for c in ax.collections
+                          if c.get_label() == "chosen (final retrain)"]
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    plot_pareto(study, tmp_path / "p.png", chosen=[done[1]])
+    assert drawn["labels"] == done and "chosen (final retrain)" in drawn["legend"]
+    assert len(drawn["rings"]) == 1 and len(drawn["rings"][0]) == 1
+    plot_pareto(study, tmp_path / "p.png")
+    assert "chosen (final retrain)" not in drawn["legend"]
+    lines, _ = study_sections(tmp_path, chosen=[done[1], done[2]])
+    assert f"Chosen for the final retrain: trials {done[1]}, {done[2]} (ringed" in "\n".join(lines)
+
+
 @pytest.mark.parametrize("name", ["nsga2", "tpe", "gp"])
 def test_multi_objective_studies_give_a_pareto_front(tmp_path, name):
     s = space()
