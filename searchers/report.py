@@ -282,17 +282,22 @@ def _table(study: optuna.Study, evaluated: list[FrozenTrial], names: list[str]) 
 
     rows = sorted(evaluated, key=key)
     shown = rows[:TABLE_ROWS]
-    head = (["trial", "outcome", "seed", "arch", *names, "params", "FLOPs", "latency ms",
-             "seconds"])
+    # an objective that is a cost (params, flops, latency_ms) is shown once, in its cost
+    # column, marked as an objective: not again as a raw float beside it
+    cost_columns = {"params": "params", "flops": "FLOPs", "latency_ms": "latency ms"}
+    scored = [i for i, n in enumerate(names) if n not in cost_columns]
+    head = (["trial", "outcome", "seed", "arch", *(names[i] for i in scored),
+             *(title + (" (objective)" if cost in names else "")
+               for cost, title in cost_columns.items()), "seconds"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in shown:
         costs = t.user_attrs.get("costs") or {}
-        values = ([f"{v:.4f}" for v in t.values] if outcome(t) == "complete"
-                  else ["-"] * len(names))  # Optuna gives a pruned trial its last report
+        values = ([f"{t.values[i]:.4f}" for i in scored] if outcome(t) == "complete"
+                  else ["-"] * len(scored))  # Optuna gives a pruned trial its last report
         lines.append("| " + " | ".join([
             str(t.number), outcome(t), t.user_attrs.get("seed") or "",
-            f"`{t.user_attrs.get('arch_id', '?')}`", *values, _fmt(costs.get("params")),
-            _fmt(costs.get("flops")), _fmt(costs.get("latency_ms")),
+            f"`{t.user_attrs.get('arch_id', '?')}`", *values,
+            *(_fmt(costs.get(cost)) for cost in cost_columns),
             f"{t.user_attrs.get('seconds', 0.0):.1f}"]) + " |")
     if len(rows) > len(shown):
         lines.append(f"\n({len(shown)} of {len(rows)} evaluated trials shown, the best first.)")
