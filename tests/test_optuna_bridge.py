@@ -149,6 +149,7 @@ def test_rejected_proposals_are_recorded_and_asked_again():
 OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "nsga2": {"population_size": 4},
            "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
+           "lamoo": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
            "random": {}}
 
 
