@@ -65,8 +65,15 @@ class Encoding:
                 if self.tables[n].shape[0] != len(d.choices):
                     raise PartitionError(f"encoding of {n!r}: {self.tables[n].shape[0]} rows for "
                                      f"{len(d.choices)} choices")
-        self.width = sum(self.tables[n].shape[1] if n in self.tables else 1
-                         for n in self.names)
+        #: each parameter's columns in the encoded vector
+        self.blocks: dict[str, slice] = {}
+        start = 0
+        for n in self.names:
+            width = self.tables[n].shape[1] if n in self.tables else 1
+            self.blocks[n] = slice(start, start + width)
+            start += width
+        self.width = start
+        self._covered: set[tuple[int, Any]] = set()
 
     def encode(self, params: Mapping[str, Any]) -> np.ndarray:
         """One parameter set as a vector."""
@@ -84,14 +91,14 @@ class Encoding:
 
     def vectors(self, drawn: Mapping[str, np.ndarray]) -> np.ndarray:
         """The encoded matrix of drawn candidates (rows)."""
-        cols = []
-        for n, d in self.space.items():
-            if n in self.tables:
-                cols.append(self.tables[n][drawn[n].astype(int)])
-            else:
-                values = drawn[n].astype(np.float64)
-                cols.append((np.log(values) if d.log else values)[:, None])  # type: ignore[attr-defined]
-        return np.concatenate(cols, axis=1)
+        return np.concatenate([self.block(n, drawn[n]) for n in self.names], axis=1)
+
+    def block(self, name: str, values: np.ndarray) -> np.ndarray:
+        """The columns of parameter ``name`` (its :attr:`blocks`) for drawn ``values``."""
+        if name in self.tables:
+            return self.tables[name][values.astype(int)]
+        x = values.astype(np.float64)
+        return (np.log(x) if self.space[name].log else x)[:, None]  # type: ignore[attr-defined]
 
     def as_drawn(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """One parameter set in :meth:`draw`'s form (one row; categoricals by index)."""
@@ -139,7 +146,13 @@ class Encoding:
         return out
 
     def covers(self, trial: FrozenTrial) -> bool:
-        """Whether ``trial`` set every parameter, within this space's distributions."""
+        """Whether ``trial`` set every parameter, within this space's distributions.
+        A trial that does keeps doing so (parameters are never unset), so the answer is
+        remembered: looking a value up among thousands of choices at every ask, for every
+        trial, was most of the ask's cost in a large space."""
+        key = (trial.number, trial.datetime_start)
+        if key in self._covered:
+            return True
         for n, d in self.space.items():
             if n not in trial.params:
                 return False
@@ -148,6 +161,7 @@ class Encoding:
                     return False
             except (ValueError, TypeError):
                 return False
+        self._covered.add(key)
         return True
 
 
@@ -391,18 +405,28 @@ def walk_in_region(encoding: Encoding, tree: PartitionTree, path: Path,
     number of sweeps; ``None`` after ``max_sweeps`` without one.
     """
     point = encoding.as_drawn(start)
+    # the classifiers on the path with the standardisation folded in, so that a step
+    # scores its candidates from the changed parameter's columns alone: the score of x
+    # at a node is ((x − mu) / sigma)·w + b = x·(w / sigma) + (b − mu·(w / sigma))
+    weights = np.stack([node.w / tree.sigma for node, _ in path], axis=1) if path \
+        else np.zeros((encoding.width, 0))
+    offsets = np.array([node.b for node, _ in path]) - tree.mu @ weights
+    wanted = np.array([went_good for _, went_good in path], dtype=bool)
+    x = encoding.vectors(point)[0]
     for sweep in range(1, max_sweeps + 1):
         for name in (encoding.names[i] for i in rng.permutation(len(encoding.names))):
             values = encoding.values(name, rng, max_values)
-            candidates = {n: np.repeat(v, len(values)) for n, v in point.items()}
-            candidates[name] = values
-            ok = np.flatnonzero(tree.inside(path, tree.standardise(
-                encoding.vectors(candidates))))
+            columns, block = encoding.block(name, values), encoding.blocks[name]
+            scores = (x @ weights + offsets) - x[block] @ weights[block] \
+                + columns @ weights[block]
+            ok = np.flatnonzero(((scores > 0) == wanted).all(1))
             if len(ok):  # empty only when the start was outside: then it stays
-                point[name] = values[[int(rng.choice(ok))]]
+                pick = int(rng.choice(ok))
+                point[name] = values[[pick]]
+                x[block] = columns[pick]
         if sweep >= min_sweeps:
             params = encoding.params(point, 0)
-            inside = tree.inside(path, tree.standardise(encoding.vectors(point)))[0]
+            inside = tree.inside(path, tree.standardise(x[None]))[0]  # the exact test
             if inside and accept(params):
                 return params, sweep
     return None
