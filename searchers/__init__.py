@@ -1,6 +1,6 @@
 """Searchers: propose candidate architectures, one module per searcher behind the small
 base classes of :mod:`searchers.base`: the multi-trial searchers on Optuna (``random``,
-``tpe``, ``nsga2``, ``gp``, ``lanas``; :mod:`searchers.optuna_searchers`) and the
+``tpe``, ``nsga2``, ``gp``, ``lanas``, ``lamoo``; :mod:`searchers.optuna_searchers`) and the
 differentiable GDAS/AdaBERT search and EfficientBERT's sampled-supernet search.
 
 Importing the package *declares* the searchers (each module is loaded on first use), so
@@ -9,7 +9,7 @@ listing searchers imports neither optuna nor torch.
 
 from searchers.base import SEARCHERS
 
-for _name in ("random", "tpe", "nsga2", "gp", "lanas"):
+for _name in ("random", "tpe", "nsga2", "gp", "lanas", "lamoo"):
     SEARCHERS.declare(_name, "searchers.optuna_searchers", kind="multi-trial")
 SEARCHERS.declare("differentiable", "searchers.differentiable", kind="one-shot")
 SEARCHERS.declare("sampled-supernet", "searchers.sampled_supernet", kind="one-shot")

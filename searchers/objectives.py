@@ -37,7 +37,7 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
             f"searcher {searcher!r} is single-objective, and the experiment asks for the "
             f"objectives {[*inner.objective_names, *settings.extra_objectives]} with no "
             "multi_trial.targets to scalarise them; add targets (e.g. {latency_ms: 2.0}) "
-            "or use --searcher nsga2, tpe or gp")
+            "or use --searcher lamoo, nsga2, tpe or gp")
     if settings.targets:
         if settings.extra_objectives:
             log.info("%s is single-objective: optimising %s with a penalty past the "

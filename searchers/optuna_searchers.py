@@ -1,5 +1,6 @@
-"""The multi-trial searchers: ``random``, ``tpe`` (multivariate), ``nsga2``, ``gp`` and
-``lanas`` (:class:`searchers.lanas.LaNASSampler`), each a sampler factory
+"""The multi-trial searchers: ``random``, ``tpe`` (multivariate), ``nsga2``, ``gp``,
+``lanas`` (:class:`searchers.lanas.LaNASSampler`) and ``lamoo``
+(:class:`searchers.lamoo.LaMOOSampler`), each a sampler factory
 (:class:`~searchers.base.MultiTrialSearcher`, issue 14, SPEC §9).
 
 A searcher builds the Optuna sampler of a study; :class:`searchers.proposals.StudySearch`
@@ -10,7 +11,7 @@ Each Optuna sampler is rebuilt for every trial with a seed derived from ``(seed,
 number)`` (:class:`PerTrialSeed`), so a proposal is a pure function of the seed, the trial
 number and the study's contents: the same seed gives the same trials, a resumed search
 continues as the uninterrupted one would, and workers that share a seed still draw
-different trials. LaNAS seeds each trial's draws the same way itself.
+different trials. LaNAS and LaMOO seed each trial's draws the same way themselves.
 
 Constraints (issue 28): TPE, NSGA-II and GP take the budget as Optuna's
 ``constraints_func`` (:meth:`~searchers.optuna_bridge.Budget.constraints_func`), so an
@@ -18,10 +19,10 @@ infeasible architecture is a trial they learn from (ranked below every feasible 
 TPE ranks infeasible trials by their summed violation, below the feasible ones, a
 variant of c-TPE, Watanabe & Hutter, 2023; NSGA-II's constrained domination,
 Deb et al., 2002; GP's probability of feasibility, Gardner et al., 2014), not a pruned
-one, which would bias TPE toward the smallest models. Random search and LaNAS reject
+one, which would bias TPE toward the smallest models. Random search, LaNAS and LaMOO reject
 infeasible proposals instead: random search learns nothing, so rejection samples the
-feasible set uniformly, and LaNAS samples inside its partitions under the budget by
-rejection already (Wang et al., 2021). Optuna 5.0 deprecates ``constraints_func`` (to be
+feasible set uniformly, and LaNAS and LaMOO sample inside their partitions under the budget
+already (Wang et al., 2021; Zhao et al., 2022). Optuna 5.0 deprecates ``constraints_func`` (to be
 removed in 7.0) for ``Trial.set_constraint``; both end in the trial constraint values
 that the samplers read, so the move is one line in :meth:`PerTrialSearcher.constraint_options`.
 """
@@ -32,7 +33,7 @@ import abc
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import optuna
@@ -40,8 +41,10 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from searchers.base import SEARCHERS, MultiTrialSearcher, SearcherError
+from searchers.lamoo import LaMOOSampler
 from searchers.lanas import LaNASSampler
 from searchers.optuna_bridge import SpaceBridge
+from searchers.partition_sampler import PartitionSampler
 from searchers.resume import proposal_index
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -198,23 +201,40 @@ class GPSearcher(PerTrialSearcher):
                                          **self.options)
 
 
-@SEARCHERS.register("lanas")
-class LaNASSearcher(MultiTrialSearcher):
-    """LaNAS (:class:`searchers.lanas.LaNASSampler`) over the space's encoding, with the
-    budget as its rejection-sampling constraint; single-objective (scalarise several
-    objectives, e.g. accuracy with a latency penalty). The sampler seeds each trial's
-    draws by ``(seed, proposal index)`` itself, so it is built once per study."""
+class PartitionSearcher(MultiTrialSearcher):
+    """A learned-partition sampler (:class:`searchers.partition_sampler.PartitionSampler`)
+    over the space's encoding, with the budget as its constraint. The sampler seeds each
+    trial's draws by ``(seed, proposal index)`` itself, so it is built once per study."""
 
-    name = "lanas"
-
-    multi_objective = False
+    sampler_class: ClassVar[type[PartitionSampler]]
 
     def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
         space = {} if bridge is None else {
             "search_space": bridge.distributions, "encodings": bridge.encoding_tables(),
             "constraint": bridge.feasible if bridge.budget.active else None}
         try:
-            return LaNASSampler(seed=seed, **space, **self.options)
+            return self.sampler_class(seed=seed, **space, **self.options)
         except TypeError as err:
-            raise SearcherError(f"searcher 'lanas': bad sampler option ({err}); options "
-                                f"given: {sorted(self.options)}") from None
+            raise SearcherError(f"searcher {self.name!r}: bad sampler option ({err}); "
+                                f"options given: {sorted(self.options)}") from None
+
+
+@SEARCHERS.register("lanas")
+class LaNASSearcher(PartitionSearcher):
+    """LaNAS (:class:`searchers.lanas.LaNASSampler`): rejection sampling in the leaf that
+    UCB picks; single-objective (scalarise several objectives, e.g. accuracy with a
+    latency penalty)."""
+
+    name = "lanas"
+    sampler_class = LaNASSampler
+    multi_objective = False
+
+
+@SEARCHERS.register("lamoo")
+class LaMOOSearcher(PartitionSearcher):
+    """LaMOO (:class:`searchers.lamoo.LaMOOSampler`; Zhao et al., ICLR 2022): the space
+    split by dominance number, a leaf picked by UCB on hypervolume, proposals by a walk
+    inside it; for Pareto searches (several objectives, the study's directions)."""
+
+    name = "lamoo"
+    sampler_class = LaMOOSampler

@@ -183,7 +183,7 @@ class StudySearch:
             raise SearcherError(
                 f"searcher {factory.name!r} is single-objective, but the evaluator has "
                 f"{len(objectives)} objectives {[o.name for o in objectives]}; scalarise "
-                "them (e.g. a latency penalty target) or use nsga2, tpe or gp")
+                "them (e.g. a latency penalty target) or use lamoo, nsga2, tpe or gp")
         bridge = SpaceBridge(space, budget)
         directions = [o.direction for o in objectives]
         study = optuna.create_study(storage=storage, study_name=study_name,

@@ -29,7 +29,7 @@ def open_run_study(run_dir: str | Path) -> optuna.Study:
     pointer = read_pointer(run_dir)
     if pointer is None:
         raise NasError(f"{run_dir} holds no multi-trial study (no {POINTER}); run a search "
-                       "with --searcher lanas, tpe, nsga2, gp or random first")
+                       "with --searcher lanas, lamoo, tpe, nsga2, gp or random first")
     storage = open_storage(pointer["storage"])
     try:
         return optuna.load_study(study_name=pointer["study_name"], storage=storage)

@@ -25,7 +25,7 @@ class StudySettings:
         objective searchers: lanas, random), e.g. ``{latency_ms: 2.0}``:
         ``score − λ·max(0, cost/target − 1)`` (:class:`~evaluators.penalty.PenaltyEvaluator`).
     extra_objectives: costs added as minimised objectives for searchers that handle
-        several (nsga2, tpe, gp, random), e.g. ``[latency_ms]``: a Pareto front.
+        several (lamoo, nsga2, tpe, gp, random), e.g. ``[latency_ms]``: a Pareto front.
     max_params, max_flops, max_latency_ms: hard constraints, checked before any training
         (parameters and FLOPs counted from the graph, batch-1 latency predicted by this
         machine's latency model, calibrated once for the space if its table has none).
@@ -39,7 +39,8 @@ class StudySettings:
     pruner: ``none``, ``median`` or ``halving`` (Optuna's MedianPruner,
         SuccessiveHalvingPruner) with ``pruner_options``.
     samplers: per searcher name, keyword options of its sampler (``{lanas:
-        {n_startup_trials: 4}, nsga2: {population_size: 4}}``).
+        {n_startup_trials: 4}, nsga2: {population_size: 4}, lamoo: {cp: 0.1}}``; LaMOO's
+        options and defaults: :class:`searchers.lamoo.LaMOOSampler`, docs/optuna.md).
     retries: how often a trial whose worker died is run again.
     heartbeat_interval, grace_period: seconds, for RDB storage (Optuna's heartbeat).
     """

@@ -22,7 +22,8 @@ N_TRIALS = 6
 #: small start-up phases, so that every sampler's model is used within six trials
 SAMPLERS = {"tpe": {"n_startup_trials": 2}, "gp": {"n_startup_trials": 2},
             "nsga2": {"population_size": 2},
-            "lanas": {"n_startup_trials": 2, "rebuild_every": 1, "leaf_size": 1}}
+            "lanas": {"n_startup_trials": 2, "rebuild_every": 1, "leaf_size": 1},
+            "lamoo": {"n_startup_trials": 2, "rebuild_every": 1, "leaf_size": 1}}
 
 
 class Killed(BaseException):

@@ -72,9 +72,9 @@ def test_leaves_separate_good_from_bad_regions(split):
     tree = sampler.tree(study)
     leaves = tree.leaves()
     assert len(leaves) >= 3 and sum(leaf.n for leaf in leaves) == 40
-    means = [leaf.mean for leaf in leaves]
+    means = [leaf.value for leaf in leaves]
     assert max(means) > min(means) + 5.0  # best leaf's mean score exceeds the worst's
-    assert leaves[0].mean == max(means)  # the all-good path leads to the best region
+    assert leaves[0].value == max(means)  # the all-good path leads to the best region
     if split == "median":  # the chosen path (Cp = 0) goes to the good side every time
         assert all(went_good for _, went_good in tree.select(cp=0.0))
     # proposals from the tree land in the best leaf, by every classifier on the path
@@ -98,7 +98,7 @@ def test_minimised_studies_partition_by_the_same_rule():
     tree_up = up.tree(grid_study(up, 30, "maximize"))
     tree_down = down.tree(grid_study(down, 30, "minimize"))
     assert [leaf.n for leaf in tree_up.leaves()] == [leaf.n for leaf in tree_down.leaves()]
-    assert tree_down.leaves()[0].mean > tree_down.leaves()[-1].mean  # good = low value
+    assert tree_down.leaves()[0].value > tree_down.leaves()[-1].value  # good = low value
 
 
 def test_a_proposal_must_satisfy_every_classifier_on_the_path():

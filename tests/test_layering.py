@@ -167,8 +167,10 @@ def test_the_core_has_no_import_circle():
 
 def test_only_the_cli_imports_the_cli():
     graph = core_import_graph()
+    # ``python -m nas`` (nas/__main__.py) is the command line's other door
     offenders = sorted(f"{a} imports {b}" for a, b in graph.edges
-                       if b.startswith("nas.cli") and not a.startswith("nas.cli"))
+                       if b.startswith("nas.cli") and not a.startswith("nas.cli")
+                       and a != "nas.__main__")
     assert not offenders, "the core imports its command line:\n" + "\n".join(offenders)
 
 

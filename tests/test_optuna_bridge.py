@@ -191,6 +191,7 @@ def test_a_constraint_aware_sampler_learns_from_infeasible_trials_it_never_train
 OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "nsga2": {"population_size": 4},
            "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
+           "lamoo": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
            "random": {}}
 
 

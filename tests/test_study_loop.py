@@ -398,7 +398,7 @@ def test_an_interrupted_trial_runs_again_on_resume(tmp_path):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"samplers": {"lanass": {}}}, "samplers: unknown searcher 'lanass'; known: gp, lanas"),
+    ({"samplers": {"lanass": {}}}, "samplers: unknown searcher 'lanass'; known: gp, lamoo, lanas"),
     ({"pruner": "median", "pruner_options": {"bogus": 1}}, "pruner_options for 'median'"),
     ({"pruner": "hyperband"}, "pruner must be one of"),
     ({"targets": {"latency": 2}}, "targets: latency: 2"),

@@ -33,7 +33,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                    help="a registered searcher the method accepts (default: the experiment's "
                         "`searcher:`, else the method's own); e.g. random: random "
                         "architectures trained with the same recipe")
-    study = p.add_argument_group("multi-trial searches (lanas, tpe, nsga2, gp, random)")
+    study = p.add_argument_group("multi-trial searches (lanas, lamoo, tpe, nsga2, gp, random)")
     study.add_argument("--n-trials", type=positive_int, metavar="N",
                        help="evaluations in the study (default: the experiment's); on "
                             "--resume a larger N extends a finished study")
@@ -99,8 +99,8 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
     from searchers.loop import StudyOptions
 
     if searcher is None or SEARCHERS.kind_of(searcher) != "multi-trial":
-        raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, tpe, "
-                       f"nsga2, gp or random), not {searcher}")
+        raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, lamoo, "
+                       f"tpe, nsga2, gp or random), not {searcher}")
     options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
                            workers=args.workers, attach=args.attach)
     if args.storage is not None:
