@@ -231,7 +231,7 @@ class TestOptunaSingleOnlyCases(SingleOnlySamplerTestCase):
 
 PARAMS = (Objective("params", "minimize"),)
 #: sampler options that leave the start-up phase within the tiny space's six trials
-STUDY_OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
+STUDY_OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 4},  # 1 GP ask: 1-2 s
                  "nsga2": {"population_size": 4},
                  "lanas": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2},
                  "lamoo": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2}}
