@@ -40,6 +40,7 @@ The graph (nodes of ``spaces/bert.py`` plus a selector per layer)::
 
 from __future__ import annotations
 
+import inspect
 from fractions import Fraction
 from typing import Any
 
@@ -167,4 +168,21 @@ def from_teacher(hf_model: Any) -> tuple[SearchSpace, Any]:
     unexpected = [m for m in missing if "classifier" not in m and "pooler" not in m]
     if unexpected:
         raise SpaceDefinitionError(f"bert-subnet: the teacher lacks tensors for {unexpected[:5]}")
+    return space, supernet.eval()
+
+
+def from_design(model: Any, space_config: dict[str, Any]) -> tuple[SearchSpace, Any]:
+    """``(space, supernet)`` for a teacher already in the ``bert`` design (what
+    :func:`nas.hf.load_teacher_as_design` returns, sorted or not): the two share every
+    parameter name, so the supernet takes the design's weights one to one (strict)."""
+    from nas.builder import build_supernet
+
+    if space_config.get("family") != "bert" or not space_config.get("classifier_activation",
+                                                                     True):
+        raise SpaceDefinitionError("bert-subnet: the teacher must be a `bert` design with "
+                                   "BERT's pooler (nas.hf.load_teacher_as_design gives one)")
+    names = inspect.signature(bert_subnet_space).parameters
+    space = bert_subnet_space(**{k: v for k, v in space_config.items() if k in names})
+    supernet = build_supernet(space)
+    supernet.load_state_dict(model.state_dict())
     return space, supernet.eval()
