@@ -8,19 +8,17 @@ supernet unchanged, and the child of the full architecture computes what the tea
 The choices (issue 30; SPEC §10: DynaBERT, Hou et al. 2020; Minitron, Muralidharan et
 al. 2024; Puzzle, Bercovich et al. 2025):
 
-==================  =======================================  ===============================
-choice              values                                   what it slices
-==================  =======================================  ===============================
-``hidden_size``     the teacher's H and 3 narrower widths,    the leading channels of every
-                    each a whole number of heads (H·¾, ½, ¼   hidden state: embeddings,
-                    rounded to the head size)                 LayerNorms, projections
-``L{i}_keep``       1, 0 (depth kind)                         layer i kept, or skipped (its
-                                                              input passes through)
-``L{i}_heads``      1, 3/4, 1/2, 1/4, 0                       the leading heads of layer i
-``L{i}_ffn``        1, 3/4, 1/2, 1/4, 0                       the leading FFN neurons
-==================  =======================================  ===============================
+* ``hidden_size``: the teacher's H and 3 narrower widths, each a whole number of heads
+  of the teacher's head size (H·3/4, 1/2, 1/4 rounded to heads); slices the leading
+  channels of every hidden state (embeddings, LayerNorms, projections);
+* ``L{i}_keep`` (depth kind): 1 or 0, layer i kept or skipped (its input passes
+  through); with ``layers="first"`` one ``num_hidden_layers`` choice 1..L instead;
+* ``L{i}_heads``: 1, 3/4, 1/2, 1/4 or 0 of layer i's heads, the leading ones;
+* ``L{i}_ffn``: 1, 3/4, 1/2, 1/4 or 0 of layer i's FFN neurons, the leading ones.
 
-Layers: a keep flag per layer (any subset; first-k depth is the subset {0..k-1}). The
+Layers: a keep flag per layer (``layers="any"``, the default: any subset, first-k
+included), or one depth choice (``layers="first"``: the first k, a space of L instead of
+2^L layer sets, as DynaBERT's depth multiplier and issue 30's truncation baseline). The
 head size stays the teacher's, so a narrower hidden width holds fewer heads (H'/d), and
 a layer's head share applies to those: ``⌊share · H'/d⌋`` heads
 (:func:`nas.ops.transformer.active_heads`). A share of 0 prunes every head or neuron:
@@ -35,6 +33,7 @@ The graph (nodes of ``spaces/bert.py`` plus a selector per layer)::
     L{i}_ffn_h / _ffn_a    linear H → FFN·L{i}_ffn, activation          layer.{i}.intermediate
     L{i}_out               LN(attn + linear FFN → H)                    layer.{i}.output.*
     L{i}_x                 select_last on L{i}_keep: arg 1 the layer, arg 0 its input
+    enc                    (layers="first") select_last: arg k is L{k-1}_out
     head                   elastic pooler + classifier                  pooler, classifier
 """
 
@@ -44,7 +43,7 @@ import inspect
 from fractions import Fraction
 from typing import Any
 
-from nas.choices import Categorical
+from nas.choices import Categorical, IntChoice
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, Dim, GraphBuilder
 from nas.space import SearchSpace, check_hyperparameters, register_space
@@ -54,6 +53,8 @@ from spaces.bert import BERT_BASE, PRESETS, SMALL
 SHARES = ("1", "3/4", "1/2", "1/4", "0")
 #: The hidden widths, as shares of the teacher's heads (rounded to whole heads).
 WIDTH_SHARES = ("1", "3/4", "1/2", "1/4")
+#: How layers are kept: ``any`` subset (a flag per layer) or the ``first`` k.
+LAYER_MODES = ("any", "first")
 
 
 def hidden_widths(hidden_size: int, num_attention_heads: int) -> tuple[int, ...]:
@@ -77,10 +78,19 @@ def bert_subnet_space(
     max_position_embeddings: int = 512,
     type_vocab_size: int = 2,
     layer_norm_eps: float = 1e-12,
+    layers: str = "any",
 ) -> SearchSpace:
     """The sub-networks of a BERT teacher of this shape (default MiniLM-L6-H384's; see the
-    module docstring). :func:`nas.hf.load_from_hf` fills its supernet with the teacher."""
+    module docstring). :func:`nas.hf.load_from_hf` fills its supernet with the teacher.
+
+    ``layers``: ``any`` (a keep flag per layer, any subset) or ``first`` (one depth
+    choice ``num_hidden_layers``, 1..L: the first k layers, as the truncation baseline of
+    issue 30 and DynaBERT's depth multiplier keep).
+    """
     name = "bert-subnet"
+    if layers not in LAYER_MODES:
+        raise SpaceDefinitionError(f"space {name!r}: layers must be one of "
+                                   f"{', '.join(LAYER_MODES)}, got {layers!r}")
     check_hyperparameters(name, locals(), positive=(
         "num_labels", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "intermediate_size", "max_position_embeddings"), non_negative=("type_vocab_size",))
@@ -93,7 +103,7 @@ def bert_subnet_space(
                                    f"number, got {layer_norm_eps!r}")
     eps = float(layer_norm_eps)
     widths = hidden_widths(hidden_size, num_attention_heads)
-    choices: list[Categorical] = [Categorical(
+    choices: list[Any] = [Categorical(
         "hidden_size", widths, hidden_size, kind="width",
         doc="hidden width (whole heads of the teacher's head size)")]
     hidden = Dim("hidden_size")
@@ -102,21 +112,29 @@ def bert_subnet_space(
         vocab_size=vocab_size, embedding_size=hidden, out=hidden,
         max_positions=max_position_embeddings, type_vocab_size=type_vocab_size,
         norm="layer_norm", eps=eps))
+    if layers == "first":
+        choices.append(IntChoice("num_hidden_layers", 1, num_hidden_layers,
+                                 default=num_hidden_layers, kind="depth",
+                                 doc="the first k layers kept"))
     prev = "emb"
     for i in range(num_hidden_layers):
-        p = f"L{i}_"
+        p, layer_in = f"L{i}_", prev
+        if layers == "any":
+            choices.append(Categorical(p + "keep", (1, 0), 1, kind="depth",
+                                       doc=f"layer {i} kept"))
         choices += [
-            Categorical(p + "keep", (1, 0), 1, kind="depth", doc=f"layer {i} kept"),
             Categorical(p + "heads", SHARES, "1", kind="width",
                         doc=f"share of layer {i}'s heads kept"),
             Categorical(p + "ffn", SHARES, "1", kind="width",
                         doc=f"share of layer {i}'s FFN neurons kept"),
         ]
-        kw: dict[str, Any] = dict(group="encoder", cell=f"L{i}", active=ActiveIf(p + "keep", 1))
+        gate = ActiveIf(p + "keep", 1) if layers == "any" else ActiveIf("num_hidden_layers",
+                                                                         i + 1)
+        kw: dict[str, Any] = dict(group="encoder", cell=f"L{i}", active=gate)
         attn = g.node(p + "attn", "bert_attention", **kw, params=dict(
             heads=num_attention_heads, head_size=hidden_size // num_attention_heads,
             kept=Dim(p + "heads", num_attention_heads), eps=eps))
-        g.edge(prev, attn)
+        g.edge(layer_in, attn)
         g.node(p + "ffn_h", "sum", label="intermediate", **kw)
         g.edge(attn, p + "ffn_h", "linear", out=Dim(p + "ffn", intermediate_size))
         g.node(p + "ffn_a", "sum", label=hidden_act, **kw)
@@ -125,23 +143,32 @@ def bert_subnet_space(
                      **kw, params=dict(eps=eps))
         g.edge(attn, out, arg=0)  # the residual
         g.edge(p + "ffn_a", out, "linear", arg=1, out=hidden)
-        # kept: the layer's output (arg 1); skipped: its input passes through (arg 0)
-        x = g.node(p + "x", "select_last", select=p + "keep", label=f"layer {i} or skip",
-                   group="encoder")
-        g.edge(prev, x, arg=0)
-        g.edge(out, x, arg=1)
-        prev = x
+        prev = out
+        if layers == "any":
+            # kept: the layer's output (arg 1); skipped: its input passes through (arg 0)
+            x = g.node(p + "x", "select_last", select=p + "keep", label=f"layer {i} or skip",
+                       group="encoder")
+            g.edge(layer_in, x, arg=0)
+            g.edge(out, x, arg=1)
+            prev = x
+    if layers == "first":
+        # the head reads the last kept layer's output (arg k)
+        enc = g.node("enc", "select_last", select="num_hidden_layers", group="encoder")
+        for i in range(num_hidden_layers):
+            g.edge(f"L{i}_out", enc, arg=i + 1)
+        prev = enc
     g.node("head", "elastic_pooler_classifier", role="output", group="head",
            params=dict(num_labels=num_labels, pooler=True))
     g.edge(prev, "head")
     # its own family: a child's shape is not a BertConfig (per-layer heads and widths), so
     # the stock export refuses it (nas.hf.family_of) until the compress export exists
     config = dict(
-        family="bert-subnet", num_labels=num_labels, vocab_size=vocab_size, hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
-        intermediate_size=intermediate_size, hidden_act=hidden_act,
+        family="bert-subnet", num_labels=num_labels, vocab_size=vocab_size,
+        hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
+        hidden_act=hidden_act,
         max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
-        layer_norm_eps=eps, classifier_activation=True, fit_size=None,
+        layer_norm_eps=eps, classifier_activation=True, fit_size=None, layers=layers,
     )
     return SearchSpace(
         name, choices, g.graph, config=config, drawing=[("layer 0", "L0")],
@@ -151,7 +178,7 @@ def bert_subnet_space(
     )
 
 
-def from_teacher(hf_model: Any) -> tuple[SearchSpace, Any]:
+def from_teacher(hf_model: Any, layers: str = "any") -> tuple[SearchSpace, Any]:
     """``(space, supernet)`` for a ``transformers`` BERT model (a fine-tuned
     ``BertForSequenceClassification`` or a bare ``BertModel``): the space of its shape and
     the supernet holding its weights, loaded by the map that loads it into ``bert``
@@ -162,7 +189,7 @@ def from_teacher(hf_model: Any) -> tuple[SearchSpace, Any]:
     _, kwargs = space_kwargs_from_hf(hf_model.config)
     if not kwargs.pop("classifier_activation", True):
         raise SpaceDefinitionError("bert-subnet: the teacher must have BERT's pooler")
-    space = bert_subnet_space(**kwargs)
+    space = bert_subnet_space(**kwargs, layers=layers)
     supernet = build_supernet(space)
     missing = load_from_hf(supernet, hf_model, "bert")
     unexpected = [m for m in missing if "classifier" not in m and "pooler" not in m]
@@ -171,7 +198,8 @@ def from_teacher(hf_model: Any) -> tuple[SearchSpace, Any]:
     return space, supernet.eval()
 
 
-def from_design(model: Any, space_config: dict[str, Any]) -> tuple[SearchSpace, Any]:
+def from_design(model: Any, space_config: dict[str, Any], layers: str = "any"
+                ) -> tuple[SearchSpace, Any]:
     """``(space, supernet)`` for a teacher already in the ``bert`` design (what
     :func:`nas.hf.load_teacher_as_design` returns, sorted or not): the two share every
     parameter name, so the supernet takes the design's weights one to one (strict)."""
@@ -182,7 +210,8 @@ def from_design(model: Any, space_config: dict[str, Any]) -> tuple[SearchSpace, 
         raise SpaceDefinitionError("bert-subnet: the teacher must be a `bert` design with "
                                    "BERT's pooler (nas.hf.load_teacher_as_design gives one)")
     names = inspect.signature(bert_subnet_space).parameters
-    space = bert_subnet_space(**{k: v for k, v in space_config.items() if k in names})
+    kwargs = {k: v for k, v in space_config.items() if k in names and k != "layers"}
+    space = bert_subnet_space(**kwargs, layers=layers)
     supernet = build_supernet(space)
     supernet.load_state_dict(model.state_dict())
     return space, supernet.eval()

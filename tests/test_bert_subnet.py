@@ -9,6 +9,7 @@ slices with exact costs, it draws, and every multi-trial searcher samples it.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nas.builder import build_child, extract_child
@@ -19,8 +20,8 @@ from spaces.bert_subnet import from_design, from_teacher, hidden_widths
 TOL = 1e-5
 
 
-def small_space():
-    return get_space("bert-subnet", **small_config("bert-subnet"))
+def small_space(layers: str = "any"):
+    return get_space("bert-subnet", **small_config("bert-subnet"), layers=layers)
 
 
 def small_hf_teacher(seed: int = 0):
@@ -37,20 +38,23 @@ def small_hf_teacher(seed: int = 0):
 
 
 def corner_archs(space):
-    """Every layer's corners: no heads, no FFN, both, a skipped layer, all narrow."""
+    """Every layer's corners: no heads, no FFN, both, skipped layers, all narrow."""
     layers = space.config["num_hidden_layers"]
+    first = space.config["layers"] == "first"
     full = dict(space.default())
     narrow = min(space.choice_map["hidden_size"].values)
     archs = [full, {**full, "hidden_size": narrow}]
     for i in range(layers):
         archs.append({**full, f"L{i}_heads": "0"})
         archs.append({**full, f"L{i}_ffn": "0", f"L{i}_heads": "1/4"})
-        archs.append({**full, f"L{i}_keep": 0})
+        if not first:
+            archs.append({**full, f"L{i}_keep": 0})
     archs.append({**full, "hidden_size": narrow,
                   **{f"L{i}_heads": "3/4" for i in range(layers)},
                   **{f"L{i}_ffn": "1/2" for i in range(layers)}})
-    archs.append({**full, **{f"L{i}_keep": 0 for i in range(layers)}})
-    return [space.validate(a) for a in archs]
+    archs.append({**full, "num_hidden_layers": 1} if first else
+                 {**full, **{f"L{i}_keep": 0 for i in range(layers)}})
+    return list(dict.fromkeys(space.validate(a) for a in archs))
 
 
 def test_hidden_widths_are_whole_heads_of_the_teachers_head_size():
@@ -97,12 +101,15 @@ def test_a_bert_design_fills_the_supernet_one_to_one():
         assert (got - design(batch).logits).abs().max().item() <= TOL
 
 
-def test_corner_children_are_exact_slices_with_exact_costs():
-    space, supernet = from_teacher(small_hf_teacher(2))
+@pytest.mark.parametrize("layers", ["any", "first"])
+def test_corner_children_are_exact_slices_with_exact_costs(layers):
+    space, supernet = from_teacher(small_hf_teacher(2), layers=layers)
     batch = batch_for(space, batch_size=2, seq_len=12)
     batch["attention_mask"][0, 9:] = 0
     seen_logits = []
-    for arch in corner_archs(space):
+    corners = corner_archs(space)
+    samples = [space.sample(seed) for seed in range(4)]
+    for arch in corners + samples:
         child = extract_child(supernet, space, arch).eval()
         with torch.no_grad():
             got = child(batch).logits
@@ -112,9 +119,24 @@ def test_corner_children_are_exact_slices_with_exact_costs():
         assert costs.params == count_model_params(child), arch
         measured = thop_macs(child, batch)
         assert abs(costs.macs - measured) <= 0.02 * measured, (arch, costs.macs, measured)
+        # every child parameter gets a gradient (zero-width ones included)
+        child.train()
+        child(batch).logits.pow(2).sum().backward()
+        assert all(p.grad is not None for p in child.parameters()), arch
     # the corners compute different functions (nothing is silently ignored)
-    distinct = {tuple(round(v, 5) for v in t.flatten().tolist()) for t in seen_logits}
-    assert len(distinct) == len(seen_logits)
+    distinct = {tuple(round(v, 5) for v in t.flatten().tolist())
+                for t in seen_logits[:len(corners)]}
+    assert len(distinct) == len(corners)
+
+
+def test_first_k_layers_is_one_depth_choice():
+    space = small_space("first")
+    assert "L0_keep" not in space.choice_map
+    assert space.choice_map["num_hidden_layers"].values == (1, 2)
+    child = build_child(space, space.validate({**space.default(), "num_hidden_layers": 1}))
+    assert not any(k.startswith("nodes.L1_") for k in child.state_dict())
+    with pytest.raises(Exception, match="layers must be one of any, first"):
+        small_space("last")
 
 
 def test_a_skipped_layer_passes_its_input_through():
