@@ -146,6 +146,10 @@ def test_bad_settings_are_refused_in_one_line(teacher):
     child = build_child(space, space.validate({**space.default(), "L1_ffn": "1/2"}))
     with pytest.raises(ImportanceError, match="not the shape of layer 0"):
         sort_teacher(child, batches, "activation")
+    with pytest.raises(ImportanceError, match=r"orders\['hidden'\] must hold a permutation"):
+        permute_teacher(model, {"heads": torch.arange(4).repeat(2, 1),
+                                "neurons": torch.arange(48).repeat(2, 1),
+                                "hidden": torch.zeros(32, dtype=torch.long)})
     adabert = get_space("adabert", **small_config("adabert"))
     with pytest.raises(ImportanceError, match="bert` design"):
         sort_teacher(build_child(adabert), batches, "activation")

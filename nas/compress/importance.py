@@ -141,6 +141,10 @@ def _norm_params(layout: _Layout) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def _token_mask(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
     ids = batch["input_ids"]
     mask = batch.get("attention_mask")
@@ -185,9 +189,10 @@ def _norms(model: nn.Module, layout: _Layout) -> list[nn.Module]:
 
 @torch.no_grad()
 def _activation_scores(model: nn.Module, layout: _Layout, batches: list) -> Importance:
-    heads = torch.zeros(layout.layers, layout.heads, dtype=torch.float64)
-    neurons = torch.zeros(layout.layers, layout.ffn, dtype=torch.float64)
-    hidden = torch.zeros(layout.hidden, dtype=torch.float64)
+    dev = _device(model)
+    heads = torch.zeros(layout.layers, layout.heads, dtype=torch.float64, device=dev)
+    neurons = torch.zeros(layout.layers, layout.ffn, dtype=torch.float64, device=dev)
+    hidden = torch.zeros(layout.hidden, dtype=torch.float64, device=dev)
     mask: dict[str, torch.Tensor] = {}
 
     def on_heads(i: int):
@@ -213,15 +218,15 @@ def _activation_scores(model: nn.Module, layout: _Layout, batches: list) -> Impo
     sequences = tokens = 0.0
     try:
         for batch in batches:
-            mask["m"] = _token_mask(batch)
+            mask["m"] = _token_mask(batch).to(dev)
             model(batch)
             sequences += mask["m"].shape[0]
             tokens += float(mask["m"].sum())
     finally:
         for h in handles:
             h.remove()
-    return Importance((heads / sequences).float(), (neurons / tokens).float(),
-                      (hidden / tokens).float(), "activation")
+    return Importance((heads / sequences).float().cpu(), (neurons / tokens).float().cpu(),
+                      (hidden / tokens).float().cpu(), "activation")
 
 
 def _task_loss(logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -237,12 +242,17 @@ def _task_loss(logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch
 
 
 def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Importance:
-    xi_heads = [torch.ones(layout.heads, requires_grad=True) for _ in range(layout.layers)]
-    xi_neurons = [torch.ones(layout.ffn, requires_grad=True) for _ in range(layout.layers)]
-    xi_hidden = torch.ones(layout.hidden, requires_grad=True)
-    scores = [torch.zeros(layout.layers, layout.heads, dtype=torch.float64),
-              torch.zeros(layout.layers, layout.ffn, dtype=torch.float64),
-              torch.zeros(layout.hidden, dtype=torch.float64)]
+    dev = _device(model)
+
+    def ones(n: int) -> torch.Tensor:
+        return torch.ones(n, device=dev, requires_grad=True)
+
+    xi_heads = [ones(layout.heads) for _ in range(layout.layers)]
+    xi_neurons = [ones(layout.ffn) for _ in range(layout.layers)]
+    xi_hidden = ones(layout.hidden)
+    scores = [torch.zeros(layout.layers, layout.heads, dtype=torch.float64, device=dev),
+              torch.zeros(layout.layers, layout.ffn, dtype=torch.float64, device=dev),
+              torch.zeros(layout.hidden, dtype=torch.float64, device=dev)]
 
     def masked(xi: torch.Tensor, repeat: int = 1):
         def hook(module, args, out):
@@ -272,7 +282,7 @@ def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Import
             h.remove()
         for name, p in model.named_parameters():
             p.requires_grad_(flags[name])
-    return Importance(*(s.float() for s in scores), "gradient")
+    return Importance(*(s.float().cpu() for s in scores), "gradient")
 
 
 # ---------------------------------------------------------------------------
@@ -303,10 +313,23 @@ _AXES: list[tuple[str, tuple[str | None, ...]]] = [
 ]
 
 
+def _check_orders(orders: Mapping[str, torch.Tensor], layout: _Layout) -> None:
+    """Refuse orders that are not one permutation per layer of the teacher's widths."""
+    shapes = {"heads": (layout.layers, layout.heads), "neurons": (layout.layers, layout.ffn),
+              "hidden": (layout.hidden,)}
+    for kind, shape in shapes.items():
+        t = orders.get(kind)
+        if t is None or tuple(t.shape) != shape or not torch.equal(
+                t.sort(dim=-1).values.cpu(), torch.arange(shape[-1]).expand(shape)):
+            raise ImportanceError(f"orders[{kind!r}] must hold a permutation of "
+                                  f"0..{shape[-1] - 1} per row, shape {shape}")
+
+
 def permute_teacher(model: nn.Module, orders: Mapping[str, torch.Tensor]) -> nn.Module:
     """A copy of ``model`` with its heads, neurons and hidden channels in ``orders``
     (:meth:`Importance.orders`); it computes what ``model`` computes."""
     layout = _layout(model)
+    _check_orders(orders, layout)
     head_rows = [(o[:, None] * layout.head_size + torch.arange(layout.head_size)).flatten()
                  for o in orders["heads"]]
     state = model.state_dict()
@@ -319,11 +342,14 @@ def permute_teacher(model: nn.Module, orders: Mapping[str, torch.Tensor]) -> nn.
         t = state[ours]
         for dim, kind in enumerate(axes):
             if kind == "H":
-                t = t.index_select(dim, orders["hidden"])
+                index = orders["hidden"]
             elif kind == "A":
-                t = t.index_select(dim, head_rows[int(layer[1])])  # type: ignore[index]
+                index = head_rows[int(layer[1])]  # type: ignore[index]
             elif kind == "F":
-                t = t.index_select(dim, orders["neurons"][int(layer[1])])  # type: ignore
+                index = orders["neurons"][int(layer[1])]  # type: ignore[index]
+            else:
+                continue
+            t = t.index_select(dim, index.to(t.device))
         out[ours] = t
     sorted_model = copy.deepcopy(model)
     sorted_model.load_state_dict(out)
