@@ -111,6 +111,20 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
     module.load_state_dict(load_file(str(path)))
 
 
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """A 16-hex hash of a module's tensors (names, shapes, dtypes, values): the key part
+    that tells two teachers held in memory apart (a folder has
+    :func:`nas.teacher.teacher_identity`)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
 # ---------------------------------------------------------------------------
 # listing and clearing (``nas cache list|clear``)
 # ---------------------------------------------------------------------------
@@ -220,4 +234,4 @@ def clear_cache(root: Path, kind: str | None = None, older_than_days: float | No
 
 __all__ = ["CACHE_ENV", "cache_kinds", "cache_root", "cache_usage", "cached_entry",
            "clear_cache", "entry_stats", "exclusive", "json_key", "load_weights",
-           "save_weights", "settings_key"]
+           "save_weights", "settings_key", "weights_fingerprint"]

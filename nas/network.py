@@ -22,6 +22,7 @@ except width choices, which default to their largest value.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,7 +51,11 @@ class Candidates(nn.ModuleDict):
 
 
 def _build_op(name: str, in_widths: list[int], out_width: int, params: Mapping) -> Op:
-    return OPS.get(name)(in_widths, out_width, params)
+    with warnings.catch_warnings():
+        # a child may keep none of a layer's heads or neurons (bert-subnet's zero shares):
+        # its empty layers are right, and PyTorch's note on initialising them is noise
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op")
+        return OPS.get(name)(in_widths, out_width, params)
 
 
 class GraphNet(nn.Module):

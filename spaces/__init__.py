@@ -6,4 +6,10 @@ imports below run each family's ``@register_space``. The core never imports ``sp
 an installed package adds its own families the same way (``docs/plugins.md``).
 """
 
-from spaces import adabert, bert, efficientbert, mobilebert  # noqa: F401  (registration)
+from spaces import (  # noqa: F401  (registration)
+    adabert,
+    bert,
+    bert_subnet,
+    efficientbert,
+    mobilebert,
+)

@@ -88,6 +88,9 @@ class Embedding(Op):
         # ``inputs_embeds`` (B, L, E) replaces the word lookup (HF's argument of that name):
         # mixed-vocabulary training feeds some words through another vocabulary (SPEC §7)
         x = self.word_embeddings(ids) if given is None else given  # (B, L, E)
+        # an elastic E (a teacher's narrower hidden width, spaces/bert_subnet.py) keeps the
+        # leading channels of the table allocated at the largest E
+        x = x[..., : int(p["embedding_size"])]
         if p.get("trigram"):
             # [e(t+1), e(t), e(t-1)], zero-padded at the ends (MobileBERT)
             nxt = F.pad(x[:, 1:], (0, 0, 0, 1))
@@ -171,34 +174,48 @@ class AttentionOutput(nn.Module):
         self.LayerNorm = make_norm(norm, out_width, eps)
 
 
+def active_heads(in_width: int, p: Mapping[str, Any]) -> int:
+    """The heads a ``bert_attention`` runs: ``p["heads"]``, or with ``p["kept"]`` (heads kept
+    of ``heads`` at the full width ``heads · head_size``) the same share of the heads that
+    the input width holds at this head size, rounded down (``spaces/bert_subnet.py``: a
+    narrower hidden width keeps the head size and so has fewer heads, Hou et al. 2020 §3)."""
+    heads = int(p["heads"])
+    if "kept" not in p:
+        return heads
+    return int(p["kept"]) * (in_width // int(p["head_size"])) // heads
+
+
 @register_op("bert_attention")
 class BertAttention(Op):
     """BERT's attention block: ``Norm(x + W_o·MHA(x))`` (HF ``BertAttention``).
 
-    ``p``: ``heads``, ``head_size``, ``norm`` (layer_norm | no_norm), ``eps``.
+    ``p``: ``heads``, ``head_size``, ``norm`` (layer_norm | no_norm), ``eps``; optional
+    ``kept`` (see :func:`active_heads`): the heads run, and allocated in a child, are then a
+    leading share of ``heads``, zero included (``Norm(x + b_o)``: every head pruned, as
+    ``transformers``' ``prune_heads`` leaves it).
     """
 
     def __init__(self, in_widths, out_width, p):
         super().__init__(in_widths, out_width, p)
-        n = int(p["heads"]) * int(p["head_size"])
+        n = active_heads(in_widths[0], p) * int(p["head_size"])
         self.self = SelfAttentionCore(in_widths[0], n)
         norm = p.get("norm", "layer_norm")
         self.output = AttentionOutput(n, out_width, norm, p.get("eps", 1e-12))
 
     @classmethod
     def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
-        h, n = in_widths[0], int(p["heads"]) * int(p["head_size"])
+        h, n = in_widths[0], active_heads(in_widths[0], p) * int(p["head_size"])
         return 3 * (h * n + n) + n * out_width + out_width + norm_params(out_width)
 
     @classmethod
     def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
-        h, n = in_widths[0], int(p["heads"]) * int(p["head_size"])
+        h, n = in_widths[0], active_heads(in_widths[0], p) * int(p["head_size"])
         projections = seq_len * (3 * h * n + n * out_width)
         return projections + 2 * seq_len * seq_len * n
 
     def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
         x = xs[0]
-        context = self.self(x, int(p["heads"]), int(p["head_size"]), ctx)
+        context = self.self(x, active_heads(x.shape[-1], p), int(p["head_size"]), ctx)
         o = self.output
         return o.LayerNorm(x + linear_slice(o.dense, context, out_width))
 
