@@ -164,6 +164,36 @@ class GraphNet(nn.Module):
                 aux[st.name] = state
         return ModelOutput(states[self.outputs[0]], ctx.records, aux)
 
+    def run_nodes(self, batch: Mapping[str, torch.Tensor], arch: Mapping[str, Scalar],
+                  states: Mapping[str, torch.Tensor], nodes: tuple[str, ...] | list[str]
+                  ) -> dict[str, torch.Tensor]:
+        """Run only ``nodes`` of the fixed architecture ``arch``'s plan, in plan order, on
+        the given ``states`` (node name → its output, standing in for every input the
+        nodes read): one block of a network on cached inputs, as blockwise distillation
+        scores it (Puzzle, Bercovich et al. 2025; :mod:`evaluators.blockwise`). Returns the
+        outputs of ``nodes``; an input missing from ``states`` is an error."""
+        steps = [st for st in self._plan(dict(arch), frozenset()) if st.name in set(nodes)]
+        missing = sorted(set(nodes) - {st.name for st in steps})
+        if missing:
+            raise ArchitectureError(f"run_nodes: {missing} are not in the architecture's plan")
+        ctx = Context(batch)
+        known = dict(states)
+        out: dict[str, torch.Tensor] = {}
+        for st in steps:
+            xs: list[torch.Tensor] = []
+            args: list[int] = []
+            for e in st.inputs:
+                if e.src not in known:
+                    raise ArchitectureError(f"run_nodes: node {st.name!r} reads {e.src!r}, "
+                                            "which is neither given nor run")
+                y = self._run_edge(e, known[e.src], {}, {}, ctx)
+                if y is not None:
+                    xs.append(y)
+                    args.append(e.arg)
+            known[st.name] = out[st.name] = self._run_node(st, xs, args, {}, {}, dict(arch),
+                                                           ctx)
+        return out
+
     def _run_edge(self, e: EdgeStep, x: torch.Tensor, soft, scale, ctx) -> torch.Tensor | None:
         module = self.edges[e.key]
         if e.choice is None:

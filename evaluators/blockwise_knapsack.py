@@ -1,0 +1,130 @@
+"""The blockwise knapsack: one option per layer, least summed block error under a budget
+(Puzzle, Bercovich et al. 2025, §4: a mixed-integer program over the block library).
+
+For one hidden width ``w`` of a :class:`~evaluators.blockwise.BlockTable`, a
+multiple-choice knapsack over binary ``x[i, c]`` (layer ``i`` takes option ``c``)::
+
+    minimise    Σ_i,c error[w, i, c] · x[i, c]
+    subject to  Σ_c x[i, c] = 1                                  for every layer i
+                Σ_i,c cost[w, i, c] · x[i, c] ≤ budget − base[w]  for each limited cost
+
+solved exactly by :func:`scipy.optimize.milp` (HiGHS branch and bound); an outer loop over
+the widths keeps the best feasible one. Costs are the table's (parameters, predicted
+batch-1 latency), which add up over layers exactly (:mod:`evaluators.blockwise`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evaluators.blockwise import COSTS, BlockTable, BlockwiseError
+from nas.architecture import Architecture
+
+#: The speed-up ratios over the teacher issue 30's compress method reports.
+RATIOS = (2, 5, 15)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The knapsack's answer: the architecture, its summed block error and its costs."""
+
+    arch: Architecture
+    error: float
+    costs: dict[str, float]
+
+
+def _check_limits(table: BlockTable, limits: Mapping[str, float]) -> None:
+    if not limits:
+        raise BlockwiseError("blockwise knapsack: give a budget (max params or max "
+                             "latency_ms)")
+    for name, value in limits.items():
+        if name not in COSTS:
+            raise BlockwiseError(f"blockwise knapsack: unknown cost {name!r}; use one of "
+                                 f"{', '.join(COSTS)}")
+        if name not in table.costs:
+            raise BlockwiseError(f"blockwise knapsack: the table has no {name!r} cost; "
+                                 "build it with a latency_fn")
+        if not value > 0:
+            raise BlockwiseError(f"blockwise knapsack: the {name} budget must be positive, "
+                                 f"got {value}")
+
+
+def _solve_width(table: BlockTable, w: int, limits: Mapping[str, float]
+                 ) -> tuple[float, list[int]] | None:
+    """``(summed error, option per layer)`` at width ``widths[w]``, or None if none fits."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    layers, options = table.layers, len(table.options)
+    n = layers * options
+    one_each = np.kron(np.eye(layers), np.ones(options))  # Σ_c x[i, c] = 1
+    rows = [LinearConstraint(one_each, 1, 1)]
+    for name, limit in limits.items():
+        room = limit - table.base[name][w]
+        if room < 0:
+            return None
+        rows.append(LinearConstraint(table.costs[name][w].reshape(1, n), -np.inf, room))
+    res = milp(table.error[w].ravel(), constraints=rows, integrality=np.ones(n),
+               bounds=Bounds(0, 1))
+    if res.status != 0 or res.x is None:  # 2: infeasible
+        return None
+    picked = [int(c) for c in np.argmax(res.x.reshape(layers, options), axis=1)]
+    for name, limit in limits.items():  # the solver's tolerance must not break a budget
+        if table.base[name][w] + sum(table.costs[name][w, i, c]
+                                     for i, c in enumerate(picked)) > limit * (1 + 1e-9):
+            return None
+    return float(sum(table.error[w, i, c] for i, c in enumerate(picked))), picked
+
+
+def knapsack(table: BlockTable, *, max_params: float | None = None,
+             max_latency_ms: float | None = None) -> Pick | None:
+    """The least-error architecture of the table's space within the budget (the module
+    docstring's program, over every width); None when no architecture fits."""
+    limits = {n: float(v) for n, v in (("params", max_params),
+                                       ("latency_ms", max_latency_ms)) if v is not None}
+    _check_limits(table, limits)
+    best: tuple[float, float, int, list[int]] | None = None
+    for w in range(len(table.widths)):
+        solved = _solve_width(table, w, limits)
+        if solved is None:
+            continue
+        error, picked = solved
+        tie = table.base["params"][w] + sum(table.costs["params"][w, i, c]
+                                            for i, c in enumerate(picked))
+        if best is None or (error, tie) < best[:2]:
+            best = (error, tie, w, picked)
+    if best is None:
+        return None
+    arch = table.architecture(best[2], best[3])
+    return Pick(arch, best[0], {n: table.cost_of(arch, n) for n in table.costs})
+
+
+def knapsack_front(table: BlockTable, budgets: Sequence[float] = RATIOS,
+                   cost: str = "latency_ms") -> list[Architecture]:
+    """One architecture per speed-up ratio in ``budgets``: the knapsack's pick within the
+    teacher's ``cost`` divided by the ratio (``[2, 5, 15]``: issue 30's latency ratios;
+    ``cost="params"`` for a size budget). A ratio no architecture meets is a
+    :class:`BlockwiseError` naming the largest ratio the space reaches."""
+    if cost not in COSTS:
+        raise BlockwiseError(f"blockwise knapsack: unknown cost {cost!r}; use one of "
+                             f"{', '.join(COSTS)}")
+    front = []
+    for ratio in budgets:
+        if not ratio > 0:
+            raise BlockwiseError(f"blockwise knapsack: a ratio must be positive, got {ratio}")
+        limit = table.teacher.get(cost, float("nan")) / float(ratio)
+        pick = knapsack(table, **{f"max_{cost}": limit})
+        if pick is None:
+            smallest = min(table.base[cost][w] + table.costs[cost][w].min(axis=1).sum()
+                           for w in range(len(table.widths)))
+            raise BlockwiseError(
+                f"blockwise knapsack: no architecture is {ratio:g}x below the teacher's "
+                f"{cost} ({table.teacher[cost]:g}); the space reaches "
+                f"{table.teacher[cost] / smallest:.3g}x at most; ask for a smaller ratio")
+        front.append(pick.arch)
+    return front
+
+
+__all__ = ["RATIOS", "Pick", "knapsack", "knapsack_front"]
