@@ -173,6 +173,26 @@ def _inherited(space):
                                                    val_batches=[_batch(space, 7)], seq_len=SEQ))
 
 
+def _blockwise_space():
+    from spaces.bert_subnet import bert_subnet_space
+
+    return bert_subnet_space(vocab_size=60, hidden_size=16, num_hidden_layers=2,
+                             num_attention_heads=4, intermediate_size=24)
+
+
+def _blockwise(space):
+    """The blockwise proxy on a table of a random bert-subnet supernet (the teacher)."""
+    import torch
+
+    from evaluators.blockwise import BlockwiseEvaluator, block_table
+    from nas.builder import build_supernet
+
+    torch.manual_seed(0)
+    supernet = build_supernet(space).eval()
+    return BlockwiseEvaluator(space, block_table(space, supernet, [_batch(space, 7)],
+                                                 seq_len=SEQ))
+
+
 # Every registered evaluator needs an entry here: a small instance on the test space,
 # and whether it wraps an inner evaluator (then ``inner`` is passed in); a third item
 # names the case's own space ("mobilebert": :func:`_transfer_space`).
@@ -188,7 +208,12 @@ CASES = {
     "inherited": (lambda space, inner: _inherited(space), False),
     # needs a MobileBERT-family student and a teacher of its depth and width: own space
     "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
+    # scores bert-subnet children from a table of its teacher: own space
+    "blockwise": (lambda space, inner: _blockwise(space), False, "bert-subnet"),
 }
+
+#: The cases' own spaces, by the name their third item gives.
+OWN_SPACES = {"mobilebert": _transfer_space, "bert-subnet": _blockwise_space}
 
 
 def test_every_registered_evaluator_has_a_contract_case():
@@ -202,7 +227,7 @@ def case(request, space, arch):
     factory, wraps, *own = CASES[request.param]
     assert issubclass(EVALUATORS.get(request.param), Evaluator)
     if own:
-        space = _transfer_space()
+        space = OWN_SPACES[own[0]]()
         arch = space.sample(0)
     return factory, wraps, space, arch
 
@@ -275,6 +300,7 @@ BY_NAME = {
                               "prediction_settings": {"epochs": 2, "lr": 1e-3}},
                              _training_parts),
     "inherited": (None, lambda ev: {"space": ev.space, "supernet": ev.task.supernet}),
+    "blockwise": (None, lambda ev: {"space": ev.space, "table": ev.table}),
 }
 
 
