@@ -252,38 +252,43 @@ def _block_errors(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
                   states: list[torch.Tensor], widths: Sequence[int],
                   options: Sequence[Option]) -> np.ndarray:
     """``error[w, i, c]`` (see the module docstring). A layer's attention runs once per
-    heads share, and its FFN and output once per (heads, FFN) pair, on the cached input."""
+    heads share, and its FFN and output once per (heads, FFN) pair, on the cached input.
+    The batches are the innermost loop, so each option's plan is made once (the
+    supernet keeps only the last 256 plans; 600 options cycled per batch would miss)."""
     import torch
 
     layers = int(space.config["num_hidden_layers"])
     sums = np.zeros((len(widths), layers, len(options)))
     norms = np.zeros((len(widths), layers))
     base = {f"L{i}_keep": 1 for i in range(layers)}
+    masks = [_mask(b)[..., None] for b in batches]
     with torch.no_grad():
-        for b, s in zip(batches, states, strict=True):
-            m = _mask(b)[..., None]
-            for w, h in enumerate(widths):
-                for i in range(layers):
-                    x, y = s[i][..., :h], s[i + 1][..., :h]
-                    src = "emb" if i == 0 else f"L{i - 1}_x"
+        for w, h in enumerate(widths):
+            for i in range(layers):
+                src = "emb" if i == 0 else f"L{i - 1}_x"
+                # the channels a narrower width drops count as outputs of zero
+                dropped = 0.0
+                for s, m in zip(states, masks, strict=True):
                     norms[w, i] += float((s[i + 1].pow(2) * m).sum())
-                    # the channels a narrower width drops count as outputs of zero
-                    dropped = float((s[i + 1][..., h:].pow(2) * m).sum())
-                    attn: dict[str, torch.Tensor] = {}
-                    for c, option in enumerate(options):
+                    dropped += float((s[i + 1][..., h:].pow(2) * m).sum())
+                attn: dict[tuple[str, int], torch.Tensor] = {}
+                for c, option in enumerate(options):
+                    sums[w, i, c] = dropped
+                    arch = {**base, "hidden_size": h}
+                    if option != SKIP:
+                        arch.update({f"L{i}_heads": option[0], f"L{i}_ffn": option[1]})
+                    for j, (b, s, m) in enumerate(zip(batches, states, masks, strict=True)):
+                        x, y = s[i][..., :h], s[i + 1][..., :h]
                         if option == SKIP:
                             out = x
                         else:
-                            heads, ffn = option
-                            arch = {**base, "hidden_size": h, f"L{i}_heads": heads,
-                                    f"L{i}_ffn": ffn}
-                            if heads not in attn:
-                                attn[heads] = supernet.run_nodes(
+                            if (option[0], j) not in attn:
+                                attn[option[0], j] = supernet.run_nodes(
                                     b, arch, {src: x}, [f"L{i}_attn"])[f"L{i}_attn"]
                             out = supernet.run_nodes(
-                                b, arch, {src: x, f"L{i}_attn": attn[heads]},
+                                b, arch, {src: x, f"L{i}_attn": attn[option[0], j]},
                                 [f"L{i}_ffn_h", f"L{i}_ffn_a", f"L{i}_out"])[f"L{i}_out"]
-                        sums[w, i, c] += float(((out - y).pow(2) * m).sum()) + dropped
+                        sums[w, i, c] += float(((out - y).pow(2) * m).sum())
     return sums / np.maximum(norms, 1e-30)[..., None]
 
 
