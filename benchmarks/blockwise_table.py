@@ -5,12 +5,13 @@ Run: ``OMP_NUM_THREADS=1 NAS_DATA_DIR=... python benchmarks/blockwise_table.py
 
 Steps (one torch thread): the teacher (an HF BERT folder, default the packaged
 MiniLM-L6-H384) in the ``bert`` design; ``--samples`` SST-2 training sentences drawn with
-seed 0, tokenised with dynamic padding (at most ``--max-seq-len`` tokens, as the SST-2
-experiments); activation importance sorting (Minitron); the ``bert-subnet`` space and
-supernet of the sorted teacher; this machine's batch-1 latency model for the space
-(calibrated once and cached, :func:`nas.latency.space_predictor`; its time is printed
-apart); the table (:func:`evaluators.blockwise.block_table`) from an empty activation
-cache, then again from the cache; the knapsack's front at latency ratios 2, 5 and 15.
+seed 0, sorted by length (``--no-bucketing``: in drawn order) and tokenised with dynamic
+padding (at most ``--max-seq-len`` tokens, as the SST-2 experiments); activation
+importance sorting (Minitron); the ``bert-subnet`` space and supernet of the sorted
+teacher; this machine's batch-1 latency model for the space (calibrated once and cached,
+:func:`nas.latency.space_predictor`; its time is printed apart); the table
+(:func:`evaluators.blockwise.block_table`) from an empty activation cache, then again
+from the cache; the knapsack's front at latency ratios 2, 5 and 15.
 Record the printed lines in ``docs/compress.md`` with the command.
 """
 
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("--max-seq-len", type=int, default=64)
     ap.add_argument("--latency-seq-len", type=int, default=128)
     ap.add_argument("--calibration-pool", type=int, default=200)
+    ap.add_argument("--no-bucketing", action="store_true",
+                    help="batch the sample in its drawn order (more padding)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -56,13 +59,17 @@ def main() -> None:
     data = load_task("sst2", "train")
     rng = np.random.default_rng(0)
     rows = rng.choice(len(data.texts_a), size=args.samples, replace=False)
+    if not args.no_bucketing:  # batches of similar lengths: little padding to compute
+        lengths = [len(tokenizer(data.texts_a[i])["input_ids"]) for i in rows]
+        rows = rows[np.argsort(lengths, kind="stable")]
     batches = []
     for start in range(0, args.samples, args.batch_size):
         picked = rows[start:start + args.batch_size]
         b = encode(tokenizer, [data.texts_a[i] for i in picked], max_length=args.max_seq_len)
         batches.append({**b, "labels": torch.tensor([data.labels[i] for i in picked])})
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
-    print(f"sample: {args.samples} SST-2 sentences, {tokens} tokens, "
+    padded = sum(b["attention_mask"].numel() for b in batches)
+    print(f"sample: {args.samples} SST-2 sentences, {tokens} tokens ({padded} with padding), "
           f"{len(batches)} batches of at most {args.batch_size}")
 
     start = time.perf_counter()
@@ -77,11 +84,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as cache:
         for label in ("empty activation cache", "activations from the cache"):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             table = block_table(space, supernet, batches, task="sst2", seed=0,
                                 seq_len=args.latency_seq_len, latency_fn=latency,
                                 cache_dir=cache)
-            print(f"table ({label}): {time.perf_counter() - start:.1f} s "
+            print(f"table ({label}): {time.perf_counter() - start:.1f} s wall, "
+                  f"{time.process_time() - cpu:.1f} s CPU; "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in table.seconds.items()))
     start = time.perf_counter()
     front = knapsack_front(table, [2, 5, 15])
