@@ -24,10 +24,12 @@ from evaluators.blockwise import (
     block_table,
 )
 from evaluators.blockwise_knapsack import knapsack, knapsack_front
+from nas.builder import build_supernet
 from nas.cost import batch_for, count_costs
+from nas.errors import ArchitectureError
 from nas.latency import Fit, LatencyModel, LatencyTable, Setting, op_keys, space_key
-from spaces.bert_subnet import bert_subnet_space, from_teacher
-from tests.test_bert_subnet import small_hf_teacher
+from nas.space import get_space, small_config
+from spaces.bert_subnet import bert_subnet_space
 
 
 def _batches(space, n=2, seed=0):
@@ -55,7 +57,14 @@ def fake_latency(space, seed=0):
 
 @pytest.fixture(scope="module")
 def teacher():
-    space, supernet = from_teacher(small_hf_teacher(0))
+    """A random teacher of the small shape (2 layers, width 32, 4 heads), built as the
+    bert-subnet supernet directly: no transformers import in this file's setup."""
+    torch.manual_seed(0)
+    space = get_space("bert-subnet", **small_config("bert-subnet"))
+    supernet = build_supernet(space).eval()
+    with torch.no_grad():
+        for p in supernet.parameters():
+            p.add_(0.05 * torch.randn_like(p))
     return space, supernet, _batches(space)
 
 
@@ -192,3 +201,23 @@ def test_the_proxy_scores_a_first_k_twin_like_its_any_subset_arch(teacher, table
                               num_hidden_layers=2, intermediate_size=48)
     with pytest.raises(EvaluatorError, match="another teacher's space"):
         BlockwiseEvaluator(other, table)
+
+
+def test_bad_inputs_are_refused_in_one_line(teacher, table):
+    space, supernet, batches = teacher
+    first = bert_subnet_space(**{k: space.config[k] for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size")}, layers="first")
+    with pytest.raises(BlockwiseError, match=r"^blockwise: the table needs the bert-subnet "
+                                             r"space with layers='any'"):
+        block_table(first, supernet, batches)
+    with pytest.raises(BlockwiseError, match="got no batch"):
+        block_table(space, supernet, [])
+    no_latency = block_table(space, supernet, batches[:1])
+    with pytest.raises(BlockwiseError, match="the table has no 'latency_ms' cost"):
+        knapsack_front(no_latency, [2])
+    with pytest.raises(BlockwiseError, match="unknown cost 'flops'"):
+        knapsack_front(table, [2], cost="flops")
+    with pytest.raises(ArchitectureError, match=r"node 'L1_attn' reads 'L0_x', which is "
+                                                r"neither given nor run"):
+        supernet.run_nodes(batches[0], dict(space.default()), {}, ["L1_attn"])
