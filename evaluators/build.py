@@ -30,6 +30,9 @@ progressive-transfer  ``space``, ``teacher``, ``batches``, ``steps_per_epoch``,
                       ``logits``; ``test_batches``, ``init``, ``seed``, ``workdir``,
                       ``latency_repeats``, ``progress``
 inherited             ``space``, ``supernet`` (trained weight-sharing network)
+inherited-kd          ``space``, ``supernet`` (the sorted teacher's), ``train_batches``,
+                      ``steps_per_epoch``, ``logits_loss``; ``test_batches``, ``init``,
+                      ``seed``, ``workdir``, ``latency_repeats``, ``progress``
 ====================  ===================================================================
 
 A training evaluator's parts other than ``space`` and the run options are fields of its
