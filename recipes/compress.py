@@ -13,8 +13,9 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    seed. The space is ``bert-subnet`` of that teacher's shape
    (:func:`spaces.bert_subnet.from_design`), its supernet the sorted teacher, so every
    leading slice a child keeps holds the most important heads, neurons and channels;
-3. **search** — any searcher over validation accuracy against batch-1 latency (the
-   ``objectives`` and ``constraints`` of method search), each candidate scored by
+3. **search** — any searcher over validation accuracy against batch-1 latency
+   (``latency: predicted`` by the latency model, or ``measured``; the ``objectives`` and
+   ``constraints`` of method search), each candidate scored by
    ``inherited-kd``
    (:mod:`evaluators.inherited_kd`: the sorted teacher's slice, a short distillation
    from the full teacher, the validation score). The Puzzle-style ``blockwise``
@@ -50,6 +51,8 @@ from recipes.search import (
 
 #: the space this method searches
 SPACE = "bert-subnet"
+#: where the search's batch-1 latency comes from
+LATENCIES = ("predicted", "measured")
 
 
 @dataclass
@@ -71,7 +74,10 @@ class ImportanceSettings:
 class CompressConfig(SearchConfig):
     """``method: compress``: see the module docstring; ``experiments/compress_sst2.yaml``
     for a file. ``space_config`` may set only ``layers`` (``any`` or ``first``): the shape
-    is the teacher's."""
+    is the teacher's. ``latency``: the search's ``latency_ms`` is ``predicted`` by this
+    machine's latency model (batch 1, one thread, the run's length; calibrated once per
+    teacher shape and cached) or ``measured`` on each trained candidate (noisier; no
+    calibration, as the smoke run uses)."""
 
     provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss")
 
@@ -82,12 +88,14 @@ class CompressConfig(SearchConfig):
     objectives: list = field(default_factory=lambda: ["accuracy", "latency_ms"])
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
+    latency: str = "predicted"
 
     def __post_init__(self) -> None:
         if self.space != SPACE:
             raise ConfigError(f"space: method compress searches {SPACE!r} (the teacher's own "
                               f"sub-networks), got {self.space!r}; use method search for "
                               "another space")
+        check_fields([("latency", self.latency in LATENCIES, " or ".join(LATENCIES))], self)
         other = sorted(set(self.space_config) - {"layers"})
         if other:
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
@@ -124,7 +132,24 @@ class CompressContext(SearchContext):
         return space, {k: v for k, v in space.config.items() if k in names}
 
     def evaluator_parts(self) -> dict[str, Any]:
+        """The sorted teacher's supernet. The place to hand a further evaluator what it
+        needs from the sort (the Puzzle-style ``blockwise`` evaluator: calibration
+        batches, the teacher's block activations), with its names added to
+        :attr:`CompressConfig.provided_parts`."""
         return {"supernet": self.supernet}
+
+    def study_latency_fn(self) -> Any:
+        """With ``latency: predicted``, this machine's latency model for the space (batch
+        1, one thread, the run's length), calibrated once and cached when its table has
+        none (:func:`nas.latency.space_predictor`)."""
+        if self.cfg.latency != "predicted":
+            return None
+        from nas.latency import space_predictor
+
+        def note(message: str) -> None:
+            self.run.log("latency_model", note=message)
+
+        return space_predictor(self.space, seq_len=self.max_seq_len, log=note)
 
 
 @register_method("compress")

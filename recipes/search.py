@@ -298,6 +298,11 @@ class SearchContext(TaskContext):
         task's labels and the teacher's vocabulary (compress builds it from the teacher)."""
         return self.cfg.build_space(self.train.num_labels, len(self.tokenizer))
 
+    def study_latency_fn(self) -> Any:
+        """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
+        latency as its evaluator measured it; compress can predict it instead."""
+        return None
+
     def evaluator_parts(self) -> dict[str, Any]:
         """Parts beyond the training pieces that this context gives an evaluator (none
         here; compress adds the sorted teacher's supernet)."""
@@ -721,7 +726,7 @@ def _study_evaluator(ctx: SearchContext, searcher: str) -> Any:
                           test=False, workdir=ctx.run.path / "trial_weights", seed=cfg.seed,
                           stage="trials")
     return study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
-                           seq_len=ctx.max_seq_len)
+                           seq_len=ctx.max_seq_len, latency_fn=ctx.study_latency_fn())
 
 
 def _study_parts(config: SearchConfig, options: RunOptions, searcher: str,

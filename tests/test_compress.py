@@ -22,6 +22,8 @@ def test_the_smoke_sorts_searches_retrains_and_exports(smoke_runs, capsys):
         result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
         assert result["intermediate"][0] == [0, result["metrics"]["inherited_val_accuracy"]]
         assert len(result["intermediate"]) == 2  # then one epoch of 4 distillation steps
+        # the latency objective is the latency model's prediction (latency: predicted)
+        assert result["values"][1] == result["costs"]["latency_ms_predicted"]
 
     config = json.loads((run / "export" / "config.json").read_text())
     assert (config.get("nas_export") or config["architecture"])  # stock or remote code
