@@ -84,7 +84,7 @@ class CompressConfig(SearchConfig):
     space: str = SPACE
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
     evaluator: EvaluatorChoice = field(default_factory=lambda: EvaluatorChoice(
-        name="inherited-kd", settings={"max_steps": 300, "lr": 5e-5, "hidden_weight": 1.0}))
+        name="inherited-kd", settings={"max_steps": 30, "lr": 1e-4, "hidden_weight": 1.0}))
     objectives: list = field(default_factory=lambda: ["accuracy", "latency_ms"])
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
