@@ -346,25 +346,26 @@ def test_cli_export_predict_bench(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_teacher():
     """``(space, supernet)`` of a tiny random transformers BERT teacher (3 layers, width
-    32, 4 heads, FFN 48), as method compress builds them."""
+    32, 4 heads, FFN 48; MiniLM's vocabulary size, so that its tokenizer fits the export),
+    as method compress builds them."""
     from transformers import BertConfig, BertForSequenceClassification
 
     from spaces.bert_subnet import from_teacher
 
     torch.manual_seed(0)
     hf = BertForSequenceClassification(BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
         intermediate_size=48, max_position_embeddings=64, num_labels=2)).eval()
     return from_teacher(hf)
 
 
-def _subnet_logits(space, supernet, arch, out):
+def _subnet_logits(space, supernet, arch, out, tokenizer=False):
     """The child's logits and the export's (loaded by transformers, remote code only if
     the export has it), on one random batch."""
     from transformers import AutoModelForSequenceClassification
 
     child = extract_child(supernet, space, arch).eval()
-    export(space, arch, out, model=child, fmt="hf", tokenizer=False)
+    export(space, arch, out, model=child, fmt="hf", tokenizer=tokenizer)
     remote = (out / "modeling_nas_graph.py").is_file()
     hf = AutoModelForSequenceClassification.from_pretrained(str(out),
                                                             trust_remote_code=remote).eval()
@@ -381,14 +382,20 @@ def _subnet_logits(space, supernet, arch, out):
 
 def test_a_bert_subnet_child_of_stock_shape_exports_as_stock_bert(tiny_teacher, tmp_path):
     """Layers 0 and 2 kept (1 dropped), all heads, FFN 1/2 in both: a 2-layer stock BERT
-    with FFN 24, the kept layers numbered 0 and 1, no remote code."""
+    with FFN 24, the kept layers numbered 0 and 1, no remote code; a transformers pipeline
+    serves it (with the default MiniLM tokenizer) without trust_remote_code."""
+    from transformers import pipeline
+
     space, supernet = tiny_teacher
     arch = {**space.default(), "L1_keep": 0, "L0_ffn": "1/2", "L2_ffn": "1/2"}
-    ours, theirs, hf, remote = _subnet_logits(space, supernet, arch, tmp_path / "stock")
+    out = tmp_path / "stock"
+    ours, theirs, hf, remote = _subnet_logits(space, supernet, arch, out, tokenizer=None)
     assert not remote and type(hf).__name__ == "BertForSequenceClassification"
     assert hf.config.num_hidden_layers == 2 and hf.config.intermediate_size == 24
-    assert not list((tmp_path / "stock").glob("*.py"))
+    assert not list(out.glob("*.py"))
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    answer = pipeline("text-classification", model=str(out))("a gripping, funny film")
+    assert answer[0]["label"] in hf.config.id2label.values()
 
 
 def test_a_bert_subnet_child_of_other_shape_exports_with_remote_code(tiny_teacher, tmp_path):
