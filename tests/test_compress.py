@@ -25,6 +25,15 @@ def test_the_smoke_sorts_searches_retrains_and_exports(smoke_runs, capsys):
         # the latency objective is the latency model's prediction (latency: predicted)
         assert result["values"][1] == result["costs"]["latency_ms_predicted"]
 
+    # the report's latency column is that objective, not the measured latency
+    from nas.units import human
+
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    report = capsys.readouterr().out
+    assert "latency ms (objective)" in report
+    assert f"| {human(result['values'][1], small='.4g')} |" in report
+
     config = json.loads((run / "export" / "config.json").read_text())
     assert (config.get("nas_export") or config["architecture"])  # stock or remote code
     capsys.readouterr()
