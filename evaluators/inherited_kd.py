@@ -146,6 +146,7 @@ class InheritedKDEvaluator(TrainingEvaluator):
         hidden = self.hidden_weight > 0
         teacher = self.teacher() if hidden else None
         names = recorded_nodes(child.graph) if hidden else []
+        t_names = recorded_nodes(teacher.graph) if hidden else []
         record = (HIDDEN,) if hidden else ()
 
         def loss(model: Any, batch: Batch) -> Any:
@@ -155,7 +156,6 @@ class InheritedKDEvaluator(TrainingEvaluator):
                 return kd
             with torch.no_grad():
                 t_out = teacher(batch, record=record)
-            t_names = recorded_nodes(teacher.graph)
             mse = hidden_state_mse(dict(zip(names, out.records.get(HIDDEN, []), strict=True)),
                                    dict(zip(t_names, t_out.records[HIDDEN], strict=True)),
                                    batch["attention_mask"])
