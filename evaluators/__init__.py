@@ -5,10 +5,11 @@ Importing the package registers the built-in evaluators in ``EVALUATORS``; none 
 these modules imports torch at import time. :func:`build_evaluator` builds one by name.
 """
 
-from evaluators import (  # noqa: F401
+from evaluators import (  # noqa: F401  (registration)
     blockwise,
     costs,
     inherited,
+    inherited_kd,
     penalty,
     retrain,
     transfer,

@@ -32,6 +32,9 @@ progressive-transfer  ``space``, ``teacher``, ``batches``, ``steps_per_epoch``,
 inherited             ``space``, ``supernet`` (trained weight-sharing network)
 blockwise             ``space``, ``table`` (the teacher's
                       :class:`~evaluators.blockwise.BlockTable`)
+inherited-kd          ``space``, ``supernet`` (the sorted teacher's), ``train_batches``,
+                      ``steps_per_epoch``, ``logits_loss``; ``test_batches``, ``init``,
+                      ``seed``, ``workdir``, ``latency_repeats``, ``progress``
 ====================  ===================================================================
 
 A training evaluator's parts other than ``space`` and the run options are fields of its

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nas.config import check_fields
 from nas.distill.mobilebert import PktWeights
 from nas.train import TrainSettings
 
@@ -48,6 +49,19 @@ class WarmupKDSettings:
     record_curve: bool = False
 
 
+@dataclass
+class InheritedKDSettings(TrainSettings):
+    """``inherited-kd``: the short distillation's loop settings (``max_steps`` caps it)
+    and the weight of the hidden-state MSE beside the logits loss (0: logits only;
+    :mod:`evaluators.inherited_kd`)."""
+
+    hidden_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("hidden_weight", self.hidden_weight >= 0, "a number >= 0")], self)
+
+
 @dataclass(frozen=True)
 class TransferSettings:
     """``progressive-transfer``: the transfer strategy, each layer-wise stage's loop
@@ -62,5 +76,5 @@ class TransferSettings:
     temperature: float = 1.0
 
 
-__all__ = ["CostSettings", "PenaltySettings", "TrainSettings", "TransferSettings",
-           "WarmupKDSettings"]
+__all__ = ["CostSettings", "InheritedKDSettings", "PenaltySettings", "TrainSettings",
+           "TransferSettings", "WarmupKDSettings"]

@@ -14,7 +14,10 @@ the child, SPEC §3 weight inheritance), and writes the directory that
   it), so the weights are on disk once;
 * ``hf``: a ``transformers`` directory. The bert and mobilebert families become stock
   ``BertForSequenceClassification`` / ``MobileBertForSequenceClassification`` (via
-  :mod:`nas.hf`; no remote code needed); every other family (AdaBERT cells, EfficientBERT
+  :mod:`nas.hf`; no remote code needed), and so does a ``bert-subnet`` child of stock
+  shape (whole layers, all heads, one FFN width, the teacher's width:
+  :func:`nas.hf.stock_subnet`; another shape falls back to the native layout); every
+  other family (AdaBERT cells, EfficientBERT
   FFNs, user spaces) is the native layout, whose remote code is then required.
 
 Every export ships the tokenizer it was trained with; its ``tokenizer_config.json`` says
@@ -40,7 +43,7 @@ import torch
 from nas.architecture import Architecture
 from nas.errors import ExportError
 from nas.graph import to_json
-from nas.hf import FAMILIES
+from nas.hf import CONVERTIBLE, FAMILIES
 from nas.network import GraphNet
 from nas.runtime import (
     CONFIG_FILE,
@@ -633,7 +636,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
                           "tag names); export it from its run: nas export --run RUN_DIR")
     # transformers has no joint intent + slot class: such a model is always exported with
     # the runtime as remote code (NasGraphForJointIntentSlot), never as a stock class
-    if fmt == "hf" and not joint and meta.space_config.get("family") in FAMILIES:
+    if fmt == "hf" and not joint and meta.space_config.get("family") in CONVERTIBLE:
         from nas.hf import to_hf
 
         try:

@@ -33,6 +33,11 @@ from nas.errors import ExportError
 from nas.network import GraphNet
 
 FAMILIES = ("bert", "mobilebert")
+#: The teacher sub-network family (``spaces/bert_subnet.py``): its graph has the bert
+#: family's node names, and a child is a stock BERT only in some shapes (:func:`stock_subnet`).
+SUBNET = "bert-subnet"
+#: The families a child may convert to a stock ``transformers`` model from.
+CONVERTIBLE = (*FAMILIES, SUBNET)
 
 #: Which ``transformers`` attention inputs our ``attention_input`` values are.
 _ATTENTION_INPUT_FLAGS = {
@@ -49,12 +54,53 @@ _ATTENTION_INPUT_FLAGS = {
 
 def family_of(space_config: Mapping[str, Any]) -> str:
     family = space_config.get("family")
-    if family not in FAMILIES:
+    if family not in CONVERTIBLE:
         raise ExportError(
-            f"only the bert and mobilebert families convert to transformers; this space's "
-            f"family is {family!r} (use the native or onnx format instead)"
+            f"only the bert, mobilebert and bert-subnet families convert to transformers; "
+            f"this space's family is {family!r} (use the native or onnx format instead)"
         )
     return str(family)
+
+
+def subnet_layers(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> list[int]:
+    """The teacher layers a ``bert-subnet`` child keeps, in order: the first k
+    (``layers="first"``) or those whose ``L{i}_keep`` is 1."""
+    if space_config.get("layers", "any") == "first":
+        return list(range(int(arch["num_hidden_layers"])))
+    return [i for i in range(int(space_config["num_hidden_layers"]))
+            if int(arch[f"L{i}_keep"]) == 1]
+
+
+def stock_subnet(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> dict[str, Any]:
+    """The stock BERT depth and FFN width of a ``bert-subnet`` child, or an
+    :class:`ExportError` saying why it has none.
+
+    ``transformers``' ``BertConfig`` (5.x) has one head count, one FFN width and one hidden
+    size for every layer, with head size = hidden / heads, and no per-layer head pruning
+    (``pruned_heads`` is 4.x only): a child is a stock ``BertForSequenceClassification``
+    only when it drops whole layers and keeps all heads and one FFN width at the
+    teacher's hidden width (SPEC §10, issue 30)."""
+    from nas.ops.basic import scale_width
+
+    kept = subnet_layers(space_config, arch)
+    heads = [i for i in kept if str(arch[f"L{i}_heads"]) != "1"]
+    ffn = sorted({str(arch[f"L{i}_ffn"]) for i in kept})
+    why = None
+    if int(arch["hidden_size"]) != int(space_config["hidden_size"]):
+        why = (f"its hidden width {arch['hidden_size']} is not the teacher's "
+               f"{space_config['hidden_size']}")
+    elif not kept:
+        why = "it keeps no layer"
+    elif heads:
+        why = f"layer {heads[0]} keeps {arch[f'L{heads[0]}_heads']} of its heads"
+    elif len(ffn) > 1 or ffn == ["0"]:
+        why = f"its layers keep FFN shares {', '.join(ffn)}"
+    if why is not None:
+        raise ExportError("a bert-subnet child is a stock BertForSequenceClassification only "
+                          "with whole layers, all heads and one FFN width at the teacher's "
+                          f"hidden width: {why}")
+    return {"num_hidden_layers": len(kept),
+            "intermediate_size": scale_width(int(space_config["intermediate_size"]), ffn[0])}
 
 
 def hf_hparams(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,11 +122,13 @@ def hf_config(space_config: Mapping[str, Any], arch: Mapping[str, Any] | None = 
         raise ExportError(f"the {space_config.get('head')!r} head has no stock transformers "
                           "class; export it with --format native or onnx")
     v = hf_hparams(space_config, arch or {})
+    if family == SUBNET:
+        v.update(stock_subnet(space_config, arch or {}))
     num_labels = int(v.get("num_labels", 2))
     labels = labels or [f"LABEL_{i}" for i in range(num_labels)]
     head = dict(num_labels=num_labels, id2label=dict(enumerate(labels)),
                 label2id={name: i for i, name in enumerate(labels)})
-    if family == "bert":
+    if family in ("bert", SUBNET):
         if not v.get("classifier_activation", True):
             raise ExportError("transformers' BertForSequenceClassification always has a pooler; "
                               "classifier_activation=False cannot be exported to hf")
@@ -136,17 +184,21 @@ def module_map(graph: nx.DiGraph, family: str) -> list[tuple[str, str]]:
     """(our prefix, HF base-model prefix) pairs for a resolved child graph.
 
     The classifier maps to ``classifier.`` (outside the base model); the aux ``fit``
-    layer has no HF counterpart and is left out.
+    layer has no HF counterpart and is left out. A ``bert-subnet`` child's kept layers
+    are numbered again from 0 (teacher layers 0, 2, 4 are HF layers 0, 1, 2).
     """
     pairs: list[tuple[str, str]] = []
     layer_re = re.compile(r"L(\d+)_(.+)")
-    if family == "bert":
+    if family in ("bert", SUBNET):
+        found = sorted({int(m[1]) for n in graph.nodes
+                        if (m := layer_re.fullmatch(n)) and m[2] == "attn"})
+        number = {i: k if family == SUBNET else i for k, i in enumerate(found)}
         pairs.append((_node_prefix(graph, "emb"), "embeddings."))
         for n in graph.nodes:
             m = layer_re.fullmatch(n)
-            if not m:
+            if not m or int(m[1]) not in number:
                 continue
-            hf = f"encoder.layer.{m[1]}."
+            hf = f"encoder.layer.{number[int(m[1])]}."
             if m[2] == "attn":
                 pairs.append((_node_prefix(graph, n), hf + "attention."))
             elif m[2] == "ffn_h":
@@ -266,6 +318,7 @@ def to_hf(model: GraphNet, space_config: Mapping[str, Any], arch: Mapping[str, A
     family = family_of(space_config)
     config = hf_config(space_config, arch, labels)
     classes = {"bert": (BertModel, BertForSequenceClassification),
+               SUBNET: (BertModel, BertForSequenceClassification),
                "mobilebert": (MobileBertModel, MobileBertForSequenceClassification)}[family]
     hf_model = classes[int(head)](config).eval()
     names = our_to_hf_names(model, family, _base_prefix(hf_model), classifier=head)
@@ -398,5 +451,6 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-__all__ = ["FAMILIES", "from_hf", "hf_config", "load_from_hf", "load_teacher_as_design",
-           "module_map", "quiet_transformers", "to_hf"]
+__all__ = ["CONVERTIBLE", "FAMILIES", "SUBNET", "from_hf", "hf_config", "load_from_hf",
+           "load_teacher_as_design", "module_map", "quiet_transformers", "stock_subnet",
+           "subnet_layers", "to_hf"]

@@ -8,6 +8,7 @@ import here (no reinstall needed, unlike a new entry point).
 
 from recipes import (  # noqa: F401  (registration)
     adabert,
+    compress,
     efficientbert,
     mixedvocab,
     mobilebert,

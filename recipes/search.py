@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -164,6 +164,10 @@ class SearchConfig(MethodConfig):
     """``method: search``: see the module docstring for the steps and
     ``examples/custom_search.yaml`` for a file."""
 
+    #: the parts this method's context can hand an evaluator (a subclass whose context
+    #: gives more, as compress's sorted-teacher supernet, widens it)
+    provided_parts: ClassVar[tuple[str, ...]] = PROVIDED_PARTS
+
     space: str = ""
     space_config: dict = field(default_factory=dict)
     plugins: list = field(default_factory=list)
@@ -213,7 +217,7 @@ class SearchConfig(MethodConfig):
                              "n_trials, constraints and objectives; write it there")
         self.study_settings()  # the remaining multi_trial keys, checked now
         self.check_space()
-        check_evaluator(self.evaluator.name, self.space)
+        check_evaluator(self.evaluator.name, self.space, self.provided_parts)
 
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
@@ -285,10 +289,24 @@ class SearchContext(TaskContext):
     def prepare(self) -> SearchContext:
         super().prepare()
         self.search_train, self.search_val = self.carve_validation()
-        self.space, self.space_kwargs = self.cfg.build_space(self.train.num_labels,
-                                                             len(self.tokenizer))
+        self.space, self.space_kwargs = self.make_space()
         self._check_head()
         return self
+
+    def make_space(self) -> tuple[Any, dict[str, Any]]:
+        """``(space, its factory's arguments)``: the configured space, built for the
+        task's labels and the teacher's vocabulary (compress builds it from the teacher)."""
+        return self.cfg.build_space(self.train.num_labels, len(self.tokenizer))
+
+    def study_latency_fn(self) -> Any:
+        """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
+        latency as its evaluator measured it; compress can predict it instead."""
+        return None
+
+    def evaluator_parts(self) -> dict[str, Any]:
+        """Parts beyond the training pieces that this context gives an evaluator (none
+        here; compress adds the sorted teacher's supernet)."""
+        return {}
 
     def _check_head(self) -> None:
         """The space's classifier answers the task's labels (a space passed as an object,
@@ -320,16 +338,20 @@ class SearchContext(TaskContext):
 
     def distillation(self, data: Any, settings: Distillation, stage: str) -> dict[str, Any]:
         """The training parts of an evaluator over ``data``: seeded batches, steps per
-        epoch and the KD loss against the teacher's logits on ``data``."""
+        epoch and the KD loss against the teacher's logits on ``data`` (``loss`` on the
+        model, ``logits_loss`` on logits an evaluator computed itself)."""
         logits = torch.from_numpy(np.array(self.teacher_logits(data), dtype=np.float32))
 
-        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            out = model(batch)
-            return kd_loss(out.logits, logits[batch["index"]], batch["labels"],
+        def logits_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            return kd_loss(out, logits[batch["index"]], batch["labels"],
                            settings.temperature, settings.alpha)
 
+        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            return logits_loss(model(batch).logits, batch)
+
         return {"train_batches": self.train_batches(data, settings.batch_size, stage),
-                "steps_per_epoch": math.ceil(len(data) / settings.batch_size), "loss": loss}
+                "steps_per_epoch": math.ceil(len(data) / settings.batch_size), "loss": loss,
+                "logits_loss": logits_loss}
 
     def evaluator(self, name: str, settings: Mapping[str, Any], *, data: Any,
                   val_batches: list[Any] | None, test: bool, workdir: Path, seed: int,
@@ -341,35 +363,42 @@ class SearchContext(TaskContext):
         from evaluators.build import build_evaluator
 
         cls = EVALUATORS.get(name)
-        check_evaluator(name, self.space.name)
+        check_evaluator(name, self.space.name, self.cfg.provided_parts)
         required, optional = cls.parts()
         typed = cls.settings_type()
         train = Distillation(**{k: v for k, v in {**_as_dict(self.cfg.retrain),
                                                   **settings}.items()
                                 if k in Distillation.__dataclass_fields__})
+        wanted = {*required, *optional}
         pool: dict[str, Any] = {
             "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
             "latency_repeats": self.cfg.latency_repeats, "progress": self.progress,
             "test_batches": self.report_batches_or_none() if test else None,
-            **(self.distillation(data, train, stage) if "loss" in {*required, *optional}
-               else {})}
+            **(self.distillation(data, train, stage) if wanted & {"loss", "logits_loss"}
+               else {}),
+            **self.evaluator_parts()}
         parts = {p: pool[p] for p in (*required, *optional) if p in pool}
         scoring = FullTrainingData(**self.scoring_fields(val_batches),
                                    test_batches=pool["test_batches"])
         given = dict(settings)
-        if typed is TrainSettings:  # the KD keys are this recipe's, not the loop's
-            given = _as_dict(loop_settings(train))
+        if isinstance(typed, type) and issubclass(typed, TrainSettings):
+            # the KD keys are this recipe's, not the loop's; a subclass's own keys (the
+            # inherited-kd hidden_weight) pass through to it
+            own = {k: v for k, v in settings.items() if k in typed.__dataclass_fields__
+                   and k not in TrainSettings.__dataclass_fields__}
+            given = {**_as_dict(loop_settings(train)), **own}
         return build_evaluator(name, given, scoring, **parts)
 
 
-def check_evaluator(name: str, space: str) -> None:
+def check_evaluator(name: str, space: str, provided: tuple[str, ...] = PROVIDED_PARTS) -> None:
     """An evaluator this recipe can build: one that needs a part it cannot give (a
-    warm-up supernet with a teacher fit layer, a layer-wise transfer's teacher...) is
-    refused in one line, before any stage."""
+    warm-up supernet with a teacher fit layer, a layer-wise transfer's teacher, the
+    sorted teacher's supernet outside method compress...) is refused in one line, before
+    any stage."""
     from evaluators.base import EVALUATORS
 
     required, _ = EVALUATORS.get(name).parts()
-    missing = [p for p in required if p not in PROVIDED_PARTS]
+    missing = [p for p in required if p not in provided]
     if missing:
         raise ConfigError(
             f"evaluator {name!r} cannot score space {space!r} in method search: it needs "
@@ -393,6 +422,14 @@ class Search(Recipe):
 
     config_class = SearchConfig
     context_class = SearchContext
+    #: the exports' format (:func:`nas.export.export`): ``native`` (the runtime as remote
+    #: code); compress asks for ``hf``, stock transformers where the shape allows
+    export_format: ClassVar[str] = "native"
+
+    def final_evaluator(self, ctx: SearchContext) -> tuple[str, dict[str, Any]]:
+        """The final retrain's evaluator and settings (over ``retrain:``): the distilled
+        retrain from scratch (compress: from the inherited weights)."""
+        return "distilled-retrain", {}
 
     def default_searcher(self) -> str | None:
         return None  # the file's `searcher:` (default tpe)
@@ -481,7 +518,8 @@ class Search(Recipe):
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
                                 evaluator=_study_evaluator(ctx, name),
                                 settings=cfg.study_settings(), default_trials=cfg.n_trials,
-                                parts=partial(_study_parts, cfg, ctx.options, name))
+                                parts=partial(_study_parts, cfg, ctx.options, name,
+                                              type(ctx)))
         ctx.seconds["search"] = found.seconds
         if not found.trials:
             raise NasError(f"the {name} search finished no trial (see nas report "
@@ -546,9 +584,10 @@ class Search(Recipe):
                 continue
             ctx.stage(4, "final retrain of %s (%s), %d seed(s)", tag, arch.id, cfg.final.seeds)
             seeds = []
+            final_name, final_settings = self.final_evaluator(ctx)
             for s in range(cfg.final.seeds):
                 evaluator = ctx.evaluator(
-                    "distilled-retrain", {}, data=ctx.train, val_batches=None, test=True,
+                    final_name, final_settings, data=ctx.train, val_batches=None, test=True,
                     workdir=ctx.run.path / "final" / tag / f"seed{s}", seed=cfg.seed + s,
                     stage=f"final:{s}")
                 result = run_evaluation(evaluator, arch)
@@ -562,7 +601,8 @@ class Search(Recipe):
                     for folder in ([ctx.run.path / "export"] if number == 0 else []) + [
                             ctx.run.path / "final" / tag / "export"]:
                         export(ctx.space, arch, folder, weights=evaluator.weights_path(arch),
-                               overwrite=True, **_export_keywords(ctx))
+                               overwrite=True, fmt=self.export_format,
+                               **_export_keywords(ctx))
             split = ctx.report_split
             row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
                    "seeds": seeds, "split": split,
@@ -686,17 +726,19 @@ def _study_evaluator(ctx: SearchContext, searcher: str) -> Any:
                           test=False, workdir=ctx.run.path / "trial_weights", seed=cfg.seed,
                           stage="trials")
     return study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
-                           seq_len=ctx.max_seq_len)
+                           seq_len=ctx.max_seq_len, latency_fn=ctx.study_latency_fn())
 
 
-def _study_parts(config: SearchConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
+def _study_parts(config: SearchConfig, options: RunOptions, searcher: str,
+                 context: type[SearchContext] = SearchContext) -> tuple[Any, Any]:
     """A worker process's space and evaluator (``--workers N``): the plug-ins imported
-    again, stages 1–2 from the caches, in the run folder the first process holds."""
+    again, stages 1–2 (and the method's own preparation) from the caches, in the run
+    folder the first process holds."""
     from nas.plugins import import_plugins
 
     import_plugins(config.plugins)
     options = worker_options(options)
-    ctx = SearchContext(config, RunDir(options.run_dir), options).prepare()
+    ctx = context(config, RunDir(options.run_dir), options).prepare()
     return ctx.space, _study_evaluator(ctx, searcher)
 
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from evaluators.base import Evaluator
 from evaluators.penalty import PenaltyEvaluator
@@ -18,7 +19,9 @@ log = logging.getLogger("nas.study")
 
 
 def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySettings,
-                    searcher: str, seq_len: int = 128) -> Evaluator:
+                    searcher: str, seq_len: int = 128,
+                    latency_fn: Callable[[Mapping[str, Any]], float] | None = None
+                    ) -> Evaluator:
     """The evaluator a study optimises: ``inner`` plus the cost objectives that
     ``settings`` asks for and the searcher can take.
 
@@ -27,11 +30,15 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
     * otherwise, with ``targets``: the inner objective with the soft penalty (one line in
       the log says that the extra objectives were scalarised);
     * a single-objective searcher with extra objectives and no targets: refused.
+
+    ``latency_fn`` (``arch -> ms``, a latency model): the latency objective, ceiling and
+    target read it instead of the inner result's measured ``latency_ms``.
     """
     multi = SEARCHERS.get(searcher).multi_objective
     if settings.extra_objectives and multi:
         return PenaltyEvaluator(inner, space, seq_len=seq_len,
-                                extra_objectives=settings.extra_objectives)
+                                extra_objectives=settings.extra_objectives,
+                                latency_fn=latency_fn)
     if settings.extra_objectives and not settings.targets:
         raise SearcherError(
             f"searcher {searcher!r} is single-objective, and the experiment asks for the "
@@ -45,5 +52,5 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
                      inner.objective_names[0], settings.targets,
                      [*inner.objective_names, *settings.extra_objectives])
         return PenaltyEvaluator(inner, space, seq_len=seq_len, targets=settings.targets,
-                                penalty_weight=settings.penalty_weight)
+                                penalty_weight=settings.penalty_weight, latency_fn=latency_fn)
     return inner

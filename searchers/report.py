@@ -294,6 +294,9 @@ def _table(study: optuna.Study, evaluated: list[FrozenTrial], names: list[str]) 
         costs = t.user_attrs.get("costs") or {}
         values = ([f"{t.values[i]:.4f}" for i in scored] if outcome(t) == "complete"
                   else ["-"] * len(scored))  # Optuna gives a pruned trial its last report
+        if "latency_ms" in names and outcome(t) == "complete":
+            # the objective itself: a latency model's prediction where the study used one
+            costs = {**costs, "latency_ms": t.values[names.index("latency_ms")]}
         lines.append("| " + " | ".join([
             str(t.number), outcome(t), t.user_attrs.get("seed") or "",
             f"`{t.user_attrs.get('arch_id', '?')}`", *values,

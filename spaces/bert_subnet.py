@@ -160,8 +160,9 @@ def bert_subnet_space(
     g.node("head", "elastic_pooler_classifier", role="output", group="head",
            params=dict(num_labels=num_labels, pooler=True))
     g.edge(prev, "head")
-    # its own family: a child's shape is not a BertConfig (per-layer heads and widths), so
-    # the stock export refuses it (nas.hf.family_of) until the compress export exists
+    # its own family: a child's shape is a BertConfig only when it keeps whole layers, all
+    # heads and one FFN width at the teacher's width (nas.hf.stock_subnet); otherwise the
+    # hf export falls back to the remote-code layout
     config = dict(
         family="bert-subnet", num_labels=num_labels, vocab_size=vocab_size,
         hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,

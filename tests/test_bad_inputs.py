@@ -251,6 +251,18 @@ def impossible_constraint(ctx: Ctx) -> list[str]:
     return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
 
 
+def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
+    """``method: compress`` (the smoke file) with ``changes``: refused while loading."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = yaml.safe_load((ROOT / "experiments" / "compress_smoke.yaml").read_text())
+        data.update(changes)
+        path = ctx.tmp / "compress.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+    return setup
+
+
 def _drop(key: str) -> Callable[[dict], None]:
     return lambda data: data.pop(key)
 
@@ -269,6 +281,12 @@ def _predict_edited(change: Callable[[dict], None], fmt: str = "native"
 
 
 CASES = {
+    # method compress: the space is the teacher's own
+    "compress-other-space": Case(compress_with(space="bert"), 2,
+                                 r"space: method compress searches 'bert-subnet'"),
+    "compress-teacher-shape": Case(compress_with(space_config={"hidden_size": 64}), 2,
+                                   r"space_config\.hidden_size: method compress takes the "
+                                   r"shape from the teacher"),
     # experiment YAML
     "yaml-missing-name": Case(_yaml(_drop("name")), 2, r"bad\.yaml: missing key 'name'"),
     "yaml-missing-task": Case(_yaml(_drop("task")), 2, r"bad\.yaml: missing key 'task'"),

@@ -173,13 +173,6 @@ def _inherited(space):
                                                    val_batches=[_batch(space, 7)], seq_len=SEQ))
 
 
-def _blockwise_space():
-    from spaces.bert_subnet import bert_subnet_space
-
-    return bert_subnet_space(vocab_size=60, hidden_size=16, num_hidden_layers=2,
-                             num_attention_heads=4, intermediate_size=24)
-
-
 def _blockwise(space):
     """The blockwise proxy on a table of a random bert-subnet supernet (the teacher)."""
     import torch
@@ -191,6 +184,35 @@ def _blockwise(space):
     supernet = build_supernet(space).eval()
     return BlockwiseEvaluator(space, block_table(space, supernet, [_batch(space, 7)],
                                                  seq_len=SEQ))
+
+
+def _subnet_space():
+    return get_space("bert-subnet", **small_config("bert-subnet"))
+
+
+def _inherited_kd(space, hidden_weight=1.0):
+    """The inherited-kd evaluator on a random bert-subnet supernet (random weights stand
+    in for a sorted teacher): 2 epochs of 2 steps of logits CE plus the hidden-state MSE."""
+    import torch
+
+    from evaluators.inherited_kd import InheritedKDEvaluator, InheritedKDTask
+    from evaluators.settings import InheritedKDSettings
+    from nas.builder import build_supernet
+
+    torch.manual_seed(0)
+    task = InheritedKDTask(
+        supernet=build_supernet(space),
+        train_batches=lambda epoch, start: [_batch(space, 30 + 10 * epoch + i)
+                                            for i in range(start, 2)],
+        steps_per_epoch=2,
+        logits_loss=lambda logits, b: torch.nn.functional.cross_entropy(logits, b["labels"]),
+        val_batches=[_batch(space, 7)], test_batches=[_batch(space, 8)],
+        latency_batches={1: _batch(space, 9, n=1)}, seq_len=SEQ)
+    return InheritedKDEvaluator(space, task, InheritedKDSettings(epochs=2, lr=1e-2),
+                                hidden_weight=hidden_weight, seed=0, latency_repeats=1)
+
+
+OWN_SPACES = {"mobilebert": _transfer_space, "bert-subnet": _subnet_space}
 
 
 # Every registered evaluator needs an entry here: a small instance on the test space,
@@ -206,15 +228,13 @@ CASES = {
     "distilled-retrain": (lambda space, inner: _retrain(space, inner), False),
     "warmup-kd": (lambda space, inner: _warmup_kd(space, inner), False),
     "inherited": (lambda space, inner: _inherited(space), False),
+    # inherits from a teacher-shaped supernet: the bert-subnet space of a tiny teacher
+    "inherited-kd": (lambda space, inner: _inherited_kd(space), False, "bert-subnet"),
     # needs a MobileBERT-family student and a teacher of its depth and width: own space
     "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
     # scores bert-subnet children from a table of its teacher: own space
     "blockwise": (lambda space, inner: _blockwise(space), False, "bert-subnet"),
 }
-
-#: The cases' own spaces, by the name their third item gives.
-OWN_SPACES = {"mobilebert": _transfer_space, "bert-subnet": _blockwise_space}
-
 
 def test_every_registered_evaluator_has_a_contract_case():
     assert set(EVALUATORS.names()) == set(CASES)
@@ -301,6 +321,7 @@ BY_NAME = {
                              _training_parts),
     "inherited": (None, lambda ev: {"space": ev.space, "supernet": ev.task.supernet}),
     "blockwise": (None, lambda ev: {"space": ev.space, "table": ev.table}),
+    "inherited-kd": ({"epochs": 2, "lr": 1e-2, "hidden_weight": 1.0}, _training_parts),
 }
 
 
@@ -639,3 +660,84 @@ def test_warmup_kd_without_warm_up_and_a_diverging_candidate(space, arch):
     result = nan(arch)
     assert result.status is Status.FAILED and result.values == ()
     assert result.reason.startswith("diverged: loss is nan")
+
+
+# ---------------------------------------------------------------------------
+# inherited-kd: the slice it starts from and the hidden-state loss
+# ---------------------------------------------------------------------------
+
+
+def test_inherited_kd_starts_from_the_supernet_slice_and_reports_it_first(tmp_path):
+    """Step 0 is the inherited-weights scorer's own score of the same slice; training then
+    moves the weights (the final ones are not the slice's)."""
+    import torch
+
+    from evaluators.inherited import InheritedEvaluator, InheritedTask
+    from nas.builder import extract_child
+
+    space = _subnet_space()
+    arch = space.validate({**space.default(), "L0_heads": "1/2", "L1_ffn": "1/4",
+                           "hidden_size": space.choice_map["hidden_size"].values[1]})
+    evaluator = _inherited_kd(space)
+    evaluator.workdir = tmp_path
+    trial = NullTrial()
+    result = evaluator(arch, trial)
+    task = evaluator.task
+    plain = InheritedEvaluator(space, InheritedTask(supernet=task.supernet,
+                                                    val_batches=task.val_batches, seq_len=SEQ))
+    assert trial.reports[0] == (0, plain(arch).values[0])
+    assert result.metrics["inherited_val_accuracy"] == plain(arch).metrics["val_accuracy"]
+    assert [s for s, _ in trial.reports] == [0, 1, 2] and result.costs["train_steps"] == 4
+    from safetensors.torch import load_file
+
+    sliced = extract_child(task.supernet, space, arch).state_dict()
+    trained = load_file(str(evaluator.weights_path(arch)))
+    assert trained.keys() == sliced.keys()
+    assert any(not torch.equal(trained[k], sliced[k]) for k in sliced)
+
+
+def test_hidden_state_mse_compares_through_the_slice_and_by_layer_name():
+    import torch
+
+    from evaluators.inherited_kd import hidden_state_mse, recorded_nodes
+    from nas.builder import build_child
+
+    teacher = {"L0_out": torch.tensor([[[1.0, 2.0, 9.0, 9.0], [5.0, 5.0, 5.0, 5.0]]]),
+               "L1_out": torch.zeros(1, 2, 4)}
+    student = {"L0_out": torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])}  # 2 of the 4 channels
+    mask = torch.tensor([[1, 0]])  # the second token is padding
+    # L0 alone (the student keeps no L1), its first two channels, the first token: (0+4)/2
+    assert hidden_state_mse(student, teacher, mask).item() == pytest.approx(2.0)
+    assert hidden_state_mse({}, teacher, mask).item() == 0.0  # no layer kept: logits only
+    space = _subnet_space()
+    child = build_child(space, {**space.default(), "L0_keep": 0})
+    assert recorded_nodes(child.graph) == ["L1_out"]
+    assert recorded_nodes(build_child(space).graph) == ["L0_out", "L1_out"]
+
+
+def test_inherited_kd_hidden_loss_is_zero_for_the_whole_teacher_and_weighs_in(tmp_path):
+    """The whole teacher's slice is the teacher: its hidden states equal the teacher's (the
+    MSE starts at 0); a weight of 0 trains on the logits alone, so a cut child ends with
+    other weights than with the hidden-state term."""
+    import torch
+    from safetensors.torch import load_file
+
+    from nas.builder import extract_child
+
+    space = _subnet_space()
+    evaluator = _inherited_kd(space)
+    full = extract_child(evaluator.supernet, space, space.default())
+    batch = _batch(space, 3)
+    with torch.no_grad():
+        a = full(batch, record=("hidden_states",)).records["hidden_states"]
+        b = evaluator.teacher()(batch, record=("hidden_states",)).records["hidden_states"]
+    assert len(a) == 2 and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    arch = space.validate({**space.default(), "L1_heads": "1/4"})
+    weights = {}
+    for w in (1.0, 0.0):
+        ev = _inherited_kd(space, hidden_weight=w)
+        ev.workdir = tmp_path / str(w)
+        assert ev(arch).ok
+        weights[w] = load_file(str(ev.weights_path(arch)))
+    assert weights[1.0].keys() == weights[0.0].keys()
+    assert any(not torch.equal(weights[1.0][k], weights[0.0][k]) for k in weights[1.0])

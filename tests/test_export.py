@@ -336,3 +336,98 @@ def test_cli_export_predict_bench(tmp_path):
                for r in rows)
     assert "median" in _cli("bench", str(out), "--batch-sizes", "1", "--seq-len", "8",
                             "--repeats", "1", "--runtime", "onnx")
+
+
+# ---------------------------------------------------------------------------
+# bert-subnet: stock BertForSequenceClassification where the shape allows (SPEC §10)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher():
+    """``(space, supernet)`` of a tiny random transformers BERT teacher (3 layers, width
+    32, 4 heads, FFN 48; MiniLM's vocabulary size, so that its tokenizer fits the export),
+    as method compress builds them."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from spaces.bert_subnet import from_teacher
+
+    torch.manual_seed(0)
+    hf = BertForSequenceClassification(BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=64, num_labels=2)).eval()
+    return from_teacher(hf)
+
+
+def _subnet_logits(space, supernet, arch, out, tokenizer=False):
+    """The child's logits and the export's (loaded by transformers, remote code only if
+    the export has it), on one random batch."""
+    from transformers import AutoModelForSequenceClassification
+
+    child = extract_child(supernet, space, arch).eval()
+    export(space, arch, out, model=child, fmt="hf", tokenizer=tokenizer)
+    remote = (out / "modeling_nas_graph.py").is_file()
+    hf = AutoModelForSequenceClassification.from_pretrained(str(out),
+                                                            trust_remote_code=remote).eval()
+    batch = batch_for(space, 2, 8)
+    batch["input_ids"] = torch.randint(0, 100, batch["input_ids"].shape,
+                                       generator=torch.Generator().manual_seed(1))
+    batch["attention_mask"][1, 6:] = 0
+    with torch.no_grad():
+        ours = child(batch).logits
+        theirs = hf(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
+                       if k in batch}).logits
+    return ours, theirs, hf, remote
+
+
+def test_a_bert_subnet_child_of_stock_shape_exports_as_stock_bert(tiny_teacher, tmp_path):
+    """Layers 0 and 2 kept (1 dropped), all heads, FFN 1/2 in both: a 2-layer stock BERT
+    with FFN 24, the kept layers numbered 0 and 1, no remote code; a transformers pipeline
+    serves it (with the default MiniLM tokenizer) without trust_remote_code."""
+    from transformers import pipeline
+
+    space, supernet = tiny_teacher
+    arch = {**space.default(), "L1_keep": 0, "L0_ffn": "1/2", "L2_ffn": "1/2"}
+    out = tmp_path / "stock"
+    ours, theirs, hf, remote = _subnet_logits(space, supernet, arch, out, tokenizer=None)
+    assert not remote and type(hf).__name__ == "BertForSequenceClassification"
+    assert hf.config.num_hidden_layers == 2 and hf.config.intermediate_size == 24
+    assert not list(out.glob("*.py"))
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    answer = pipeline("text-classification", model=str(out))("a gripping, funny film")
+    assert answer[0]["label"] in hf.config.id2label.values()
+
+
+def test_a_bert_subnet_child_of_other_shape_exports_with_remote_code(tiny_teacher, tmp_path):
+    """Half of layer 0's heads: transformers 5.x has no per-layer heads, so the hf export
+    is the remote-code layout, which computes what the child does."""
+    space, supernet = tiny_teacher
+    arch = {**space.default(), "L0_heads": "1/2"}
+    ours, theirs, _, remote = _subnet_logits(space, supernet, arch, tmp_path / "remote")
+    assert remote
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+
+
+def test_stock_subnet_says_why_a_shape_is_not_stock(tiny_teacher):
+    from nas.hf import stock_subnet
+    from spaces.bert_subnet import bert_subnet_space
+
+    space, _ = tiny_teacher
+    config, full = space.config, space.default()
+    assert stock_subnet(config, full) == {"num_hidden_layers": 3, "intermediate_size": 48}
+    narrow = space.choice_map["hidden_size"].values[1]
+    for change, why in [({"hidden_size": narrow}, f"hidden width {narrow} is not the "
+                                                  "teacher's 32"),
+                        ({"L2_heads": "3/4"}, "layer 2 keeps 3/4 of its heads"),
+                        ({"L0_ffn": "1/4"}, "FFN shares 1, 1/4"),
+                        ({"L0_keep": 0, "L1_keep": 0, "L2_keep": 0}, "keeps no layer")]:
+        with pytest.raises(ExportError, match=why):
+            stock_subnet(config, {**full, **change})
+    # a dropped layer's choices do not count; the first-k mode keeps the first layers
+    assert stock_subnet(config, {**full, "L1_keep": 0, "L1_heads": "0"})["num_hidden_layers"] \
+        == 2
+    first = bert_subnet_space(**{k: config[k] for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size", "max_position_embeddings")}, layers="first")
+    assert stock_subnet(first.config, {**first.default(), "num_hidden_layers": 1}) == {
+        "num_hidden_layers": 1, "intermediate_size": 48}
