@@ -144,6 +144,9 @@ def test_seeds_budget_rejections_and_user_attributes(tmp_path):
         assert set(t.user_attrs["costs"]) >= {"params", "flops", "latency_ms"}
 
 
+# 5-10 s of process start-up: the slow suite (a killed worker's retry keeps workers in the
+# default run)
+@pytest.mark.slow
 def test_two_worker_processes_share_one_study(tmp_path):
     s = space()
     spec = spec_for(tmp_path, searcher="random", n_trials=6, workers=2)
@@ -201,6 +204,7 @@ def test_a_worker_killed_with_sigkill_has_its_trial_failed_and_retried(tmp_path)
     assert evaluations(study) == 3 and len(evaluator.calls) == 3
 
 
+@pytest.mark.slow  # 3-4 s of waiting for Optuna's heartbeat to expire
 def test_rdb_heartbeat_fails_a_silent_trial_of_another_host(tmp_path):
     s = space()
     url = f"sqlite:///{tmp_path}/hb.db"

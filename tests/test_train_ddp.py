@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import distributed as dist
 from torch import nn
@@ -80,6 +81,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes and a gloo group: 4-8 s
 def test_two_processes_follow_the_one_process_loss_curve(tmp_path: Path) -> None:
     torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
     single, single_steps = _train(None)
