@@ -5,7 +5,15 @@ Importing the package registers the built-in evaluators in ``EVALUATORS``; none 
 these modules imports torch at import time. :func:`build_evaluator` builds one by name.
 """
 
-from evaluators import costs, inherited, penalty, retrain, transfer, warmup_kd  # noqa: F401
+from evaluators import (  # noqa: F401  (registration)
+    costs,
+    inherited,
+    penalty,
+    retrain,
+    tabular,
+    transfer,
+    warmup_kd,
+)
 from evaluators.base import (
     EVALUATORS,
     EvalResult,

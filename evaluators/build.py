@@ -30,6 +30,7 @@ progressive-transfer  ``space``, ``teacher``, ``batches``, ``steps_per_epoch``,
                       ``logits``; ``test_batches``, ``init``, ``seed``, ``workdir``,
                       ``latency_repeats``, ``progress``
 inherited             ``space``, ``supernet`` (trained weight-sharing network)
+tabular               ``space`` (a tabular benchmark, :mod:`nas.pool`); ``seed`` (noise)
 ====================  ===================================================================
 
 A training evaluator's parts other than ``space`` and the run options are fields of its

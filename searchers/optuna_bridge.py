@@ -41,6 +41,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from nas.architecture import Architecture
 from nas.choices import Categorical, Scalar
 from nas.errors import ArchitectureError, NasError
+from nas.pool import PoolSpace
 
 if TYPE_CHECKING:
     import optuna
@@ -159,7 +160,11 @@ class Budget:
     def active(self) -> bool:
         return self.max_params is not None or self.max_flops is not None
 
-    def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, int]:
+    def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, Any]:
+        """The counted costs of ``arch``; a tabular benchmark's recorded ones
+        (:meth:`nas.pool.PoolSpace.costs_of`)."""
+        if isinstance(space, PoolSpace):
+            return space.costs_of(arch)
         from nas.cost import count_costs
         from nas.graph import position_limit
 
@@ -184,6 +189,9 @@ class Proposal:
     arch: Architecture | None
     costs: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    #: on a tabular benchmark, the unrecorded (or taken) architecture the parameters gave,
+    #: which ``arch``, the nearest free recorded row, replaces
+    mapped_from: Architecture | None = None
 
     @property
     def ok(self) -> bool:
@@ -208,6 +216,15 @@ class SpaceBridge:
             else:
                 self.params.extend(self._single(c) for c in choices)
         self._by_name = {p.name: p for p in self.params}
+        #: a tabular benchmark's rows within the budget (:meth:`propose` maps into them)
+        self.pool_allowed = (space.within({"params": self.budget.max_params,
+                                           "flops": self.budget.max_flops})
+                             if isinstance(space, PoolSpace) else None)
+
+    @property
+    def pool(self) -> PoolSpace | None:
+        """The space if it is a tabular benchmark (:mod:`nas.pool`), else ``None``."""
+        return self.space if isinstance(self.space, PoolSpace) else None
 
     @staticmethod
     def _single(choice: Categorical) -> Param:
@@ -266,13 +283,27 @@ class SpaceBridge:
         return {p.name: p.value_of(arch) for p in self.params}
 
     # -- proposals ------------------------------------------------------------
-    def propose(self, params: Mapping[str, Any]) -> Proposal:
-        """Decode ``params`` and check the space's rules and the budget; never repairs."""
+    def propose(self, params: Mapping[str, Any], taken: Sequence[str] | set[str] = ()
+                ) -> Proposal:
+        """Decode ``params`` and check the space's rules and the budget; never repairs.
+
+        On a tabular benchmark (:class:`nas.pool.PoolSpace`) the architecture is the
+        nearest recorded row within the budget whose id is not ``taken`` (the benchmark's
+        mapping, the same for every searcher); rejected only when no such row is left."""
         params = dict(params)
         try:
             arch = self.architecture(params)
         except ArchitectureError as err:
             return Proposal(params, None, reason=f"invalid architecture: {err}")
+        pool = self.pool
+        if pool is not None:
+            row = pool.nearest(arch, taken, self.pool_allowed)
+            if row is None:
+                return Proposal(params, arch, reason="no unevaluated recorded architecture "
+                                "is left within the budget")
+            mapped = pool.archs[row]
+            return Proposal(params, mapped, pool.costs_of(mapped),
+                            mapped_from=None if mapped == arch else arch)
         costs: dict[str, Any] = {}
         if self.budget.active:
             costs = self.budget.costs(self.space, arch)

@@ -6,4 +6,11 @@ imports below run each family's ``@register_space``. The core never imports ``sp
 an installed package adds its own families the same way (``docs/plugins.md``).
 """
 
-from spaces import adabert, bert, efficientbert, mobilebert  # noqa: F401  (registration)
+from spaces import (  # noqa: F401  (registration)
+    adabert,
+    bert,
+    efficientbert,
+    hw_gpt_bench,
+    mobilebert,
+    nasbench_bert,
+)
