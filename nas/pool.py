@@ -37,7 +37,7 @@ import numpy as np
 
 from nas.architecture import Architecture
 from nas.choices import Categorical, as_number
-from nas.errors import NasError
+from nas.errors import NasError, SpaceDefinitionError
 from nas.space import SearchSpace
 
 #: the environment variable of the data folder, as for tasks (:mod:`nas.data.tasks`)
@@ -46,7 +46,7 @@ DATA_DIR_ENV = "NAS_DATA_DIR"
 BENCHMARK_FOLDER = "nasbench"
 
 
-class BenchmarkDataError(NasError):
+class BenchmarkDataError(SpaceDefinitionError):
     """A benchmark's file is missing or malformed."""
 
 

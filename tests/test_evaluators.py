@@ -24,6 +24,7 @@ from evaluators.base import (
 )
 from evaluators.costs import CostEvaluator
 from evaluators.penalty import PenaltyEvaluator
+from evaluators.tabular import TabularEvaluator
 from nas.cost import count_costs
 from nas.errors import NasError
 from nas.space import get_space, small_config
@@ -188,6 +189,9 @@ CASES = {
     "inherited": (lambda space, inner: _inherited(space), False),
     # needs a MobileBERT-family student and a teacher of its depth and width: own space
     "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
+    # looks up recorded rows: a tabular benchmark's space
+    "tabular": (lambda space, inner: TabularEvaluator(space, ("sst", "params"), noise_sd=0.4,
+                                                      seed=3), False, "nas-bench-bert"),
 }
 
 
@@ -202,7 +206,7 @@ def case(request, space, arch):
     factory, wraps, *own = CASES[request.param]
     assert issubclass(EVALUATORS.get(request.param), Evaluator)
     if own:
-        space = _transfer_space()
+        space = _transfer_space() if own[0] == "mobilebert" else get_space(own[0])
         arch = space.sample(0)
     return factory, wraps, space, arch
 
@@ -275,6 +279,8 @@ BY_NAME = {
                               "prediction_settings": {"epochs": 2, "lr": 1e-3}},
                              _training_parts),
     "inherited": (None, lambda ev: {"space": ev.space, "supernet": ev.task.supernet}),
+    "tabular": ({"objectives": ["sst", "params"], "noise_sd": 0.4},
+                lambda ev: {"space": ev.space, "seed": ev.seed}),
 }
 
 
