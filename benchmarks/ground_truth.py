@@ -234,9 +234,10 @@ def wilcoxon(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def run_benchmark(name: str, seeds: Sequence[int], trials: int, searchers: Sequence[str],
-                  plot_dir: Path | None) -> str:
-    """Every searcher and baseline on ``name`` (both modes, with and without noise);
-    returns the markdown tables (and writes the plots)."""
+                  plot_dir: Path | None, modes: Sequence[str] = ("so", "mo"),
+                  noise: Sequence[bool] = (False, True), tag: str = "") -> str:
+    """Every searcher and baseline on ``name`` (``modes``, with and without ``noise``);
+    returns the markdown tables (and writes the plot ``ground_truth_<name><tag>.png``)."""
     bench = Bench(name)
     budgets = [b for b in BUDGETS if b <= trials]
     known = set(SEARCHERS.names())
@@ -256,8 +257,8 @@ def run_benchmark(name: str, seeds: Sequence[int], trials: int, searchers: Seque
         lines.append(f"- not registered here, skipped: {', '.join(skipped)}")
     curves: dict[tuple[str, bool, str], np.ndarray] = {}
     asks: dict[str, float] = {}
-    for mode in ("so", "mo"):
-        for noisy in (False, True):
+    for mode in modes:
+        for noisy in noise:
             values: dict[str, np.ndarray] = {}
             for searcher in searchers:
                 if mode == "mo" and searcher in SINGLE_OBJECTIVE:
@@ -286,8 +287,8 @@ def run_benchmark(name: str, seeds: Sequence[int], trials: int, searchers: Seque
         lines += ["", "Ask time per trial at trials 91–100 (ms, median over a run; the "
                   "slowest seed): " + ", ".join(f"{s} {ms:.1f}" for s, ms in asks.items())]
     if plot_dir is not None:
-        plot(bench, curves, plot_dir / f"ground_truth_{name}.png")
-        lines += ["", f"![{name}](ground_truth_{name}.png)"]
+        plot(bench, curves, plot_dir / f"ground_truth_{name}{tag}.png")
+        lines += ["", f"![{name}](ground_truth_{name}{tag}.png)"]
     return "\n".join(lines)
 
 
@@ -321,7 +322,7 @@ def plot(bench: Bench, curves: dict[tuple[str, bool, str], np.ndarray], path: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, squeeze=False)
     for (mode, noisy, searcher), v in curves.items():
         ax = axes[0 if mode == "so" else 1][1 if noisy else 0]
         x = np.arange(1, v.shape[1] + 1)

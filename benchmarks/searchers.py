@@ -223,6 +223,10 @@ def main() -> None:
     parser.add_argument("--searchers", default=None,
                         help="default lanas,lanas-20,tpe,gp,random; tabular benchmarks "
                              "random,tpe,nsga2,gp,lanas,lamoo")
+    parser.add_argument("--modes", default="so,mo",
+                        help="tabular benchmarks: so (regret), mo (hypervolume) or both")
+    parser.add_argument("--noise", default="off,on", help="tabular benchmarks: off, on or both")
+    parser.add_argument("--tag", default="", help="tabular benchmarks: a suffix of the plot")
     parser.add_argument("--layers", type=int, default=6, help="EfficientBERT layers")
     args = parser.parse_args()
     if args.benchmark != "synthetic":
@@ -231,7 +235,8 @@ def main() -> None:
         searchers = (args.searchers or "random,tpe,nsga2,gp,lanas,lamoo").split(",")
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
         print(run_benchmark(args.benchmark, seeds, args.trials or 100, searchers,
-                            Path(__file__).resolve().parent))
+                            Path(__file__).resolve().parent, args.modes.split(","),
+                            [n == "on" for n in args.noise.split(",")], args.tag))
         return
     args.trials = args.trials or 200
     args.searchers = args.searchers or "lanas,lanas-20,tpe,gp,random"
