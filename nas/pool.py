@@ -19,9 +19,10 @@ exactly the recorded rows:
 * the recorded metrics and costs are looked up by :meth:`PoolSpace.record` (the
   ``tabular`` evaluator) and the costs by :meth:`PoolSpace.costs_of` (hard budgets).
 
-A pool space has no model: building, exporting or counting its graph is refused with a
-one-line error. The loaders live in ``spaces/`` (one module per benchmark); the data
-folder is :func:`benchmark_dir`.
+A pool space has no model: its graph is empty, :meth:`PoolSpace.resolve` refuses with a
+one-line error, and it is registered with ``tabular=True`` so that the model-building
+tests and tools leave it out (``list_spaces(tabular=False)``). The loaders live in
+``spaces/`` (one module per benchmark); the data folder is :func:`benchmark_dir`.
 """
 
 from __future__ import annotations

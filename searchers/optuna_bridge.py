@@ -289,7 +289,8 @@ class SpaceBridge:
 
         On a tabular benchmark (:class:`nas.pool.PoolSpace`) the architecture is the
         nearest recorded row within the budget whose id is not ``taken`` (the benchmark's
-        mapping, the same for every searcher); rejected only when no such row is left."""
+        mapping, the same for every searcher; once every row is taken, the nearest row,
+        a repeat); rejected only when no row lies within the budget."""
         params = dict(params)
         try:
             arch = self.architecture(params)
@@ -298,9 +299,11 @@ class SpaceBridge:
         pool = self.pool
         if pool is not None:
             row = pool.nearest(arch, taken, self.pool_allowed)
+            if row is None and taken:  # every row evaluated: a repeat, as on any space
+                row = pool.nearest(arch, (), self.pool_allowed)
             if row is None:
-                return Proposal(params, arch, reason="no unevaluated recorded architecture "
-                                "is left within the budget")
+                return Proposal(params, arch, reason="no recorded architecture lies within "
+                                "the budget")
             mapped = pool.archs[row]
             return Proposal(params, mapped, pool.costs_of(mapped),
                             mapped_from=None if mapped == arch else arch)

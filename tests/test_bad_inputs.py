@@ -282,6 +282,10 @@ CASES = {
                                     r"bad\.yaml.*random_samples is now multi_trial\.n_trials"),
     "yaml-lr-nan": Case(_yaml(_set("search.lr", float("nan"))), 2,
                         r"bad\.yaml\.search\.lr: expected a finite number, got nan"),
+    # a tabular benchmark whose data folder lacks the file (issue 29)
+    "tabular-benchmark-missing": Case(
+        lambda ctx: ["spaces", "show", "nas-bench-bert", "-c", f"data_dir={ctx.tmp}"], 2,
+        r"nas-bench-bert: benchmark file .*BERT_benchmark\.json not found; set NAS_DATA_DIR"),
     # data
     "data-non-utf8-line-5": Case(non_utf8_data, 2,
                                  r"sst2/train\.tsv:5: not UTF-8 text \(byte 0xe9 at column 4\)"),

@@ -115,6 +115,9 @@ def test_the_bridge_maps_within_the_budget_and_records_what_was_proposed(bert):
         if proposal.mapped_from is not None:
             assert bert.row_of(proposal.mapped_from) is None or \
                 bert.costs_of(proposal.mapped_from)["params"] > limit
+    everything = {a.id for a in bert.archs}  # every row taken: the nearest, a repeat
+    assert bridge.propose(params, everything).arch == proposal.arch
+    assert not SpaceBridge(bert, Budget(max_params=1.0)).propose(params).ok
 
 
 def test_tabular_noise_is_seeded_absolute_for_scores_and_relative_for_perplexity(bert, gpt):
