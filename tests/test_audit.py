@@ -145,6 +145,9 @@ def test_nas_audit_on_the_efficientbert_smoke_experiment(tmp_path, monkeypatch, 
         assert arm["kendall_tau"] is None or -1.0 <= arm["kendall_tau"] <= 1.0
         assert len(arm["kendall_tau_ci"]) == 2
     assert summary["steps_to_reach"]["measured"] == 3
+    # the seed-noise check (--noise-seeds, default 2) reseeded every arm and the retrain
+    assert set(summary["seed_noise"]["sd"]) == {"warm-up", "no warm-up", "full"}
+    assert set(summary["spread_sd"]) == {"warm-up", "no warm-up", "full"}
     saved = json.loads((run_dir / "audit.json").read_text())
     for row in saved["candidates"]:
         assert row["results"]["warm-up"]["costs"]["inherited"] is True
