@@ -68,7 +68,7 @@ def main() -> None:
     print(f"{'space':<18} {'reference/s':>11} {'build ms':>9} {'count_costs/s':>14} "
           f"{'per CPU-s':>12} {'tables/s':>10} {'speed-up':>9}")
     worst = worst_cpu = float("inf")
-    for name in list_spaces(args.spaces):
+    for name in list_spaces(args.spaces, tabular=False):
         space = get_space(name)
         rng = np.random.default_rng(0)
         archs = [space.sample(rng) for _ in range(args.archs)]

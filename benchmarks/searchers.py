@@ -34,6 +34,12 @@ the objective itself takes microseconds).
 
 Run: ``python benchmarks/searchers.py [--seeds 10] [--trials 200] [--searchers
 lanas,tpe,gp,random]`` and record the output in ``benchmarks/RESULTS.md``.
+
+``--benchmark nas-bench-bert`` or ``hw-gpt-bench`` runs the searchers on a tabular
+benchmark with known answers instead (:mod:`benchmarks.ground_truth`, issue 29): regret
+and hypervolume at 10/20/40/100 evaluations over paired seeds, against random and two
+baselines, with and without noise; it prints markdown tables and writes a PNG next to
+this file. ``--benchmark synthetic`` (the default) is the objective above.
 """
 
 from __future__ import annotations
@@ -207,11 +213,33 @@ def run_one(objective: Objective42, variant: str, seed: int, trials: int, target
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", default="synthetic",
+                        choices=["synthetic", "nas-bench-bert", "hw-gpt-bench"])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--searchers", default="lanas,lanas-20,tpe,gp,random")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="tabular benchmarks: seeds first-seed .. first-seed+seeds-1")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="evaluations per run (default 200; tabular benchmarks 100)")
+    parser.add_argument("--searchers", default=None,
+                        help="default lanas,lanas-20,tpe,gp,random; tabular benchmarks "
+                             "random,tpe,nsga2,gp,lanas,lamoo")
+    parser.add_argument("--modes", default="so,mo",
+                        help="tabular benchmarks: so (regret), mo (hypervolume) or both")
+    parser.add_argument("--noise", default="off,on", help="tabular benchmarks: off, on or both")
+    parser.add_argument("--tag", default="", help="tabular benchmarks: a suffix of the plot")
     parser.add_argument("--layers", type=int, default=6, help="EfficientBERT layers")
     args = parser.parse_args()
+    if args.benchmark != "synthetic":
+        from benchmarks.ground_truth import run_benchmark
+
+        searchers = (args.searchers or "random,tpe,nsga2,gp,lanas,lamoo").split(",")
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        print(run_benchmark(args.benchmark, seeds, args.trials or 100, searchers,
+                            Path(__file__).resolve().parent, args.modes.split(","),
+                            [n == "on" for n in args.noise.split(",")], args.tag))
+        return
+    args.trials = args.trials or 200
+    args.searchers = args.searchers or "lanas,lanas-20,tpe,gp,random"
     space = get_space("efficientbert", layers=args.layers)
     t0 = time.perf_counter()
     objective = make_objective(space, args.layers)

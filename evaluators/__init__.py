@@ -12,6 +12,7 @@ from evaluators import (  # noqa: F401  (registration)
     inherited_kd,
     penalty,
     retrain,
+    tabular,
     transfer,
     warmup_kd,
 )

@@ -16,8 +16,16 @@ for any space that has a proxy evaluator and a full evaluator:
    the inherited candidate needs to reach the final KD loss of the same candidate
    trained from scratch (both curves smoothed by a running mean over a tenth of the
    steps, so one noisy batch does not decide);
-5. a **scatter plot** (proxy score against full score, one panel per arm), ``audit.json``
+5. **seed noise** (``noise_seeds`` > 0): the middle candidate scored again by every arm
+   and the full evaluator with other seeds (:func:`reseeded`); when the candidates'
+   spread (sd of their scores) is smaller than that seed noise (sd over seeds), the audit
+   warns (:func:`spread_warnings`): its ranking is then mostly noise (issue 29: the
+   EfficientBERT audit's 12 candidates spread by sd 0.26, one architecture by 0.27);
+6. a **scatter plot** (proxy score against full score, one panel per arm), ``audit.json``
    and ``audit.md``.
+
+:func:`rank_agreement` is the statistics on their own, for any caller (the
+ground-truth audit of NAS-Bench-BERT's proxies, ``benchmarks/proxy_audit.py``).
 
 Every evaluation is written as soon as it finishes (``<folder>/candidates/<id>.json``), so
 an interrupted audit resumes where it stopped. A failed proxy evaluation scores 0, as the
@@ -27,6 +35,7 @@ left out of the statistics (and counted).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -181,9 +190,70 @@ def _score(result: EvalResult) -> float:
     return float(result.values[0]) if result.ok else 0.0
 
 
-def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
+def reseeded(evaluator: Evaluator, seed: int) -> Evaluator | None:
+    """A copy of ``evaluator`` with another ``seed`` (its checkpoints, if it keeps any, in
+    a subfolder of their own), or ``None`` for an evaluator without a seed."""
+    if not hasattr(evaluator, "seed"):
+        return None
+    clone = copy.copy(evaluator)
+    clone.seed = seed  # type: ignore[attr-defined]
+    if getattr(clone, "workdir", None) is not None:
+        clone.workdir = Path(clone.workdir) / f"noise-seed-{seed}"  # type: ignore[attr-defined]
+    return clone
+
+
+def measure_noise(parts: AuditParts, arch: Any, score: dict[str, float], seeds: Sequence[int],
+                  folder: Path) -> dict[str, Any]:
+    """The sd over seeds of each arm's and the full evaluator's score of ``arch`` (its
+    audit score ``score[name]`` and one per seed of ``seeds``), saved to
+    ``folder/seed_noise.json`` as it goes (a resume skips what is there)."""
+    from nas.checkpoint import atomic_write_json
+
+    path = folder / "seed_noise.json"
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    if saved.get("arch_id") != arch.id:
+        saved = {"arch_id": arch.id, "scores": {}}
+    for name, evaluator in [*parts.arms.items(), ("full", parts.full)]:
+        scores = saved["scores"].setdefault(name, {})
+        for s in seeds:
+            if str(s) in scores:
+                continue
+            other = reseeded(evaluator, s)
+            if other is None:
+                log.warning("audit: %s has no seed; its seed noise is not measured", name)
+                break
+            log.info("audit seed noise: %s, seed %d", name, s)
+            scores[str(s)] = _score(run_evaluation(other, arch))
+            atomic_write_json(path, saved)
+    sds = {}
+    for name, scores in saved["scores"].items():
+        values = [score[name], *scores.values()]
+        if len(values) >= 2:
+            sds[name] = float(np.std(values, ddof=1))
+    return {"arch_id": arch.id, "seeds": list(seeds), "sd": sds, "scores": saved["scores"]}
+
+
+def spread_warnings(scores: Mapping[str, Sequence[float]], noise_sd: Mapping[str, float]
+                    ) -> list[str]:
+    """One warning per score list whose spread (sd over candidates) is smaller than the
+    seed noise measured for it: a ranking of such candidates is mostly noise."""
+    out = []
+    for name, sd in noise_sd.items():
+        values = scores.get(name)
+        if values is None or len(values) < 2:
+            continue
+        spread = float(np.std(values, ddof=1))
+        if spread < sd:
+            out.append(f"{name}: the candidates spread by sd {spread:.3g}, less than one "
+                       f"architecture's seed noise (sd {sd:.3g}); its ranking is mostly noise")
+    return out
+
+
+def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000,
+              noise_seeds: int = 0) -> dict[str, Any]:
     """Run the audit of ``parts`` on ``n`` candidates (module docstring); returns the
-    summary written to ``audit.json``."""
+    summary written to ``audit.json``. ``noise_seeds``: how many other seeds score the
+    middle candidate again, for the seed-noise check (0: none)."""
     if n < MIN_CANDIDATES:
         raise NasError(f"--candidates must be at least {MIN_CANDIDATES} (12 or more give an "
                        f"interval worth reading), got {n}")
@@ -211,16 +281,26 @@ def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000)
             row["results"][name] = run_evaluation(evaluator, arch).to_dict()
             atomic_write_json(path, row)  # after each evaluation: a resume skips it
         rows.append(row)
-    summary = summarise(parts, rows, n_boot, seed)
+    noise = None
+    if noise_seeds > 0:
+        middle = n // 2  # candidates come in order of parameter count
+        own = {name: _score(EvalResult.from_dict(r)) for name, r in
+               rows[middle]["results"].items()}
+        noise = measure_noise(parts, candidates[middle], own,
+                              [seed + 1000 + i for i in range(noise_seeds)], folder)
+    summary = summarise(parts, rows, n_boot, seed, noise)
+    for warning in summary.get("warnings", []):
+        log.warning("audit: %s", warning)
     atomic_write_json(folder / "audit.json", {**summary, "candidates": rows})
     summary["plot"] = str(scatter_plot(folder / "audit_scatter.png", rows, list(parts.arms)))
     (folder / "audit.md").write_text("\n".join(audit_lines(summary)) + "\n")
     return summary
 
 
-def summarise(parts: AuditParts, rows: list[dict[str, Any]], n_boot: int, seed: int
-              ) -> dict[str, Any]:
-    """Agreement per arm and the steps-to-reach measurement, from the candidates' rows."""
+def summarise(parts: AuditParts, rows: list[dict[str, Any]], n_boot: int, seed: int,
+              noise: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Agreement per arm, the steps-to-reach measurement and the spread against the seed
+    noise (when measured), from the candidates' rows."""
     results = [{k: EvalResult.from_dict(v) for k, v in r["results"].items()} for r in rows]
     usable = [res for res in results if res["full"].ok]
     full = [res["full"].values[0] for res in usable]
@@ -237,6 +317,13 @@ def summarise(parts: AuditParts, rows: list[dict[str, Any]], n_boot: int, seed: 
             arm.update(rank_agreement(scores, full, n_boot, seed))
         out["arms"][name] = arm
     out["full_mean_seconds"] = float(np.mean([res["full"].seconds for res in results]))
+    if noise is not None:
+        scores = {name: [_score(res[name]) for res in usable] for name in parts.arms}
+        scores["full"] = full
+        out["seed_noise"] = dict(noise)
+        out["spread_sd"] = {k: float(np.std(v, ddof=1)) for k, v in scores.items()
+                            if len(v) >= 2}
+        out["warnings"] = spread_warnings(scores, noise["sd"])
     if parts.curve_arms is not None:
         inherited, scratch = parts.curve_arms
         reach = []
@@ -307,10 +394,19 @@ def audit_lines(summary: Mapping[str, Any]) -> list[str]:
                       f"{reach['reached']} of {reach['measured']}; median "
                       + (f"{100 * med:.0f}% of the scratch steps" if med is not None else "-")
                       + f"; within 1/5 of them: {reach['within_one_fifth']}."]
+    noise = summary.get("seed_noise")
+    if noise:
+        spread = summary.get("spread_sd", {})
+        lines += ["", f"Seed noise (candidate {noise['arch_id']} scored again with "
+                      f"{len(noise['seeds'])} other seed(s)): "
+                  + "; ".join(f"{k} sd {v:.3g} against the candidates' spread sd "
+                              f"{spread.get(k, math.nan):.3g}" for k, v in noise["sd"].items())
+                  + "."]
+        lines += [f"- **warning**: {w}" for w in summary.get("warnings", [])]
     if summary.get("plot"):
         lines += ["", f"![scatter]({Path(summary['plot']).name})"]
     return lines
 
 
-__all__ = ["AuditParts", "audit_lines", "rank_agreement", "run_audit", "scatter_plot",
-           "spread_candidates", "steps_to_reach"]
+__all__ = ["AuditParts", "audit_lines", "measure_noise", "rank_agreement", "reseeded",
+           "run_audit", "scatter_plot", "spread_candidates", "spread_warnings", "steps_to_reach"]

@@ -35,6 +35,7 @@ blockwise             ``space``, ``table`` (the teacher's
 inherited-kd          ``space``, ``supernet`` (the sorted teacher's), ``train_batches``,
                       ``steps_per_epoch``, ``logits_loss``; ``test_batches``, ``init``,
                       ``seed``, ``workdir``, ``latency_repeats``, ``progress``
+tabular               ``space`` (a tabular benchmark, :mod:`nas.pool`); ``seed`` (noise)
 ====================  ===================================================================
 
 A training evaluator's parts other than ``space`` and the run options are fields of its

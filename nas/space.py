@@ -280,17 +280,25 @@ SPACES: Registry[Callable[..., SearchSpace]] = Registry("space", entry_point_gro
 #: Per space, a small configuration (vocabulary, widths) for the registry-wide tests.
 TEST_CONFIGS: dict[str, dict[str, Any]] = {}
 
+#: The spaces registered as tabular benchmarks (:mod:`nas.pool`): recorded rows, no model.
+TABULAR: set[str] = set()
 
-def register_space(name: str, test_config: Mapping[str, Any] | None = None):
+
+def register_space(name: str, test_config: Mapping[str, Any] | None = None,
+                   tabular: bool = False):
     """Decorator for a factory ``(**config) -> SearchSpace`` registered under ``name``.
 
     ``test_config`` is a small configuration of the same family (a short vocabulary,
     narrow widths) with which the contract tests build every space quickly.
+    ``tabular``: the factory builds a :class:`nas.pool.PoolSpace` (a benchmark's recorded
+    rows, no model), which the model-building tests and commands leave out.
     """
 
     def decorator(factory: Callable[..., SearchSpace]) -> Callable[..., SearchSpace]:
         SPACES.add(name, factory)
         TEST_CONFIGS[name] = dict(test_config or {})
+        if tabular:
+            TABULAR.add(name)
         return factory
 
     return decorator
@@ -394,9 +402,13 @@ def small_config(name: str) -> dict[str, Any]:
     return dict(TEST_CONFIGS.get(name, {}))
 
 
-def list_spaces(pattern: str = "*") -> list[str]:
-    """Registered space names matching a shell-style wildcard (plug-ins included), sorted."""
-    return SPACES.names(pattern)
+def list_spaces(pattern: str = "*", tabular: bool | None = None) -> list[str]:
+    """Registered space names matching a shell-style wildcard (plug-ins included), sorted;
+    ``tabular=False``: only spaces with a model, ``True``: only tabular benchmarks."""
+    names = SPACES.names(pattern)
+    if tabular is None:
+        return names
+    return [n for n in names if (n in TABULAR) == tabular]
 
 
 def fix_choices(space: SearchSpace, values: Mapping[str, Any]) -> SearchSpace:

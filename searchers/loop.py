@@ -52,7 +52,7 @@ from nas.errors import NasError
 from searchers.objectives import study_evaluator
 from searchers.proposals import StudySearch, evaluations
 from searchers.settings import PRUNERS, StudyOptions, StudySettings, make_pruner
-from searchers.storage import StorageError, recover_stale_trials
+from searchers.storage import MEMORY, StorageError, recover_stale_trials
 from searchers.study import (
     POINTER,
     StudySpec,
@@ -84,6 +84,9 @@ def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
     the only store of the trials (``study.best_trial``, ``study.best_trials``).
     """
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    if spec.storage == MEMORY and (spec.workers > 1 or spec.attach or spec.resume):
+        raise NasError(f"study {spec.study_name!r}: an in-memory storage ({MEMORY}) has one "
+                       "worker and no resume; name a journal file or a database")
     storage = spec_storage(spec)
     exists = spec.study_name in optuna.get_all_study_names(storage)
     if spec.attach and not exists:

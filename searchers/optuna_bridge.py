@@ -46,6 +46,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from nas.architecture import Architecture
 from nas.choices import Categorical, Scalar
 from nas.errors import ArchitectureError, NasError
+from nas.pool import PoolSpace
 
 if TYPE_CHECKING:
     import optuna
@@ -187,7 +188,10 @@ class Budget:
     def costs(self, space: SearchSpace, arch: Architecture) -> dict[str, Any]:
         """Parameters and FLOPs counted from the graph and, with a ``latency_fn``, the
         predicted latency (``latency_ms_predicted``; ``latency_ms`` is what an
-        evaluation measures)."""
+        evaluation measures); a tabular benchmark's recorded ones
+        (:meth:`nas.pool.PoolSpace.costs_of`)."""
+        if isinstance(space, PoolSpace):
+            return space.costs_of(arch)
         from nas.cost import count_costs
         from nas.graph import position_limit
 
@@ -201,7 +205,9 @@ class Budget:
     @staticmethod
     def cost(costs: Mapping[str, Any], name: str) -> float:
         """Cost ``name`` of :meth:`costs` (``latency_ms``: the predicted one)."""
-        return float(costs["latency_ms_predicted" if name == "latency_ms" else name])
+        if name == "latency_ms" and "latency_ms_predicted" in costs:
+            return float(costs["latency_ms_predicted"])
+        return float(costs[name])  # a tabular benchmark records its latency_ms
 
     def constraint_values(self, costs: Mapping[str, Any]) -> dict[str, float]:
         """Per active constraint, ``cost / limit − 1``: ≤ 0 when it is met (Optuna's
@@ -248,6 +254,9 @@ class Proposal:
     reason: str | None = None
     constraints: dict[str, float] = field(default_factory=dict)
     violations: dict[str, float] = field(default_factory=dict)
+    #: on a tabular benchmark, the unrecorded (or taken) architecture the parameters gave,
+    #: which ``arch``, the nearest free recorded row, replaces
+    mapped_from: Architecture | None = None
 
     @property
     def ok(self) -> bool:
@@ -277,6 +286,15 @@ class SpaceBridge:
             else:
                 self.params.extend(self._single(c) for c in choices)
         self._by_name = {p.name: p for p in self.params}
+        #: a tabular benchmark's rows within the budget (:meth:`propose` maps into them)
+        self.pool_allowed = (space.within({"params": self.budget.max_params,
+                                           "flops": self.budget.max_flops})
+                             if isinstance(space, PoolSpace) else None)
+
+    @property
+    def pool(self) -> PoolSpace | None:
+        """The space if it is a tabular benchmark (:mod:`nas.pool`), else ``None``."""
+        return self.space if isinstance(self.space, PoolSpace) else None
 
     @staticmethod
     def _single(choice: Categorical) -> Param:
@@ -335,13 +353,30 @@ class SpaceBridge:
         return {p.name: p.value_of(arch) for p in self.params}
 
     # -- proposals ------------------------------------------------------------
-    def propose(self, params: Mapping[str, Any]) -> Proposal:
-        """Decode ``params`` and check the space's rules and the budget; never repairs."""
+    def propose(self, params: Mapping[str, Any], taken: Sequence[str] | set[str] = ()
+                ) -> Proposal:
+        """Decode ``params`` and check the space's rules and the budget; never repairs.
+
+        On a tabular benchmark (:class:`nas.pool.PoolSpace`) the architecture is the
+        nearest recorded row within the budget whose id is not ``taken`` (the benchmark's
+        mapping, the same for every searcher; once every row is taken, the nearest row,
+        a repeat); rejected only when no row lies within the budget."""
         params = dict(params)
         try:
             arch = self.architecture(params)
         except ArchitectureError as err:
             return Proposal(params, None, reason=f"invalid architecture: {err}")
+        pool = self.pool
+        if pool is not None:
+            row = pool.nearest(arch, taken, self.pool_allowed)
+            if row is None and taken:  # every row evaluated: a repeat, as on any space
+                row = pool.nearest(arch, (), self.pool_allowed)
+            if row is None:
+                return Proposal(params, arch, reason="no recorded architecture lies within "
+                                "the budget")
+            mapped = pool.archs[row]
+            return Proposal(params, mapped, pool.costs_of(mapped),
+                            mapped_from=None if mapped == arch else arch)
         costs: dict[str, Any] = {}
         if self.budget.active:
             costs = self.budget.costs(self.space, arch)

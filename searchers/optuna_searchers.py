@@ -149,15 +149,56 @@ class PerTrialSearcher(MultiTrialSearcher):
 # ---------------------------------------------------------------------------
 
 
+class PoolRandomSampler(BaseSampler):
+    """Random search on a tabular benchmark (:mod:`nas.pool`): a uniformly random
+    unevaluated recorded row within the budget. Uniform parameters mapped to their
+    nearest row would favour the rows in sparse regions of the encoding."""
+
+    def __init__(self, seed: int, bridge: SpaceBridge) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.bridge = bridge
+        self.fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict:
+        return dict(self.bridge.distributions)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict
+                        ) -> dict[str, Any]:
+        from searchers.proposals import evaluated_ids
+
+        pool = self.bridge.pool
+        if not search_space or pool is None:
+            return {}
+        allowed = self.bridge.pool_allowed
+        free = allowed.copy() if allowed is not None else np.ones(pool.size(), dtype=bool)
+        for arch_id in evaluated_ids(study.get_trials(deepcopy=False), trial.number):
+            row = pool.row_of_id(arch_id)
+            if row is not None:
+                free[row] = False
+        rows = np.flatnonzero(free if free.any() else allowed)
+        if not len(rows):
+            return {}
+        row = int(rows[self.rng.integers(len(rows))])
+        return self.bridge.params_of(pool.archs[row])
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+
 @SEARCHERS.register("random")
 class RandomSearcher(PerTrialSearcher):
     """Uniform random architectures (Optuna's ``RandomSampler``), the baseline every
     searcher must beat (SPEC §2's random baseline; Li & Talwalkar, 2019). Repeats are
-    skipped while the space has unseen architectures (:mod:`searchers.proposals`)."""
+    skipped while the space has unseen architectures (:mod:`searchers.proposals`). On a
+    tabular benchmark, a uniformly random unevaluated recorded row
+    (:class:`PoolRandomSampler`)."""
 
     name = "random"
 
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
+        if bridge is not None and bridge.pool is not None and not self.options:
+            return PoolRandomSampler(seed, bridge)
         return optuna.samplers.RandomSampler(seed=seed, **self.options)
 
 

@@ -117,6 +117,17 @@ def evaluations(study: optuna.Study) -> int:
     return count
 
 
+def evaluated_ids(trials: Sequence[FrozenTrial], exclude: int | None = None) -> set[str]:
+    """Arch ids of ``trials`` that were or are being evaluated (but trial ``exclude``)."""
+    ids = set()
+    for t in trials:
+        outcome = t.user_attrs.get("outcome")
+        if t.number != exclude and "arch_id" in t.user_attrs and (
+                outcome in EVALUATED or (outcome is None and not t.state.is_finished())):
+            ids.add(t.user_attrs["arch_id"])
+    return ids
+
+
 def claims_before(study: optuna.Study, number: int) -> int:
     """Evaluations that trials numbered below ``number`` have finished or may still be
     doing (RUNNING ones, evaluating or still being proposed). Trial numbers come from
@@ -208,7 +219,11 @@ class StudySearch:
             trial = self._next_trial()
             for key, value in self.trial_attrs.items():
                 trial.set_user_attr(key, value)
-            proposal = self.bridge.propose(self.bridge.suggest(trial))
+            # a tabular benchmark maps a proposal to its nearest unevaluated recorded row
+            taken = self.evaluated_ids(exclude=trial.number) if self.bridge.pool else ()
+            proposal = self.bridge.propose(self.bridge.suggest(trial), taken)
+            if proposal.mapped_from is not None:
+                trial.set_user_attr("proposed", dict(proposal.mapped_from))
             # an enqueued trial (a seed, a retry, a fallback) is always evaluated
             system = system_attrs(trial)
             fixed = "fixed_params" in system or "failed_trial" in system
@@ -317,13 +332,7 @@ class StudySearch:
 
     def evaluated_ids(self, exclude: int | None = None) -> set[str]:
         """Arch ids of the study's trials that were or are being evaluated."""
-        ids = set()
-        for t in self.study.get_trials(deepcopy=False):
-            outcome = t.user_attrs.get("outcome")
-            if t.number != exclude and "arch_id" in t.user_attrs and (
-                    outcome in EVALUATED or (outcome is None and not t.state.is_finished())):
-                ids.add(t.user_attrs["arch_id"])
-        return ids
+        return evaluated_ids(self.study.get_trials(deepcopy=False), exclude)
 
     def enqueue(self, arch: Mapping[str, Any], tag: str) -> None:
         """Queue ``arch`` as the next trial (a seed architecture: the space default, the

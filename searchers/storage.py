@@ -63,11 +63,19 @@ class StorageError(NasError):
     """A study storage cannot be opened (bad URL, missing driver, unreachable server)."""
 
 
+#: the storage of a study kept in this process's memory only (tests, tabular benchmarks:
+#: thousands of short studies, no file, no resume, one worker)
+MEMORY = ":memory:"
+
+
 def storage_url(given: str | None, run_dir: str | Path) -> str:
     """The canonical storage string, to open: a URL as given (an SQLite file made
-    absolute), or an absolute journal file path (``RUN_DIR/study.journal`` by default)."""
+    absolute), :data:`MEMORY`, or an absolute journal file path (``RUN_DIR/study.journal``
+    by default)."""
     if given is None:
         return str((Path(run_dir) / JOURNAL_FILE).resolve())
+    if given == MEMORY:
+        return MEMORY
     if "://" in given:
         scheme = given.split("://", 1)[0].split("+", 1)[0]
         if scheme not in RDB_SCHEMES:
@@ -135,7 +143,7 @@ def resolve_recorded(recorded: str, run_dir: str | Path) -> str:
 
 
 def is_journal(url: str) -> bool:
-    return "://" not in url
+    return "://" not in url and url != MEMORY
 
 
 def masked(url: str) -> str:
@@ -149,7 +157,10 @@ def masked(url: str) -> str:
 
 def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
                  grace_period: int = 30) -> BaseStorage:
-    """The Optuna storage behind ``url`` (see :func:`storage_url`)."""
+    """The Optuna storage behind ``url`` (see :func:`storage_url`; :data:`MEMORY`: a new
+    in-memory storage)."""
+    if url == MEMORY:
+        return optuna.storages.InMemoryStorage()
     if is_journal(url):
         path = Path(url)
         if path.is_dir():

@@ -11,5 +11,7 @@ from spaces import (  # noqa: F401  (registration)
     bert,
     bert_subnet,
     efficientbert,
+    hw_gpt_bench,
     mobilebert,
+    nasbench_bert,
 )

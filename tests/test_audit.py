@@ -145,6 +145,9 @@ def test_nas_audit_on_the_efficientbert_smoke_experiment(tmp_path, monkeypatch, 
         assert arm["kendall_tau"] is None or -1.0 <= arm["kendall_tau"] <= 1.0
         assert len(arm["kendall_tau_ci"]) == 2
     assert summary["steps_to_reach"]["measured"] == 3
+    # the seed-noise check (--noise-seeds, default 2) reseeded every arm and the retrain
+    assert set(summary["seed_noise"]["sd"]) == {"warm-up", "no warm-up", "full"}
+    assert set(summary["spread_sd"]) == {"warm-up", "no warm-up", "full"}
     saved = json.loads((run_dir / "audit.json").read_text())
     for row in saved["candidates"]:
         assert row["results"]["warm-up"]["costs"]["inherited"] is True
@@ -153,3 +156,39 @@ def test_nas_audit_on_the_efficientbert_smoke_experiment(tmp_path, monkeypatch, 
         assert row["params"] <= summary["notes"]["budget"]
     assert (run_dir / "audit_scatter.png").is_file()
     assert math.isfinite(summary["full_mean_seconds"])
+
+
+class SeedOnly(Evaluator):
+    """Scores that hardly depend on the architecture but move by ``noise`` with the seed."""
+
+    objectives = (Objective("score", "maximize"),)
+
+    def __init__(self, noise, seed):
+        self.noise, self.seed, self.log = noise, seed, []  # a copy shares the log
+
+    def evaluate(self, arch, trial=None):
+        self.log.append((self.seed, arch.id))
+        tiny = 1e-3 * (int(arch.id, 16) % 7)
+        return EvalResult(values=(tiny + self.noise * np.random.default_rng(self.seed).normal(),))
+
+
+def test_the_audit_warns_when_candidates_spread_less_than_the_seed_noise(space, tmp_path):
+    full = ByParams(space, 0.0, 3)
+    flat = SeedOnly(10.0, 1)
+    parts = AuditParts(space=space, arms={"flat": flat}, full=full, folder=tmp_path,
+                       seq_len=16)
+    summary = run_audit(parts, n=5, seed=0, n_boot=50, noise_seeds=2)
+    noise = summary["seed_noise"]
+    assert noise["sd"]["full"] == 0.0 and noise["sd"]["flat"] > 1.0
+    assert summary["spread_sd"]["flat"] < 0.01 < summary["spread_sd"]["full"]
+    assert len(summary["warnings"]) == 1 and summary["warnings"][0].startswith("flat: ")
+    # the 5 candidates, then the middle one with 2 more seeds
+    assert len(flat.log) == 7 and {s for s, _ in flat.log[5:]} == {1000, 1001}
+    assert flat.log[5][1] == flat.log[6][1] == noise["arch_id"]
+    text = (tmp_path / "audit.md").read_text()
+    assert "**warning**: flat: the candidates spread by sd" in text
+    run_audit(parts, n=5, seed=0, n_boot=50, noise_seeds=2)  # resumed: nothing re-run
+    assert len(flat.log) == 7
+    from evaluators.audit import reseeded
+
+    assert reseeded(flat, 9).seed == 9 and flat.seed == 1

@@ -314,6 +314,10 @@ CASES = {
         impossible_constraint, 2, r"constraints: no architecture of space 'tiny-cell' meets "
                                   r"them; the smallest of all 27 architectures: params .*raise "
                                   r"constraints\.max_params to at least 994,274"),
+    # a tabular benchmark whose data folder lacks the file (issue 29)
+    "tabular-benchmark-missing": Case(
+        lambda ctx: ["spaces", "show", "nas-bench-bert", "-c", f"data_dir={ctx.tmp}"], 2,
+        r"nas-bench-bert: benchmark file .*BERT_benchmark\.json not found; set NAS_DATA_DIR"),
     # data
     "data-non-utf8-line-5": Case(non_utf8_data, 2,
                                  r"sst2/train\.tsv:5: not UTF-8 text \(byte 0xe9 at column 4\)"),

@@ -24,6 +24,7 @@ from evaluators.base import (
 )
 from evaluators.costs import CostEvaluator
 from evaluators.penalty import PenaltyEvaluator
+from evaluators.tabular import TabularEvaluator
 from nas.cost import count_costs
 from nas.errors import NasError
 from nas.space import get_space, small_config
@@ -234,6 +235,9 @@ CASES = {
     "progressive-transfer": (lambda space, inner: _transfer(space), False, "mobilebert"),
     # scores bert-subnet children from a table of its teacher: own space
     "blockwise": (lambda space, inner: _blockwise(space), False, "bert-subnet"),
+    # looks up recorded rows: a tabular benchmark's space
+    "tabular": (lambda space, inner: TabularEvaluator(space, ("sst", "params"), noise_sd=0.4,
+                                                      seed=3), False, "nas-bench-bert"),
 }
 
 def test_every_registered_evaluator_has_a_contract_case():
@@ -247,7 +251,7 @@ def case(request, space, arch):
     factory, wraps, *own = CASES[request.param]
     assert issubclass(EVALUATORS.get(request.param), Evaluator)
     if own:
-        space = OWN_SPACES[own[0]]()
+        space = OWN_SPACES[own[0]]() if own[0] in OWN_SPACES else get_space(own[0])
         arch = space.sample(0)
     return factory, wraps, space, arch
 
@@ -322,6 +326,8 @@ BY_NAME = {
     "inherited": (None, lambda ev: {"space": ev.space, "supernet": ev.task.supernet}),
     "blockwise": (None, lambda ev: {"space": ev.space, "table": ev.table}),
     "inherited-kd": ({"epochs": 2, "lr": 1e-2, "hidden_weight": 1.0}, _training_parts),
+    "tabular": ({"objectives": ["sst", "params"], "noise_sd": 0.4},
+                lambda ev: {"space": ev.space, "seed": ev.seed}),
 }
 
 

@@ -25,7 +25,7 @@ from nas.space import get_space, list_spaces, small_config
 TOL = 1e-5
 #: every registered space (small), a pair variant, and an AdaBERT with the teacher's
 #: vocabulary, so that its export carries the tokenizer (the pipeline runs on text)
-VARIANTS = [(n, small_config(n)) for n in list_spaces()] + [
+VARIANTS = [(n, small_config(n)) for n in list_spaces(tabular=False)] + [
     ("adabert", {**small_config("adabert"), "pair": True}),
     ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522}),
     ("adabert", {"hidden": 16, "max_depth": 2, "vocab_size": 30522, "pair": True})]

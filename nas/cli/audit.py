@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", type=positive_int, default=1000, metavar="B",
                    help="bootstrap resamples for the intervals (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the candidates and bootstrap")
+    p.add_argument("--noise-seeds", type=int, default=2, metavar="K",
+                   help="score the middle candidate again with K other seeds and warn when "
+                        "the candidates spread less than that seed noise (default 2; 0: skip)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the YAML (as for `nas run`)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
@@ -44,6 +47,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, resume=args.resume,
                          progress=not args.no_progress)
     parts = method.audit_parts(config, options)
-    summary = run_audit(parts, args.candidates, args.seed, args.bootstrap)
+    summary = run_audit(parts, args.candidates, args.seed, args.bootstrap, args.noise_seeds)
     emit(args, summary, "\n".join(audit_lines(summary)) + f"\n\nwritten: {run_dir}/audit.md")
     return 0

@@ -51,11 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from nas.errors import NasError
     from nas.space import get_space, list_spaces
 
     rows = []
     for name in list_spaces(args.pattern):
-        space = get_space(name)
+        try:
+            space = get_space(name)
+        except NasError as err:  # a tabular benchmark whose data folder is missing
+            rows.append({"name": name, "fixed": False, "choices": 0, "size": 0,
+                         "description": f"unavailable: {err}"})
+            continue
         rows.append({"name": name, "fixed": space.is_fixed, "choices": len(space.choices()),
                      "size": space.size(), "description": space.description})
     text = "\n".join(

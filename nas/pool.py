@@ -1,0 +1,281 @@
+"""Finite-pool spaces: a benchmark's recorded architectures as a search space (issue 29).
+
+A tabular NAS benchmark (NAS-Bench-BERT, HW-GPT-Bench) records a *sample* of its space:
+491 of about 1e7 encoders, 10,000 of about 2e12 GPT sub-networks. :class:`PoolSpace` is
+a :class:`~nas.space.SearchSpace` whose choices are the benchmark's real dimensions (so
+searchers see its structure, not a row index) and whose architectures that *count* are
+exactly the recorded rows:
+
+* ``size()`` is the number of distinct recorded architectures and ``sample(rng)`` a
+  uniformly random row;
+* per-layer choices beyond the depth do not exist in the network, so :meth:`validate`
+  sets them to their defaults (the *canonical* form): one network, one id;
+* a proposal that is not recorded is mapped to the **nearest unevaluated recorded row**
+  (:meth:`PoolSpace.nearest`). The distance, on the canonical encoding, is the sum over
+  choices of ``|a − b| / (max − min)`` for a numeric choice and ``[a ≠ b]`` for any
+  other; ties go to the row that comes first in the benchmark's file. The mapping belongs
+  to the benchmark: the study loop applies it to every searcher alike
+  (:meth:`searchers.optuna_bridge.SpaceBridge.propose`);
+* the recorded metrics and costs are looked up by :meth:`PoolSpace.record` (the
+  ``tabular`` evaluator) and the costs by :meth:`PoolSpace.costs_of` (hard budgets).
+
+A pool space has no model: its graph is empty, :meth:`PoolSpace.resolve` refuses with a
+one-line error, and it is registered with ``tabular=True`` so that the model-building
+tests and tools leave it out (``list_spaces(tabular=False)``). The loaders live in
+``spaces/`` (one module per benchmark); the data folder is :func:`benchmark_dir`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+import numpy as np
+
+from nas.architecture import Architecture
+from nas.choices import Categorical, as_number
+from nas.errors import NasError, SpaceDefinitionError
+from nas.space import SearchSpace
+
+#: the environment variable of the data folder, as for tasks (:mod:`nas.data.tasks`)
+DATA_DIR_ENV = "NAS_DATA_DIR"
+#: where the benchmarks lie inside the data folder
+BENCHMARK_FOLDER = "nasbench"
+
+
+class BenchmarkDataError(SpaceDefinitionError):
+    """A benchmark's file is missing or malformed."""
+
+
+def benchmark_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The benchmarks' folder: ``data_dir`` if given, else ``$NAS_DATA_DIR/nasbench``, else
+    ``../shared/data/nasbench`` next to the repository (read in place, never copied)."""
+    if data_dir is not None:
+        return Path(data_dir)
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env) / BENCHMARK_FOLDER
+    return Path(__file__).resolve().parents[2] / "shared" / "data" / BENCHMARK_FOLDER
+
+
+def benchmark_file(space: str, folder: Path, relative: str) -> Path:
+    """``folder/relative``, or a one-line error naming the file and the fix."""
+    path = folder / relative
+    if not path.is_file():
+        raise BenchmarkDataError(
+            f"{space}: benchmark file {path} not found; set {DATA_DIR_ENV} to the data folder "
+            f"that holds {BENCHMARK_FOLDER}/{relative} (or pass data_dir)")
+    return path
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A recorded quantity: its direction, its kind (``score``: what a search optimises,
+    ``cost``: params, latency, ``proxy``: a training-free estimate) and, for a score, how
+    evaluation noise applies to it (``absolute``: an sd in its own units, e.g. accuracy
+    points; ``relative``: an sd as a fraction of the value, e.g. perplexity)."""
+
+    direction: Literal["maximize", "minimize"]
+    kind: Literal["score", "cost", "proxy"] = "score"
+    noise: Literal["absolute", "relative"] = "absolute"
+    doc: str = ""
+
+
+class PoolSpace(SearchSpace):
+    """A space whose architectures are a benchmark's recorded rows (module docstring).
+
+    Parameters
+    ----------
+    name, choices, description, config: as for :class:`~nas.space.SearchSpace`.
+    rows: one mapping ``choice -> value`` per recorded architecture (distinct after
+        canonicalisation), in the file's order.
+    metrics: per row, the recorded quantities (``{"sst": array, "params": array}``).
+    metric_info: each quantity's :class:`Metric`.
+    depth: the depth choice, and ``layer_choices``: per layer ``k`` (1-based), the
+        choices that exist only when ``depth >= k``.
+    """
+
+    has_model = False
+
+    def __init__(self, name: str, choices: Sequence[Categorical],
+                 rows: Sequence[Mapping[str, Any]], metrics: Mapping[str, Sequence[float]],
+                 metric_info: Mapping[str, Metric], *, depth: str,
+                 layer_choices: Mapping[int, Sequence[str]],
+                 config: Mapping[str, Any] | None = None, description: str = "") -> None:
+        self.depth_choice = depth
+        self.layer_choices = {int(k): tuple(v) for k, v in layer_choices.items()}
+        super().__init__(name, choices, nx.DiGraph(), config=config, description=description)
+        self.metric_info = dict(metric_info)
+        self.archs: list[Architecture] = [self.validate(r) for r in rows]
+        self._index = {a.id: i for i, a in enumerate(self.archs)}
+        if len(self._index) != len(self.archs):
+            raise BenchmarkDataError(f"{name}: two rows are the same architecture; "
+                                     "merge them in the loader")
+        self.metrics = {k: np.asarray(v, dtype=np.float64) for k, v in metrics.items()}
+        for key, values in self.metrics.items():
+            if key not in self.metric_info or values.shape != (len(self.archs),):
+                raise BenchmarkDataError(f"{name}: metric {key!r} needs one value per row "
+                                         "and a Metric description")
+        self._numeric = np.array([c.numeric for c in self.choices()])
+        self._codes = np.array([self._code(a) for a in self.archs])
+
+    # -- the canonical form ------------------------------------------------------
+    def inactive(self, values: Mapping[str, Any]) -> set[str]:
+        """The choices that do not exist in the network of ``values`` (layers past its
+        depth)."""
+        depth = int(values[self.depth_choice])
+        return {n for k, names in self.layer_choices.items() if k > depth for n in names}
+
+    def validate(self, arch: Mapping[str, Any] | Architecture) -> Architecture:
+        """The canonical architecture: checked, with absent layers' choices at their
+        defaults (they may be left out)."""
+        if isinstance(arch, Architecture) and arch.space not in (None, self.name):
+            return super().validate(arch)  # its error
+        values = dict(arch)
+        if self.depth_choice in values:
+            depth = self.choice(self.depth_choice).validate(values[self.depth_choice])
+            off = self.inactive({self.depth_choice: depth})
+            values = {**{n: self.choice(n).default for n in off}, **values}
+        choices = self.choice_map
+        if values.keys() != choices.keys():
+            return super().validate(values)  # its error names the choice
+        values = {k: choices[k].validate(v) for k, v in values.items()}
+        off = self.inactive(values)
+        return Architecture({k: (choices[k].default if k in off else v)
+                             for k, v in values.items()}, self.name)
+
+    def _check_graph(self) -> None:
+        """A pool space has no graph: nothing to check."""
+
+    def resolve(self, arch: Mapping[str, Any]) -> nx.DiGraph:
+        raise NasError(f"space {self.name!r} is a tabular benchmark (recorded rows, no "
+                       "model); score it with the 'tabular' evaluator")
+
+    # -- the pool ----------------------------------------------------------------
+    def size(self) -> int:
+        return len(self.archs)
+
+    def sample(self, rng: np.random.Generator | int | None = None, tries: int = 0
+               ) -> Architecture:
+        """A uniformly random recorded architecture."""
+        rng = np.random.default_rng(rng)
+        return self.archs[int(rng.integers(len(self.archs)))]
+
+    def row_of_id(self, arch_id: str) -> int | None:
+        """The row of the recorded architecture with id ``arch_id`` (``None``: none)."""
+        return self._index.get(arch_id)
+
+    def row_of(self, arch: Mapping[str, Any]) -> int | None:
+        """The row of ``arch`` (validated first), or ``None`` if it is not recorded."""
+        return self._index.get(self.validate(arch).id)
+
+    def _code(self, arch: Architecture) -> list[float]:
+        if not hasattr(self, "_coders"):  # value -> code, per choice, made once
+            self._coders = []
+            for c in self.choices():
+                if c.numeric:
+                    values = [float(as_number(v)) for v in c.values]  # type: ignore[arg-type]
+                    low, span = min(values), (max(values) - min(values)) or 1.0
+                    self._coders.append((c, [(v - low) / span for v in values]))
+                else:
+                    self._coders.append((c, [float(i) for i in range(len(c.values))]))
+        return [codes[c.index(arch[c.name])] for c, codes in self._coders]
+
+    def distances(self, arch: Mapping[str, Any]) -> np.ndarray:
+        """The distance (module docstring) from ``arch`` to every recorded row."""
+        code = np.asarray(self._code(self.validate(arch)))
+        diff = self._codes - code
+        return (np.abs(diff[:, self._numeric]).sum(axis=1)
+                + (diff[:, ~self._numeric] != 0).sum(axis=1))
+
+    def nearest(self, arch: Mapping[str, Any], taken: Iterable[str] = (),
+                allowed: np.ndarray | None = None) -> int | None:
+        """The row of ``arch`` if it is recorded, not ``taken`` (ids already evaluated) and
+        ``allowed`` (a boolean mask over rows, e.g. within a budget); else the nearest
+        such row (ties: the first in the file); ``None`` if no row is left."""
+        free = np.ones(len(self.archs), dtype=bool) if allowed is None else allowed.copy()
+        for arch_id in taken:
+            i = self._index.get(arch_id)
+            if i is not None:
+                free[i] = False
+        row = self.row_of(arch)
+        if row is not None and free[row]:
+            return row
+        if not free.any():
+            return None
+        d = np.where(free, self.distances(arch), np.inf)
+        return int(np.argmin(d))
+
+    def within(self, limits: Mapping[str, float | None]) -> np.ndarray:
+        """Rows whose recorded costs are at most ``limits`` (``{"params": 1e7}``; a
+        ``None`` limit is no limit); an unrecorded cost is a one-line error."""
+        mask = np.ones(len(self.archs), dtype=bool)
+        for key, limit in limits.items():
+            if limit is None:
+                continue
+            if key not in self.metrics:
+                raise NasError(f"space {self.name!r} records no {key!r}; budget one of "
+                               f"{', '.join(self.cost_names)}")
+            mask &= self.metrics[key] <= limit
+        return mask
+
+    @property
+    def cost_names(self) -> list[str]:
+        return self.names("cost")
+
+    def names(self, kind: str) -> list[str]:
+        """The recorded quantities of one kind (``score``, ``cost``, ``proxy``)."""
+        return [k for k, m in self.metric_info.items() if m.kind == kind]
+
+    def record(self, row: int) -> dict[str, float]:
+        """Every recorded quantity of ``row``."""
+        return {k: float(v[row]) for k, v in self.metrics.items()}
+
+    def costs_of(self, arch: Mapping[str, Any]) -> dict[str, float]:
+        """The recorded costs of ``arch``'s row (of its nearest row if not recorded)."""
+        row = self.nearest(arch)
+        assert row is not None  # noqa: S101 (a pool is never empty)
+        return {k: float(self.metrics[k][row]) for k in self.cost_names}
+
+    def best(self, metric: str, allowed: np.ndarray | None = None) -> float:
+        """The table's optimum of ``metric`` over the ``allowed`` rows (regret's anchor)."""
+        values = self.metrics[metric] if allowed is None else self.metrics[metric][allowed]
+        return float(values.max() if self.metric_info[metric].direction == "maximize"
+                     else values.min())
+
+
+def read_json(space: str, path: Path) -> Any:
+    """A benchmark's JSON file, or a one-line error saying it is malformed."""
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = " ".join(str(err).split())[:120]
+        raise BenchmarkDataError(f"{space}: {path} is not valid JSON ({reason}); restore the "
+                                 "benchmark's file from its source (nasbench/README.md)") from None
+
+
+def malformed(space: str, path: Path, what: str) -> BenchmarkDataError:
+    """The one-line error for a file whose content is not what the loader expects."""
+    return BenchmarkDataError(f"{space}: {path} is malformed ({what}); restore the "
+                              "benchmark's file from its source (nasbench/README.md)")
+
+
+def checked(space: str, path: Path, read: Callable[[], Any]) -> Any:
+    """``read()``, with a missing key or a value of the wrong type in the file turned into
+    a one-line :class:`BenchmarkDataError`."""
+    try:
+        return read()
+    except KeyError as err:
+        raise malformed(space, path, f"missing key {err}") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as err:
+        raise malformed(space, path, " ".join(str(err).split())[:120]) from None
+
+
+__all__ = ["BenchmarkDataError", "Metric", "PoolSpace", "benchmark_dir", "benchmark_file",
+           "checked", "malformed", "read_json"]
