@@ -93,6 +93,8 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
     lines = [title, "",
              f"Scores on `{split}` ({evaluation['file']}"
              + (f", {evaluation['examples']} examples" if "examples" in evaluation else "")
+             + (f": a seeded sample of its {evaluation['of_examples']} (data.max_report_examples)"
+                if "of_examples" in evaluation else "")
              + ")" + ("; the searches chose on dev, never on this split." if split != "dev"
                       else "."), *_overlap_lines(evaluation), "",
              f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "

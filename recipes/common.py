@@ -56,11 +56,15 @@ class DataSettings:
     first N rows (``dev_subset: head``) or to a seeded random N (``seeded``, for dev files
     sorted by label such as SNIPS's). ``val_fraction``: the part of the training subset
     held out to score candidates, for methods that search (never dev, never test).
-    ``max_seq_len``: the token length of every batch.
+    ``max_seq_len``: the token length of every batch. ``max_report_examples``: the report
+    split (``test``) capped to a seeded random N (``None``: all of it, what every recorded
+    result uses; the smoke runs cap it, their point being the pipeline); the report says
+    how many of how many it scored.
     """
 
     max_train_examples: int | None = None
     max_dev_examples: int | None = None
+    max_report_examples: int | None = None
     dev_subset: str = "head"
     max_seq_len: int = 64
     val_fraction: float = 0.1
@@ -68,6 +72,8 @@ class DataSettings:
     def __post_init__(self) -> None:
         check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
                       ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
+                      ("max_report_examples", (self.max_report_examples or 1) >= 1,
+                       "None or >= 1"),
                       ("dev_subset", self.dev_subset in DEV_SUBSETS, " or ".join(DEV_SUBSETS)),
                       ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
                       ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
@@ -222,8 +228,13 @@ class TaskContext:
             self.dev = full_dev.head(d.max_dev_examples)
             _warn_lost_classes(full_dev, self.dev)
         self.report_split = report_split(self.task)
-        self.report = (self.dev if self.report_split == "dev"
-                       else load_task(self.task, self.report_split, data_dir))
+        if self.report_split == "dev":
+            self.report = self.dev
+        else:
+            full_report = load_task(self.task, self.report_split, data_dir)
+            self._report_rows = len(full_report)
+            self.report = seeded_subset(full_report, d.max_report_examples, self.seed,
+                                        "report-subset", "data.max_report_examples")
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
@@ -381,9 +392,12 @@ class TaskContext:
     def evaluation(self) -> dict[str, Any]:
         """``metrics.json``'s ``evaluation``: the report split, its files and size, the
         latency length and the overlap with train."""
-        return {"split": self.report_split, "file": ", ".join(self.report.sources),
-                "examples": len(self.report), "latency_tokens": self.median_tokens,
-                "overlap_with_train": self.overlap}
+        out = {"split": self.report_split, "file": ", ".join(self.report.sources),
+               "examples": len(self.report), "latency_tokens": self.median_tokens,
+               "overlap_with_train": self.overlap}
+        if self.cfg.data.max_report_examples and self.report_split != "dev":
+            out["of_examples"] = self._report_rows  # a seeded sample of the split
+        return out
 
     @property
     def metric(self) -> str:
