@@ -137,11 +137,13 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     model = load(export, runtime=runtime)
     _check_task(export, model.task, task)
     split = split or report_split(task)
-    data = load_task(task, split, data_dir)
+    full = load_task(task, split, data_dir)
+    data = _run_sample(path, split, full)
+    sample = {"of_examples": len(full)} if len(data) < len(full) else {}
     if model.head is not None:  # a joint intent + slot model (SPEC §7)
         metrics = _joint_metrics(model, data, batch_size, export, task)
         return {"task": task, "split": split, "file": ", ".join(data.sources),
-                "examples": len(data), "metrics": metrics, "export": str(export)}
+                "examples": len(data), **sample, "metrics": metrics, "export": str(export)}
     _check_input(model, export, data)
     labels = label_indices(model.labels, data, label_map or {}, export)
     preds = []
@@ -151,7 +153,25 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
         preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).numpy())
     metrics = classification_metrics(np.concatenate(preds), np.asarray(labels), data.metric)
     return {"task": task, "split": split, "file": ", ".join(data.sources),
-            "examples": len(data), "metrics": metrics, "export": str(export)}
+            "examples": len(data), **sample, "metrics": metrics, "export": str(export)}
+
+
+def _run_sample(path: str | Path, split: str, data: Any) -> Any:
+    """The seeded sample of ``split`` a run scored (``data.max_report_examples``), when
+    ``path`` is such a run: ``nas evaluate RUN`` re-scores what the run reported."""
+    from nas.rundir import RunDir
+    from nas.seeding import sample_rows
+
+    if not (Path(path) / "config.yaml").is_file():
+        return data
+    run = RunDir(path)
+    evaluation = (run.load_json("metrics.json") or {}).get("evaluation") or {}
+    if evaluation.get("split") != split or "of_examples" not in evaluation:
+        return data
+    config = run.config
+    rows = sample_rows(len(data), (config.get("data") or {}).get("max_report_examples"),
+                       int(config.get("seed", 0)), "report-subset")
+    return data if rows is None else data.subset(rows)
 
 
 def _joint_metrics(model: Any, data: Any, batch_size: int, export: Path, task: str

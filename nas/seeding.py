@@ -22,6 +22,16 @@ def stage_seed(run_seed: int, stage: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def sample_rows(total: int, n: int | None, run_seed: int, stage: str) -> list[int] | None:
+    """The rows of a seeded sample of ``n`` out of ``total`` for ``stage``, in file order
+    (``None``: all of them, when ``n`` is ``None`` or not smaller). One definition for the
+    recipes' capped splits and for ``nas evaluate`` scoring the sample a run scored."""
+    if not n or n >= total:
+        return None
+    rng = np.random.default_rng(stage_seed(run_seed, stage))
+    return np.sort(rng.permutation(total)[:n]).tolist()
+
+
 def seed_stage(run_seed: int, stage: str) -> int:
     """Re-seed every global RNG (torch, numpy, random) for ``stage`` and return its seed.
 

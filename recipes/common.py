@@ -36,7 +36,7 @@ import torch
 from nas.config import ConfigError, check_fields
 from nas.methods import Method, RunOptions, load_experiment
 from nas.rundir import RunDir
-from nas.seeding import seed_stage, stage_seed
+from nas.seeding import sample_rows, seed_stage, stage_seed
 from nas.teacher import FinetuneConfig
 
 log = logging.getLogger("nas.recipe")
@@ -408,11 +408,11 @@ def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str)
     """``n`` rows of ``data`` drawn with the run's seed for ``stage``, in file order; all
     of it when ``n`` is ``None`` or not smaller. The cut is logged with the setting that
     made it."""
-    if not n or n >= len(data):
+    rows = sample_rows(len(data), n, seed, stage)
+    if rows is None:
         return data
-    rng = np.random.default_rng(stage_seed(seed, stage))
     log.info("%s: %d rows, using %d (%s)", data.split, len(data), n, setting)
-    return data.subset(np.sort(rng.permutation(len(data))[:n]).tolist())
+    return data.subset(rows)
 
 
 def _warn_lost_classes(full: Any, head: Any) -> None:

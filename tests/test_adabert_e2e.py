@@ -71,6 +71,7 @@ def test_smoke_pipeline_report_and_evaluate(cold_run, capsys):
     assert scored["split"] == "test" and scored["metrics"] == searched["test"]
     text, _ = write_report(run_dir)
     assert "Scores on `test` (" in text and "| searched |" in text
+    assert "256 examples: a seeded sample of its 1821 (data.max_report_examples)" in text
     assert all((run_dir / name).stat().st_size > 5000
                for name in ("arch_distribution.png", "derived_cell.png"))
 

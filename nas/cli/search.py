@@ -161,6 +161,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                             data_dir=args.data_dir, batch_size=args.batch_size,
                             runtime=args.runtime, label_map=parse_label_map(args.label_map))
     values = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
-    emit(args, result, f"{result['task']}/{result['split']} ({result['file']}, "
-                       f"{result['examples']} examples): {values}")
+    count = (f"{result['examples']} of {result['of_examples']} examples: the seeded sample "
+             "the run scored" if "of_examples" in result else f"{result['examples']} examples")
+    emit(args, result, f"{result['task']}/{result['split']} ({result['file']}, {count}): "
+                       f"{values}")
     return 0
