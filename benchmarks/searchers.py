@@ -48,9 +48,10 @@ import sys
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path, and the file is named like
-# the package it measures: drop the folder so that `import searchers` finds the package.
+# the package it measures: put the repository root there instead, so that `import
+# searchers` finds the package and `benchmarks.ground_truth` its sibling module.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse  # noqa: E402
 import itertools  # noqa: E402
