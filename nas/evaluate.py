@@ -160,7 +160,7 @@ def _run_sample(path: str | Path, split: str, data: Any) -> Any:
     """The seeded sample of ``split`` a run scored (``data.max_report_examples``), when
     ``path`` is such a run: ``nas evaluate RUN`` re-scores what the run reported."""
     from nas.rundir import RunDir
-    from nas.seeding import sample_rows
+    from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows
 
     if not (Path(path) / "config.yaml").is_file():
         return data
@@ -170,7 +170,7 @@ def _run_sample(path: str | Path, split: str, data: Any) -> Any:
         return data
     config = run.config
     rows = sample_rows(len(data), (config.get("data") or {}).get("max_report_examples"),
-                       int(config.get("seed", 0)), "report-subset")
+                       int(config.get("seed", 0)), REPORT_SAMPLE_STAGE)
     return data if rows is None else data.subset(rows)
 
 

@@ -22,6 +22,11 @@ def stage_seed(run_seed: int, stage: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+#: The stage whose seed draws a run's sample of its report split (``data.max_report_examples``):
+#: the recipes draw it, ``nas evaluate RUN`` draws it again.
+REPORT_SAMPLE_STAGE = "report-subset"
+
+
 def sample_rows(total: int, n: int | None, run_seed: int, stage: str) -> list[int] | None:
     """The rows of a seeded sample of ``n`` out of ``total`` for ``stage``, in file order
     (``None``: all of them, when ``n`` is ``None`` or not smaller). One definition for the

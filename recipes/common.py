@@ -36,7 +36,7 @@ import torch
 from nas.config import ConfigError, check_fields
 from nas.methods import Method, RunOptions, load_experiment
 from nas.rundir import RunDir
-from nas.seeding import sample_rows, seed_stage, stage_seed
+from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows, seed_stage, stage_seed
 from nas.teacher import FinetuneConfig
 
 log = logging.getLogger("nas.recipe")
@@ -230,11 +230,12 @@ class TaskContext:
         self.report_split = report_split(self.task)
         if self.report_split == "dev":
             self.report = self.dev
+            self.report_rows = len(self.dev)
         else:
             full_report = load_task(self.task, self.report_split, data_dir)
-            self._report_rows = len(full_report)
+            self.report_rows = len(full_report)
             self.report = seeded_subset(full_report, d.max_report_examples, self.seed,
-                                        "report-subset", "data.max_report_examples")
+                                        REPORT_SAMPLE_STAGE, "data.max_report_examples")
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
@@ -395,8 +396,8 @@ class TaskContext:
         out = {"split": self.report_split, "file": ", ".join(self.report.sources),
                "examples": len(self.report), "latency_tokens": self.median_tokens,
                "overlap_with_train": self.overlap}
-        if self.cfg.data.max_report_examples and self.report_split != "dev":
-            out["of_examples"] = self._report_rows  # a seeded sample of the split
+        if len(self.report) < self.report_rows:
+            out["of_examples"] = self.report_rows  # a seeded sample of the split
         return out
 
     @property
