@@ -52,14 +52,17 @@ class BenchmarkDataError(SpaceDefinitionError):
 
 
 def benchmark_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The benchmarks' folder: ``data_dir`` if given, else ``$NAS_DATA_DIR/nasbench``, else
-    ``../shared/data/nasbench`` next to the repository (read in place, never copied)."""
+    """The benchmarks' folder: ``data_dir`` if given, else ``$NAS_DATA_DIR/nasbench`` (read
+    in place, never copied), else a one-line error. As for tasks (:mod:`nas.data.tasks`)
+    there is no default folder, so a search never silently reads another copy."""
     if data_dir is not None:
         return Path(data_dir)
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env) / BENCHMARK_FOLDER
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / BENCHMARK_FOLDER
+    raise BenchmarkDataError(
+        f"no benchmark data folder: set {DATA_DIR_ENV} to the data folder (the one holding "
+        f"{BENCHMARK_FOLDER}/), or pass data_dir")
 
 
 def benchmark_file(space: str, folder: Path, relative: str) -> Path:

@@ -1,5 +1,7 @@
-"""Shared test set-up: point the engine at the shared data folder (never copied here),
-give the whole test run one cache, and run each smoke experiment at most once."""
+"""Shared test set-up: give the whole test run one cache, and run each smoke experiment at
+most once. The data sets are read from ``$NAS_DATA_DIR`` (never copied into the repository),
+which the README's test command sets; without it, a test that needs data fails with the
+engine's one-line error naming the variable."""
 
 from __future__ import annotations
 
@@ -7,11 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-# The data lives beside the repository (../shared/data); an explicit NAS_DATA_DIR wins.
-os.environ.setdefault(
-    "NAS_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
-)
 
 
 @pytest.fixture(scope="session", autouse=True)

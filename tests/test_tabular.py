@@ -168,6 +168,16 @@ def test_a_ten_trial_study_runs_through_the_loop(name, objectives, searcher, tmp
     assert [t.user_attrs["arch_id"] for t in complete_trials(again)] == ids
 
 
+def test_no_data_folder_is_a_one_line_error(monkeypatch):
+    """No default folder (as for tasks): without ``NAS_DATA_DIR`` or ``data_dir`` the loader
+    names the variable instead of reading a folder outside the repository."""
+    monkeypatch.delenv("NAS_DATA_DIR", raising=False)
+    with pytest.raises(BenchmarkDataError, match=r"^no benchmark data folder: set NAS_DATA_DIR"
+                                                 r" to the data folder") as err:
+        get_space(BERT)
+    assert "\n" not in str(err.value)
+
+
 def test_missing_and_malformed_files_are_one_line_errors(tmp_path):
     with pytest.raises(BenchmarkDataError, match=r"^nas-bench-bert: benchmark file .*"
                                                  r"BERT_benchmark.json not found; set "
