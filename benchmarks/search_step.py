@@ -41,7 +41,8 @@ def main() -> None:
     batch = dummy_batch(args.batch_size, args.seq_len)
     labels = torch.randint(0, 2, (args.batch_size,))
     gen = torch.Generator().manual_seed(0)
-    # a typical derived cell: two incoming edges per node (SPEC §2 derivation), depth 4
+    # a typical derived cell: two incoming edges per node (AdaBERT's derivation,
+    # docs/reference.md#adabert), depth 4
     kept = {"cell.n0.from_prev2": "std_conv_5", "cell.n0.from_prev1": "dil_conv_3",
             "cell.n1.from_prev1": "std_conv_3", "cell.n1.from_n0": "skip",
             "cell.n2.from_n0": "max_pool_3", "cell.n2.from_n1": "std_conv_7"}

@@ -1,9 +1,9 @@
 """Sample efficiency of the multi-trial searchers on a synthetic objective with a known
-optimum, defined on a real space's encoding (issue 14, SPEC §6).
+optimum, defined on a real space's encoding (issue 14, docs/reference.md#lanas).
 
-The space is EfficientBERT's (SPEC §3: 6 layers × {FFN expression, stack N, ratio r}, 18
-choices; the expression a categorical over 3,645 enumerated expressions), searched through
-the same bridge, budget check and searchers as a real search (``StudySearch.open(space,
+The space is EfficientBERT's (docs/reference.md#efficientbert: 6 layers × {FFN expression, stack N,
+ratio r}, 18 choices; the expression a categorical over 3,645 enumerated expressions), searched
+through the same bridge, budget check and searchers as a real search (``StudySearch.open(space,
 name)``, ask/tell). (Results recorded before the expression space became a categorical used the
 earlier 42-choice template space.)
 The objective, fixed before any searcher ran and the same for all of them:

@@ -2,8 +2,9 @@
 
 One-shot and proxy scores often fail to rank candidates like stand-alone training
 (Sciuto et al. 2019; Zhang et al. 2020). EfficientBERT claims its warm-up-KD proxy does
-(SPEC §3: "strong positive Kendall τ against full retraining"). This module measures it
-for any space that has a proxy evaluator and a full evaluator:
+(Dong et al. 2021: a strongly positive Kendall τ against full retraining;
+docs/reference.md#efficientbert). This module measures it for any space that has a proxy evaluator
+and a full evaluator:
 
 1. **candidates** spread over the space: a seeded pool of random valid architectures
    (within the budget), one picked at each of ``n`` parameter-count quantiles

@@ -1,4 +1,5 @@
-"""The evaluator contract: how a candidate architecture is scored (STYLE.md pattern 15).
+"""The evaluator contract: how a candidate architecture is scored (as in NNI's
+evaluator/strategy split: the evaluator owns every forward and backward pass).
 
 Searchers propose, evaluators train and score. An :class:`Evaluator` declares its
 :class:`Objective` s (a name and a direction each) and returns an :class:`EvalResult`

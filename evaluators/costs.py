@@ -1,8 +1,8 @@
 """An evaluator from the cost model alone: parameters and FLOPs, no model built.
 
 Useful for budget sweeps (how small can a space go?) and as the millisecond evaluator of
-the contract tests. The counts come from :func:`nas.cost.count_costs` (SPEC §1: FLOPs =
-2 × MACs, per example at ``seq_len`` tokens); a latency model can be plugged in as
+the contract tests. The counts come from :func:`nas.cost.count_costs` (docs/reference.md#costs:
+FLOPs = 2 × MACs, per example at ``seq_len`` tokens); a latency model can be plugged in as
 ``latency_fn(arch) -> ms`` to add a predicted ``latency_ms``.
 """
 

@@ -1,6 +1,7 @@
 """Inherited-weights scoring: a candidate is scored with the weights it inherits from a
 trained weight-sharing supernet, without any training of its own (EfficientBERT's stage
-3, SPEC §3: "the sub-networks are evaluated with the inherited weights").
+3, Dong et al. 2021: sub-networks are scored with the weights they inherit;
+docs/reference.md#efficientbert).
 
 The candidate's child is cut out of the supernet (:func:`nas.builder.extract_child`: the
 child's layers and widths take the supernet's leading slices) and classifies the

@@ -1,6 +1,6 @@
 """Inherited weights plus a short distillation (``inherited-kd``): a candidate starts from
 its slice of the (importance-sorted) teacher and is distilled briefly from the full
-teacher before it is scored (issue 30, item 3a; SPEC §10).
+teacher before it is scored (issue 30, item 3a; docs/reference.md#teacher-compression).
 
 Minitron (Muralidharan et al. 2024, §2-3) and DynaBERT (Hou et al. 2020, §3) both score
 or finish a pruned sub-network after a short distillation from the full model rather than

@@ -9,8 +9,8 @@ dev accuracy) and turns costs into one or more of
   feasible set, while ``pruned`` means a feasible candidate stopped early on its learning
   curve (a pruner compares pruned trials' curves; an over-budget candidate has none).
   Parameters and FLOPs are counted from the graph (:func:`nas.cost.count_costs`,
-  SPEC §1) and a ``latency_fn`` predicts latency, so these ceilings are checked *before*
-  the inner evaluator runs; a measured latency is checked after it;
+  docs/reference.md#costs) and a ``latency_fn`` predicts latency, so these ceilings are checked
+  *before* the inner evaluator runs; a measured latency is checked after it;
 * a **soft penalty** on the inner evaluator's single objective, MnasNet-style but linear
   past the target: ``value − sign·Σ_c λ_c·max(0, cost_c/target_c − 1)`` (for accuracy,
   ``acc − λ·max(0, latency/target − 1)``; a minimised objective is raised instead);

@@ -41,7 +41,7 @@ class PenaltySettings:
 class WarmupKDSettings:
     """``warmup-kd``: the task-KD phase's loop settings, the text-KD phase's (``None``
     skips it), task steps between validation scores (``None``: each epoch) and whether to
-    keep the text phase's loss curve (EfficientBERT, SPEC §3)."""
+    keep the text phase's loss curve (EfficientBERT, docs/reference.md#efficientbert)."""
 
     task: TrainSettings = field(default_factory=TrainSettings)
     text: TrainSettings | None = None
@@ -66,7 +66,7 @@ class InheritedKDSettings(TrainSettings):
 class TransferSettings:
     """``progressive-transfer``: the transfer strategy, each layer-wise stage's loop
     settings, the prediction stage's, (λ, μ, β, γ), the lower blocks' learning-rate scale
-    and the prediction temperature (MobileBERT, SPEC §4)."""
+    and the prediction temperature (MobileBERT, docs/reference.md#mobilebert)."""
 
     transfer: str = "progressive"
     transfer_settings: TrainSettings = field(default_factory=TrainSettings)

@@ -1,7 +1,7 @@
 """Progressive knowledge transfer as an evaluator: each candidate of a MobileBERT grid is
 trained by the MobileBERT recipe's own transfer (:mod:`nas.distill.mobilebert`: the
 layer-wise stages, then prediction-layer distillation), usually on a reduced budget, and
-scored on the validation split (SPEC §4: the grid search under a budget).
+scored on the validation split (docs/reference.md#mobilebert: the grid search under a budget).
 
 The recipe supplies the teacher, the batches and the teacher's logits through
 :class:`TransferTask`. This evaluator writes only the training: a seed per candidate

@@ -1,4 +1,5 @@
-"""The warm-up-KD proxy with weight inheritance (EfficientBERT, Dong et al. 2021; SPEC §3).
+"""The warm-up-KD proxy with weight inheritance (EfficientBERT, Dong et al. 2021;
+docs/reference.md#efficientbert).
 
 A candidate inherits its weights from a warmed-up supernet (:func:`nas.builder.
 extract_child`: for EfficientBERT the first N stacked FFNs and the leading r·H inner

@@ -1,5 +1,5 @@
 """The efficiency loss works: β = 0, 4, 8 on one seed should give derived models of
-non-increasing cost (SPEC §2; issue "AdaBERT end to end", item 6).
+non-increasing cost (Chen et al. 2020; issue "AdaBERT end to end", item 6).
 
 Run: ``python experiments/adabert_beta_sweep.py [--config experiments/adabert_sweep.yaml]``
 (writes runs/beta_sweep/beta_*/ and sweep.json, and prints one line per β; an

@@ -1,4 +1,5 @@
-"""Architecture parameters α and their relaxations (DARTS, GDAS; SPEC §2, §8).
+"""Architecture parameters α and their relaxations (DARTS, GDAS; docs/reference.md#adabert,
+#darts-and-gdas).
 
 One logit vector per relaxed choice, initialised 1e-3·N(0, 1). ``softmax()`` gives
 DARTS's mixture weights, ``gumbel(tau, hard=True)`` a hard one-hot sample whose
@@ -37,7 +38,8 @@ class ArchParameters(nn.Module):
 
     def gumbel(self, tau: float, hard: bool = True,
                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Gumbel-softmax over log-probabilities with temperature ``tau`` (SPEC §2)."""
+        """Gumbel-softmax over log-probabilities with temperature ``tau``
+        (docs/reference.md#adabert)."""
         out = {}
         for n in self.choices:
             log_p = F.log_softmax(self.logits(n), dim=-1)

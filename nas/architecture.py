@@ -3,7 +3,8 @@
 An :class:`Architecture` maps choice names to values. It is immutable, hashable,
 has a canonical JSON form (sorted keys, no spaces) and a stable id derived from
 that form, so a run directory, a cache key and a log line all name the same
-architecture the same way (STYLE.md pattern 2). Architectures are data, never code.
+architecture the same way (as litgpt's config dataclasses and Archai's ``archid`` do). Architectures
+are data, never code.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TinyBERT data augmentation by word replacement (SPEC §5).
+"""TinyBERT data augmentation by word replacement (docs/reference.md#tinybert).
 
 For each example, every word is replaced with probability ``p_t`` by one of ``M``
 candidate words, producing ``N`` new examples (the original is kept as well). Candidates:
@@ -39,7 +39,8 @@ from nas.errors import DataError, NasError
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    """Augmentation parameters (SPEC §5): p_t = 0.4, M = 15, N = 20 by default."""
+    """Augmentation parameters (docs/reference.md#tinybert): p_t = 0.4, M = 15, N = 20 by
+    default."""
 
     p_t: float = 0.4
     m: int = 15
@@ -221,7 +222,7 @@ def augment_task(
     progress: bool = True,
     source: CandidateSource | None = None,
 ) -> dict[str, Any]:
-    """Augment every example of ``data`` and write a TSV; cached (SPEC §5).
+    """Augment every example of ``data`` and write a TSV; cached (docs/reference.md#tinybert).
 
     The TSV has a header ``index<TAB>sentence[<TAB>sentence2]<TAB>label``: ``index`` is the
     source example's position, ``label`` its class index; each example's original comes
@@ -276,8 +277,8 @@ def augment_task(
 @dataclass
 class AugmentSettings:
     """An experiment file's ``augment:`` section: augment the training data before task
-    distillation (SPEC §5: p_t 0.4, M 15, N 20). TinyBERT turns it on by default; for
-    AdaBERT's retrain it is off unless the file has the section (issue 12, item 3)."""
+    distillation (docs/reference.md#tinybert: p_t 0.4, M 15, N 20). TinyBERT turns it on by default;
+    for AdaBERT's retrain it is off unless the file has the section (issue 12, item 3)."""
 
     enabled: bool = True
     n: int = 20

@@ -3,7 +3,7 @@
 ``extract_child(supernet, space, arch)`` copies the supernet's weights into the child
 of ``arch``: each child tensor is the leading slice of the supernet tensor of the
 same name (elastic widths left to right, stacked blocks bottom to top, the first K
-layers), SPEC §3 "weight inheritance".
+layers), docs/reference.md#efficientbert "weight inheritance".
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Every expensive step whose result depends only on its settings is cached under one root
 (:func:`cache_root`) and found again by a key hashed from those settings: fine-tuned
 teachers (:mod:`nas.teacher`), teacher outputs (:mod:`nas.distill.cache`), general
-distillation and the supernet warm-up (SPEC §3, §5), augmented data, latency tables and
-downloaded datasets. The keys must stay byte-identical across releases, or every cached
-teacher would be fine-tuned again: :func:`json_key` is the one hash they all use.
+distillation and the supernet warm-up (docs/reference.md#efficientbert, #tinybert), augmented data,
+latency tables and downloaded datasets. The keys must stay byte-identical across releases, or every
+cached teacher would be fine-tuned again: :func:`json_key` is the one hash they all use.
 
 Importing this module does not import torch: a cache hit must stay cheap.
 """

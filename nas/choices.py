@@ -1,14 +1,14 @@
 """Choices: the named dimensions of a search space.
 
 A choice is a finite, ordered set of allowed values with a name. Two kinds cover
-every family in SPEC.md:
+every family in docs/reference.md:
 
 * :class:`Categorical` -- any JSON scalars (op names, ratios such as ``"1/2"``);
 * :class:`IntChoice` -- an integer range ``low..high`` (depth, stack number).
 
 A choice is *shared* when one name is referenced from many places of a graph
-(AdaBERT's cell structure is shared by all stacked cells, SPEC §2) and *per layer*
-when a space declares one choice per layer (EfficientBERT, SPEC §3); see
+(AdaBERT's cell structure is shared by all stacked cells, docs/reference.md#adabert) and *per layer*
+when a space declares one choice per layer (EfficientBERT, docs/reference.md#efficientbert); see
 :func:`per_layer`.
 """
 
@@ -56,9 +56,9 @@ class Categorical:
 
     ``features`` (optional) gives each value, in order, a numeric vector that model-based
     samplers see instead of the default encoding (value or one-hot, :meth:`encode`): a
-    choice over many structured values (EfficientBERT's FFN expressions, SPEC §3) is
-    better described by what its values are made of than by a one-hot over thousands of
-    names. The vectors must be distinct and equally long.
+    choice over many structured values (EfficientBERT's FFN expressions,
+    docs/reference.md#efficientbert) is better described by what its values are made of than by a
+    one-hot over thousands of names. The vectors must be distinct and equally long.
     """
 
     name: str
@@ -200,7 +200,8 @@ def IntChoice(  # noqa: N802 - reads as a type at call sites
 
 
 def per_layer(choice: Categorical, layers: int, fmt: str = "L{i}.{name}") -> list[Categorical]:
-    """One copy of ``choice`` per layer, named ``L0.name``, ``L1.name``... (SPEC §3)."""
+    """One copy of ``choice`` per layer, named ``L0.name``, ``L1.name``...
+    (docs/reference.md#efficientbert)."""
     return [
         Categorical(fmt.format(i=i, name=choice.name), choice.values, choice.default,
                     choice.kind, choice.doc, choice.features)

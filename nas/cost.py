@@ -1,6 +1,6 @@
 """Cost model: parameters and FLOPs from the graph, latency from the built child.
 
-Counting convention (SPEC §1): multiply-adds (MACs) of linear layers, convolutions
+Counting convention (docs/reference.md#costs): multiply-adds (MACs) of linear layers, convolutions
 and the two attention matmuls; element-wise ops, normalisation and pooling are not
 counted (they are < 1% for every design here). **FLOPs = 2 × MACs**, so BERT-base
 at 128 tokens is ≈ 22.5 GFLOPs. Parameter counts include every tensor of the model
@@ -45,7 +45,7 @@ class Costs:
 
     @property
     def flops(self) -> int:
-        """FLOPs = 2 × MACs (SPEC §1)."""
+        """FLOPs = 2 × MACs (docs/reference.md#costs)."""
         return 2 * self.macs
 
     def to_dict(self) -> dict[str, Any]:

@@ -40,8 +40,8 @@ def cell_subgraph(graph: nx.DiGraph, cell: str) -> nx.DiGraph:
                 sub.add_node(src, **graph.nodes[src], is_input=True)
             sub.add_edge(src, n, **e)
     inputs = list(dict.fromkeys(inputs))
-    # A DARTS/AdaBERT cell reads the two previous cells (SPEC §2): c_{k-2}, c_{k-1}, as
-    # math. Other groups name their inputs (a MobileBERT block reads the embeddings...).
+    # A DARTS/AdaBERT cell reads the two previous cells (docs/reference.md#adabert): c_{k-2},
+    # c_{k-1}, as math. Other groups name their inputs (a MobileBERT block reads the embeddings...).
     darts = len(inputs) == 2 and all(graph.nodes[n].get("cell") is None or
                                      graph.nodes[n].get("cell") != cell for n in inputs) and \
         any(a.get("op") == "sum" and "_n" in n for n, a in sub.nodes(data=True))
@@ -108,8 +108,8 @@ def expression_view(sub: nx.DiGraph) -> nx.DiGraph:
 
 def _expand_expression(view: nx.DiGraph, n: str, params: Mapping[str, Any], source: str
                        ) -> str:
-    """Draw an FFN expression (SPEC §3) as its DAG: one box per distinct subexpression,
-    ``x`` being ``source``; returns the box of the expression's output."""
+    """Draw an FFN expression (docs/reference.md#efficientbert) as its DAG: one box per distinct
+    subexpression, ``x`` being ``source``; returns the box of the expression's output."""
     from nas.ops.expression import dag_drawing, parse
 
     boxes: dict[str, str] = {}

@@ -140,7 +140,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     full = load_task(task, split, data_dir)
     data = _run_sample(path, split, full)
     sample = {"of_examples": len(full)} if len(data) < len(full) else {}
-    if model.head is not None:  # a joint intent + slot model (SPEC §7)
+    if model.head is not None:  # a joint intent + slot model (docs/reference.md#mixed-vocabulary)
         metrics = _joint_metrics(model, data, batch_size, export, task)
         return {"task": task, "split": split, "file": ", ".join(data.sources),
                 "examples": len(data), **sample, "metrics": metrics, "export": str(export)}

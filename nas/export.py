@@ -2,8 +2,8 @@
 
 ``export(space, arch, out_dir, ...)`` builds the child of ``arch``, optionally loads
 trained weights (a child checkpoint, or a supernet checkpoint whose tensors are sliced to
-the child, SPEC §3 weight inheritance), and writes the directory that
-:mod:`nas.runtime` loads without any search code:
+the child: EfficientBERT's weight inheritance, docs/reference.md#efficientbert), and writes the
+directory that :mod:`nas.runtime` loads without any search code:
 
 * ``native`` (default): ``config.json`` + ``model.safetensors`` + tokenizer files, plus
   the search-free runtime as ``transformers`` remote code (:mod:`nas.remote_code`), so
@@ -202,7 +202,8 @@ def load_hf_checkpoint(model: GraphNet, path: Path, family: str | None) -> None:
 
 @torch.no_grad()
 def load_weights(model: GraphNet, state: Mapping[str, torch.Tensor], source: str) -> None:
-    """Copy a child's or a supernet's weights into ``model`` (leading slices, SPEC §3)."""
+    """Copy a child's or a supernet's weights into ``model`` (leading slices,
+    docs/reference.md#efficientbert)."""
     missing = []
     for name, tensor in model.state_dict().items():
         src = state.get(name)
@@ -314,7 +315,7 @@ def plain_copy(model: GraphNet) -> GraphNet:
     A child runs at full width, where slicing is a no-op; but the tracer records the
     width read off the input as a dynamic value, which ONNX's LayerNormalization cannot
     take. The plain module has a constant shape and the same parameters (Once-for-All's
-    ``get_active_subnet``, STYLE.md pattern 6).
+    ``get_active_subnet``).
     """
     import copy
 

@@ -4,8 +4,8 @@ Nodes are states (tensors); a node's **combine** op turns its incoming edges'
 results into its state. Edges carry an op applied to the source state. Either may
 be fixed (an op name) or a :class:`ChoiceRef` (the op is the value of a choice).
 Widths may depend on choices through :class:`Dim`, other op parameters through
-:class:`ChoiceValue` (an FFN expression, SPEC §3), and whole nodes may exist only
-above a depth through :class:`ActiveIf` (layers, stacked blocks).
+:class:`ChoiceValue` (an FFN expression, docs/reference.md#efficientbert), and whole nodes may exist
+only above a depth through :class:`ActiveIf` (layers, stacked blocks).
 
 Node attributes (all optional except ``op``):
     op        combine op name or ChoiceRef
@@ -62,11 +62,11 @@ class Dim:
 class ChoiceValue:
     """An op parameter that is the value of choice ``choice``, as is.
 
-    It selects *how* an op computes (EfficientBERT's FFN expression, SPEC §3), never how
-    big it is: an op's widths and declared costs may not depend on such a parameter (the
-    cost tables, :mod:`nas.cost_tables`, leave it out). Unlike a :class:`ChoiceRef` op
-    position, every value shares the op's one module, so the supernet holds one set of
-    weights for all of them. Relaxed (DARTS, GDAS), the op runs once per value and the
+    It selects *how* an op computes (EfficientBERT's FFN expression,
+    docs/reference.md#efficientbert), never how big it is: an op's widths and declared costs may not
+    depend on such a parameter (the cost tables, :mod:`nas.cost_tables`, leave it out). Unlike a
+    :class:`ChoiceRef` op position, every value shares the op's one module, so the supernet holds
+    one set of weights for all of them. Relaxed (DARTS, GDAS), the op runs once per value and the
     results are mixed (:class:`nas.network.GraphNet`).
     """
 

@@ -1,4 +1,5 @@
-"""Weights both ways between our BERT/MobileBERT children and ``transformers`` (STYLE.md 7-8).
+"""Weights both ways between our BERT/MobileBERT children and ``transformers``
+(Hugging Face's parameter names, so parity tests can copy weights and compare logits).
 
 Our parameter names are ``nodes.<node>.<...>`` and ``edges.<u>-><v>.<...>`` (a choice
 position inserts the chosen op's name after the node or edge), and our ops name their
@@ -8,7 +9,7 @@ and ``spaces/mobilebert.py`` (their docstrings draw the graph and the HF module 
 node). Families: ``bert`` (BERT-base/large, MiniLM, TinyBERT, the mixed-vocabulary
 students) ↔ ``BertModel`` / ``BertForSequenceClassification`` and ``mobilebert`` (every
 child of the grid whose attention input HF can express) ↔ ``MobileBertModel`` /
-``MobileBertForSequenceClassification``. SPEC §4, §5, §7.
+``MobileBertForSequenceClassification``. docs/reference.md#mobilebert, #tinybert, #mixed-vocabulary.
 
 Main entry points:
 
@@ -79,7 +80,7 @@ def stock_subnet(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> di
     size for every layer, with head size = hidden / heads, and no per-layer head pruning
     (``pruned_heads`` is 4.x only): a child is a stock ``BertForSequenceClassification``
     only when it drops whole layers and keeps all heads and one FFN width at the
-    teacher's hidden width (SPEC §10, issue 30)."""
+    teacher's hidden width (docs/reference.md#teacher-compression, issue 30)."""
     from nas.ops.basic import scale_width
 
     kept = subnet_layers(space_config, arch)
@@ -400,7 +401,7 @@ def load_teacher_as_design(path: str | Path | None = None, num_labels: int | Non
     ``config.json``; a fine-tuned ``BertForSequenceClassification`` brings its head, a
     bare encoder gets a fresh classifier with ``num_labels`` outputs (default 2). The
     model is in eval mode; ``model(batch, record=("hidden_states", "attention_scores"))``
-    gives the teacher's states for distillation (SPEC §5).
+    gives the teacher's states for distillation (docs/reference.md#tinybert).
     """
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 

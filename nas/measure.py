@@ -3,8 +3,8 @@ report split's median length, and how much the evaluation texts overlap training
 
 A recipe's numbers are compared across methods (AdaBERT, TinyBERT...) in ``nas report``,
 so they must be measured identically: FLOPs from the cost model at the run's sequence
-length (SPEC §1), latency as the median forward pass of batches of 1 and 32 report-split
-examples closest to the split's median token length (the ratios then hold for typical
+length (docs/reference.md#costs), latency as the median forward pass of batches of 1 and 32
+report-split examples closest to the split's median token length (the ratios then hold for typical
 inputs, not for the shortest one), on the threads the process was given.
 """
 

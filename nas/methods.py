@@ -1,4 +1,6 @@
-"""The method registry: ``method:`` in an experiment YAML names a recipe (STYLE.md 17, 19).
+"""The method registry: ``method:`` in an experiment YAML names a recipe (one module
+per method and a table from name to recipe, as litgpt's ``__main__``; plug-ins register
+themselves through entry points).
 
 A method is one readable module (``recipes/adabert.py`` …) that composes the shared
 parts — data, teacher, searcher, evaluator, training loop, export — in the order its

@@ -4,15 +4,17 @@
   choice, every layer up to the deepest, every width at its largest.
 * Built from a resolved graph (:func:`nas.graph.resolve`) it is the **child**: only the
   chosen ops at exactly their widths, with the same parameter names as the supernet,
-  so extraction is a copy of prefix slices (SPEC §3, STYLE.md pattern 6).
+  so extraction is a copy of prefix slices (docs/reference.md#efficientbert; Once-for-All's
+  elastic ops).
 
 The supernet runs in three modes, chosen per call (the architecture is passed in,
 never stored on the module):
 
 * ``arch=A``: the fixed architecture A (what the child computes);
-* ``weights=W, hard=False``: DARTS's weighted mixture Σ_o w_o·o(x) (SPEC §8);
-* ``weights=W, hard=True``: a hard Gumbel-softmax sample (GDAS/AdaBERT, SPEC §2): only
-  the sampled op runs, its output multiplied by the one-hot weight so the
+* ``weights=W, hard=False``: DARTS's weighted mixture Σ_o w_o·o(x)
+  (docs/reference.md#darts-and-gdas);
+* ``weights=W, hard=True``: a hard Gumbel-softmax sample (GDAS/AdaBERT, docs/reference.md#adabert):
+  only the sampled op runs, its output multiplied by the one-hot weight so the
   straight-through gradient reaches the architecture parameters.
 
 ``W`` maps choice names to weight vectors over the choice's values (see

@@ -1,4 +1,5 @@
-"""Name registries filled by a decorator (the timm ``register_model`` pattern, STYLE.md 3, 19).
+"""Name registries filled by a decorator (the timm ``register_model``
+pattern; the registry never names the plug-ins that fill it).
 
 A duplicate name is an error, an unknown name lists the close matches, and
 ``names("*bert*")`` lists with a shell-style wildcard.

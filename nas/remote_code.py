@@ -33,8 +33,8 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_nas_graph.NasGraphForSequenceClassification",
 }
 ARCHITECTURES = ["NasGraphForSequenceClassification"]
-#: A joint intent + slot head (SPEC §7) has no transformers auto class of its own: it loads
-#: with ``AutoModel.from_pretrained(DIR, trust_remote_code=True)``.
+#: A joint intent + slot head (docs/reference.md#mixed-vocabulary) has no transformers auto class of
+#: its own: it loads with ``AutoModel.from_pretrained(DIR, trust_remote_code=True)``.
 JOINT_AUTO_MAP = {
     "AutoConfig": "configuration_nas_graph.NasGraphConfig",
     "AutoModel": "modeling_nas_graph.NasGraphForJointIntentSlot",

@@ -1,4 +1,5 @@
-"""The standalone runtime: load an exported model directory and run it (STYLE.md pattern 7).
+"""The standalone runtime: load an exported model directory and run it (one readable
+file that imports no search code: transformers' "one model, one file").
 
 An export directory (written by :mod:`nas.export`) holds
 
@@ -424,10 +425,10 @@ class ExportedModel:
         return None if self.is_hf else self.config.get("head")
 
     def predict_slots(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """A joint intent + slot model on whitespace-split words (SPEC §7): per text
-        ``{"intent", "intent_probability", "probabilities", "words", "tags", "slots"}``,
-        each word tagged at its first piece, ``slots`` the IOB chunks
-        (:func:`nas.tagging.slot_spans`)."""
+        """A joint intent + slot model on whitespace-split words
+        (docs/reference.md#mixed-vocabulary): per text ``{"intent", "intent_probability",
+        "probabilities", "words", "tags", "slots"}``, each word tagged at its first piece, ``slots``
+        the IOB chunks (:func:`nas.tagging.slot_spans`)."""
         from nas.tagging import first_piece_positions, slot_spans
 
         head = self.head

@@ -1,4 +1,5 @@
-"""SearchSpace: the contract every space family fulfils (STYLE.md pattern 1).
+"""SearchSpace: the contract every space family fulfils (as NNI's mutables: list the
+dimensions, check a sample, freeze a sample into a concrete object).
 
 A space is a set of named choices, a graph whose ops and widths refer to them
 (:mod:`nas.graph`), and validity constraints. From it come the supernet, the child of
@@ -165,7 +166,8 @@ class SearchSpace:
         return sum(c.encoded_width for c in self._choices.values())
 
     def encode(self, arch: Mapping[str, Any]) -> np.ndarray:
-        """A numeric vector: numeric choices as values, others one-hot (LaNAS, SPEC §6)."""
+        """A numeric vector: numeric choices as values, others one-hot (LaNAS,
+        docs/reference.md#lanas)."""
         arch = self.validate(arch)
         return np.array([x for c in self._choices.values() for x in c.encode(arch[c.name])],
                         dtype=np.float64)
@@ -414,9 +416,9 @@ def list_spaces(pattern: str = "*", tabular: bool | None = None) -> list[str]:
 def fix_choices(space: SearchSpace, values: Mapping[str, Any]) -> SearchSpace:
     """``space`` with the choices in ``values`` fixed: each becomes a one-value choice of the
     same name and kind, so a searcher samples only the others (partially fixed sampling,
-    as EfficientBERT's coarse-to-fine stages do, SPEC §3). The graph, the constraints and
-    the name are kept: an architecture of the result is one of ``space`` (same choices,
-    same id), and the supernet and costs of ``space`` apply to it."""
+    as EfficientBERT's coarse-to-fine stages do, docs/reference.md#efficientbert). The graph, the
+    constraints and the name are kept: an architecture of the result is one of ``space`` (same
+    choices, same id), and the supernet and costs of ``space`` apply to it."""
     fixed = {}
     for name, value in values.items():
         fixed[name] = space.choice(name).validate(value)

@@ -1,7 +1,7 @@
 """Sequence tagging: IOB spans, the span-level F1 of CoNLL's ``conlleval``, slot decoding.
 
-SNIPS slot filling (SPEC §7) tags each *word* with IOB tags (``O``, ``B-artist``,
-``I-artist``...). A model reads word pieces; the tag of a word is read at its first
+SNIPS slot filling (docs/reference.md#mixed-vocabulary) tags each *word* with IOB tags (``O``,
+``B-artist``, ``I-artist``...). A model reads word pieces; the tag of a word is read at its first
 piece (:func:`first_piece_positions`), and scores are computed on words, never pieces.
 
 The score is ``conlleval``'s (the CoNLL-2000 shared task's Perl script): a *chunk* is a

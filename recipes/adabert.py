@@ -1,5 +1,5 @@
-"""AdaBERT (Chen et al., 2020; SPEC §2): task-adaptive CNN students by differentiable
-search, distilled from a fine-tuned BERT teacher.
+"""AdaBERT (Chen et al., 2020; docs/reference.md#adabert): task-adaptive CNN students by
+differentiable search, distilled from a fine-tuned BERT teacher.
 
 The method's steps, in order (:meth:`AdaBert.run`); each is a call into shared parts:
 
@@ -68,8 +68,9 @@ log = logging.getLogger("nas.adabert")
 
 @dataclass
 class SearchSettings:
-    """The search stage (SPEC §2, §8). The weights train with SGD (momentum 0.9, cosine
-    from ``lr`` to ``lr_min``, clip 5); α with Adam (``arch_lr``, ``arch_weight_decay``)."""
+    """The search stage (docs/reference.md#adabert, #darts-and-gdas). The weights train with SGD
+    (momentum 0.9, cosine from ``lr`` to ``lr_min``, clip 5); α with Adam (``arch_lr``,
+    ``arch_weight_decay``)."""
 
     epochs: int = 1
     batch_size: int = 32
@@ -149,7 +150,7 @@ def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
 def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
                       probes: np.ndarray, gamma: float, temperature: float) -> torch.Tensor:
     """(1−γ)·CE + γ·probe KD; student layer logits = the shared classifier on each
-    active cell's pooled output (SPEC §2)."""
+    active cell's pooled output (docs/reference.md#adabert)."""
     from nas.distill.losses import probe_distillation_loss
 
     labels = batch["labels"]

@@ -28,7 +28,8 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    report split;
 5. **export** — stock ``transformers`` ``BertForSequenceClassification`` where the child
    has that shape (whole layers dropped, all heads, one FFN width, the teacher's hidden
-   width: SPEC §10), else the runtime as remote code (:mod:`nas.export`).
+   width: docs/reference.md#teacher-compression), else the runtime as remote code
+   (:mod:`nas.export`).
 """
 
 from __future__ import annotations

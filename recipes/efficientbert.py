@@ -1,5 +1,5 @@
-"""EfficientBERT (Dong et al., 2021; SPEC §3): coarse-to-fine search of the FFNs of a
-small BERT, each candidate scored by a warmed-up supernet with weight inheritance.
+"""EfficientBERT (Dong et al., 2021; docs/reference.md#efficientbert): coarse-to-fine search of the
+FFNs of a small BERT, each candidate scored by a warmed-up supernet with weight inheritance.
 
 The method's steps, in order (:meth:`EfficientBert.stages` after the shared stages 1–2 of
 :class:`recipes.common.TaskContext`); each is a call into shared parts:
@@ -163,7 +163,8 @@ class Stage3Settings(TrainSettings):
 class RetrainSettings(TrainSettings):
     """The final recipe: the architecture inherits from the warmed-up supernet
     (``inherit``) and trains with L = Σ_m (L_attn + L_hidn) + γ·L_pred at temperature T
-    (SPEC §3: γ = 1 and T = 1 in fine-tuning), scored on dev after each epoch."""
+    (docs/reference.md#efficientbert: γ = 1 and T = 1 in fine-tuning), scored on dev after each
+    epoch."""
 
     epochs: int = 3
     lr: float = 1e-4
@@ -446,7 +447,7 @@ class EfficientBert(Recipe):
     def stages(self, ctx: EfficientBertContext) -> dict[str, Any]:
         searcher = self.check_searcher(ctx.options.searcher)
         warm = self.warmup(ctx)
-        arch = ctx.space.default()  # the seed architecture (SPEC §3)
+        arch = ctx.space.default()  # the seed architecture (docs/reference.md#efficientbert)
         stages: dict[str, Any] = {}
         for name in ("stage1", "stage2"):
             found = self.search_stage(ctx, warm, name, arch, searcher)  # type: ignore[arg-type]
@@ -547,7 +548,7 @@ class EfficientBert(Recipe):
         """N and r only, expressions fixed: the ``sampled-supernet`` searcher trains one
         unfrozen supernet sampling (N, r) uniformly under the budget at every step, then
         ranks candidates with the ``inherited`` evaluator, without any per-candidate
-        training (SPEC §3)."""
+        training (docs/reference.md#efficientbert)."""
         from evaluators.inherited import InheritedEvaluator, InheritedTask
         from searchers.base import SEARCHERS
 

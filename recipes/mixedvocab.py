@@ -1,6 +1,7 @@
 """Mixed-vocabulary distillation (Zhao et al., 2019, "Extremely small BERT models from
-mixed-vocabulary training"; SPEC §7): a tiny student whose saving is mostly in its
-embedding table, for classification and for sequence tagging (SNIPS intents and slots).
+mixed-vocabulary training"; docs/reference.md#mixed-vocabulary): a tiny student whose saving is
+mostly in its embedding table, for classification and for sequence tagging (SNIPS intents and
+slots).
 
 The method's steps, in order (:meth:`MixedVocab.stages`); each is a call into shared parts:
 
@@ -112,7 +113,8 @@ class TextSettings:
 
 @dataclass
 class VocabSettings:
-    """The student WordPiece vocabulary (SPEC §7: ~5K, every ASCII character in it)."""
+    """The student WordPiece vocabulary (docs/reference.md#mixed-vocabulary: ~5K, every ASCII
+    character in it)."""
 
     size: int = 5000
     min_frequency: int = 2

@@ -1,6 +1,6 @@
-"""MobileBERT (Sun et al., 2020; SPEC §4): a bottleneck student of the teacher's depth and
-feature-map width, trained by progressive knowledge transfer, its bottleneck chosen by
-a grid search under a parameter budget.
+"""MobileBERT (Sun et al., 2020; docs/reference.md#mobilebert): a bottleneck student of the
+teacher's depth and feature-map width, trained by progressive knowledge transfer, its bottleneck
+chosen by a grid search under a parameter budget.
 
 The method's steps, in order (:meth:`MobileBert.stages`); each is a call into shared parts:
 
@@ -241,7 +241,7 @@ class MobileBertContext(TaskContext):
 
     def check_teacher(self, space: Any, arch: Any) -> None:
         """Before training: the teacher's depth and width equal the student's and its
-        heads are a multiple of the student's (SPEC §4)."""
+        heads are a multiple of the student's (docs/reference.md#mobilebert)."""
         from nas.distill.mobilebert import check_pair
 
         teacher_space, _ = self.task_teacher()

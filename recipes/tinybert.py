@@ -1,5 +1,5 @@
-"""TinyBERT (Jiao et al., 2020; SPEC §5): a small Transformer distilled from a BERT
-teacher layer by layer, in two stages, with data augmentation.
+"""TinyBERT (Jiao et al., 2020; docs/reference.md#tinybert): a small Transformer distilled from a
+BERT teacher layer by layer, in two stages, with data augmentation.
 
 The method's steps, in order (:meth:`TinyBert.run`); each is a call into shared parts:
 

@@ -1,5 +1,6 @@
 """The searcher contract: small base classes with documented hooks (Optuna's sampler
-pattern, STYLE.md patterns 5 and 15).
+pattern: a documented hook order and a seeded RNG of its own; NNI's strategies: propose,
+and let the evaluator train and score).
 
 Two kinds of searcher exist:
 

@@ -1,5 +1,5 @@
 """Differentiable search: DARTS mixtures and GDAS/AdaBERT hard Gumbel samples
-(SPEC §2, §8).
+(docs/reference.md#adabert, #darts-and-gdas).
 
 The pieces are small and separately tested:
 
@@ -14,8 +14,8 @@ The pieces are small and separately tested:
     candidate's and averaged, and the edges are averaged, so L_E ∈ [0, 1]; an op's
     cost spans 0 (pools, skip, zero) to 1 (std conv 7), from the ops' own declarations.
   - ``published``: every op costs 0.1, zero and skip included, summed over the edges,
-    as the published code's per-op costs are "near 0.1 for every op" (SPEC §2). L_E
-    then reaches 0.9 at K_max and hardly tells ops apart: it prices depth, and the task
+    as the published code's per-op costs are "near 0.1 for every op" (docs/reference.md#adabert).
+    L_E then reaches 0.9 at K_max and hardly tells ops apart: it prices depth, and the task
     loss chooses the ops. The normalised scale prices a convolution up to 1 against 0
     for a pool, which is one cause of searches that end in pools and skips.
 * :func:`derive_cell_architecture` -- K = argmax; per intermediate node keep the two
@@ -190,7 +190,8 @@ def op_cost_table(space: SearchSpace, seq_len: int = 128, scale: str = "normalis
 def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, torch.Tensor],
                     depth_choice: Categorical | Sequence[Categorical] | None = None,
                     edges: str = "mean") -> torch.Tensor:
-    """L_E = (K/K_max)·Σ_edges Σ_o y_o·cost(o) (SPEC §2), differentiable in the weights y.
+    """L_E = (K/K_max)·Σ_edges Σ_o y_o·cost(o) (docs/reference.md#adabert), differentiable in the
+    weights y.
 
     ``edges``: ``"mean"`` averages the priced choices (the normalised scale), ``"sum"``
     adds them (the published scale). K/K_max is the expectation of K under the depth
@@ -220,8 +221,9 @@ def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, tor
 
 def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
                              keep: int = 2) -> Architecture:
-    """DARTS/AdaBERT discretisation (SPEC §2, §8): depth = argmax; per node the ``keep``
-    strongest incoming edges by their best non-zero op, each with that op; others zero."""
+    """DARTS/AdaBERT discretisation (docs/reference.md#adabert, #darts-and-gdas): depth = argmax;
+    per node the ``keep`` strongest incoming edges by their best non-zero op, each with that op;
+    others zero."""
     values: dict[str, Any] = {}
     by_node: dict[str, list[tuple[float, str, str]]] = {}
     for _, v, e in space.graph.edges(data=True):
@@ -343,8 +345,8 @@ LossFn = Callable[[ModelOutput, Mapping[str, torch.Tensor]], torch.Tensor]
 
 def weight_settings(*, epochs: int, lr: float = 2e-2, lr_min: float = 5e-4,
                     checkpoint_every: int = 200, grad_clip: float = 5.0) -> TrainSettings:
-    """The weight optimiser of the search (SPEC §2, §8): SGD momentum 0.9, cosine from
-    ``lr`` to ``lr_min``, no weight decay, gradients clipped at norm 5."""
+    """The weight optimiser of the search (docs/reference.md#adabert, #darts-and-gdas): SGD momentum
+    0.9, cosine from ``lr`` to ``lr_min``, no weight decay, gradients clipped at norm 5."""
     return TrainSettings(epochs=epochs, optimizer="sgd", momentum=0.9, lr=lr, lr_min=lr_min,
                          weight_decay=0.0, schedule="cosine", grad_clip=grad_clip,
                          checkpoint_every=checkpoint_every)
@@ -358,9 +360,9 @@ class DifferentiableSearch:
     batch's ``"val"`` part (none during the weight warm-up), and :meth:`weight_loss` is
     the loss of the weight step on its ``"train"`` part. ``task_loss(output, batch)`` is
     the task part of the objective (e.g. (1−γ)·CE + γ·probe KD); the search adds β·L_E.
-    Architecture optimiser: Adam lr 3e-4, betas (0.5, 0.999), weight decay 1e-3 (SPEC
-    §2, §8). Its state (α, their optimiser, the Gumbel generator) travels in the loop's
-    checkpoint through :meth:`state_dict`.
+    Architecture optimiser: Adam lr 3e-4, betas (0.5, 0.999), weight decay 1e-3 (Liu et al.
+    2019, §3; docs/reference.md#darts-and-gdas). Its state (α, their optimiser, the Gumbel
+    generator) travels in the loop's checkpoint through :meth:`state_dict`.
     """
 
     def __init__(self, space: SearchSpace, supernet: GraphNet, task_loss: LossFn, *,
@@ -457,7 +459,7 @@ class DifferentiableSearch:
 
 @SEARCHERS.register("differentiable")
 class DifferentiableSearcher(OneShotSearcher):
-    """GDAS/AdaBERT search as a one-shot searcher (SPEC §2, §8).
+    """GDAS/AdaBERT search as a one-shot searcher (docs/reference.md#adabert, #darts-and-gdas).
 
     :meth:`search` builds a :class:`DifferentiableSearch` over ``trainer.supernet`` and
     ``trainer.task_loss`` for ``epochs × steps_per_epoch`` steps, hands it to

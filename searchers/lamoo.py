@@ -1,6 +1,6 @@
 """LaMOO as an Optuna sampler: multi-objective optimisation by learned space partitions
 (Zhao, Wang, Yang, Zhang, Guo & Tian, "Multi-objective Optimization by Learning Space
-Partitions", ICLR 2022; SPEC §11), LaNAS's multi-objective successor.
+Partitions", ICLR 2022; docs/reference.md#lamoo), LaNAS's multi-objective successor.
 
 Every ``rebuild_every`` complete trials the sampler rebuilds a tree over the encoded
 architectures of the complete trials (the LaNAS tree of :mod:`searchers.partition`):
@@ -54,7 +54,7 @@ from searchers.partition import Encoding, PartitionError, PartitionTree, grow_tr
 from searchers.partition_sampler import PartitionSampler
 
 #: Defaults (documented in docs/optuna.md, "LaMOO").
-STARTUP = 10  # LaNAS's initial samples (SPEC §6)
+STARTUP = 10  # LaNAS's initial samples (docs/reference.md#lanas)
 LEAF_SIZE = 10
 HEIGHT = 5  # LaNAS's fixed height
 CP = 0.1  # of the root's hypervolume (the paper: Cp ≈ 10% of the hypervolume)

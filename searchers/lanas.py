@@ -1,5 +1,5 @@
-"""LaNAS as an Optuna sampler: a learned partition of the search space (SPEC §6; Wang et
-al., 2019/2020; EfficientBERT's settings, Dong et al., 2021).
+"""LaNAS as an Optuna sampler: a learned partition of the search space (docs/reference.md#lanas;
+Wang et al., 2019/2020; EfficientBERT's settings, Dong et al., 2021).
 
 Every ``rebuild_every`` finished trials the sampler rebuilds a tree over the encoded
 architectures of the finished trials:
@@ -31,8 +31,8 @@ The tree, its classifiers and the encoding are shared with LaMOO
 the trials and the seed, draws seeded by ``(seed, proposal index)`` for exact resume,
 ``n_startup_trials`` random samples first).
 
-The encoding is the space's (numeric choices by value, others one-hot; SPEC §6) when the
-caller passes ``encodings`` (:meth:`searchers.optuna_bridge.SpaceBridge.encoding_tables`);
+The encoding is the space's (numeric choices by value, others one-hot; docs/reference.md#lanas) when
+the caller passes ``encodings`` (:meth:`searchers.optuna_bridge.SpaceBridge.encoding_tables`);
 otherwise categorical parameters are encoded by their numeric value when every choice
 has one, else one-hot, and integers and floats by value (log value on a log scale).
 Columns are standardised over the tree's samples before the classifiers are fitted.
@@ -67,7 +67,7 @@ from searchers.partition_sampler import PartitionSampler
 
 __all__ = ["LaNASError", "LaNASSampler", "build_tree", "fit_linear_classifier"]
 
-#: EfficientBERT's settings (SPEC §6).
+#: EfficientBERT's settings (docs/reference.md#lanas).
 EFFICIENTBERT_STARTUP = 80
 EFFICIENTBERT_REBUILD_EVERY = 10
 EFFICIENTBERT_HEIGHT_THRESHOLDS = (400, 800, 1600, 3200)

@@ -1,5 +1,5 @@
 """The objectives of a study: the method's evaluator plus the cost objectives that the
-``multi_trial`` settings ask for and the searcher can take (SPEC §9)."""
+``multi_trial`` settings ask for and the searcher can take (docs/reference.md#optuna)."""
 
 from __future__ import annotations
 

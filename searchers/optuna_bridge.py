@@ -1,4 +1,4 @@
-"""A search space as Optuna parameters, and back (issue 14, SPEC §9).
+"""A search space as Optuna parameters, and back (issue 14, docs/reference.md#optuna).
 
 :class:`SpaceBridge` turns every choice of a registered space into an Optuna
 distribution, and a trial's parameters back into a validated
@@ -13,9 +13,9 @@ distribution, and a trial's parameters back into a validated
   valid architectures (EfficientBERT's former op-slot template with its rule across two
   slots made nine proposals in ten invalid when sampled separately). A group with more
   than ``max_joint`` combinations stays separate, and an invalid proposal is rejected;
-* a choice with numeric ``features`` (EfficientBERT's FFN expressions, SPEC §3) is one
-  categorical whose encoding (:meth:`encoding_tables`, what LaNAS's classifiers see) is
-  those features, not a one-hot over its values.
+* a choice with numeric ``features`` (EfficientBERT's FFN expressions,
+  docs/reference.md#efficientbert) is one categorical whose encoding (:meth:`encoding_tables`, what
+  LaNAS's classifiers see) is those features, not a one-hot over its values.
 
 The mapping is one-to-one (each architecture has exactly one parameter set), so a
 sampler that deduplicates by parameters deduplicates by architecture id.
@@ -102,7 +102,8 @@ class Param:
 
     def encoding_table(self) -> np.ndarray:
         """One row per value of a categorical parameter (in the distribution's order): the
-        concatenated :meth:`Categorical.encode` of its choices (SPEC §6's encoding)."""
+        concatenated :meth:`Categorical.encode` of its choices (LaNAS's encoding,
+        docs/reference.md#lanas)."""
         if isinstance(self.distribution, IntDistribution):
             raise ValueError("integer parameters are encoded by their value")
         combos = self.combos or tuple((v,) for v in self.choices[0].values)
@@ -152,8 +153,8 @@ LIMITED = ("params", "flops", "latency_ms")
 @dataclass(frozen=True)
 class Budget:
     """Hard constraints checked before any training: ``max_params`` and ``max_flops``
-    (SPEC §1 counts at ``seq_len`` tokens; ``None``: 128, or the space's position limit
-    when it is shorter) and ``max_latency_ms``, batch-1 latency predicted by
+    (counted at ``seq_len`` tokens, docs/reference.md#costs; ``None``: 128, or the space's position
+    limit when it is shorter) and ``max_latency_ms``, batch-1 latency predicted by
     ``latency_fn`` (``arch -> ms``, the latency model of this machine,
     :func:`searchers.study.study_budget`)."""
 

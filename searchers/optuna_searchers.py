@@ -1,7 +1,7 @@
 """The multi-trial searchers: ``random``, ``tpe`` (multivariate), ``nsga2``, ``gp``,
 ``lanas`` (:class:`searchers.lanas.LaNASSampler`) and ``lamoo``
 (:class:`searchers.lamoo.LaMOOSampler`), each a sampler factory
-(:class:`~searchers.base.MultiTrialSearcher`, issue 14, SPEC §9).
+(:class:`~searchers.base.MultiTrialSearcher`, issue 14, docs/reference.md#optuna).
 
 A searcher builds the Optuna sampler of a study; :class:`searchers.proposals.StudySearch`
 asks that study for architectures and tells it their results, and
@@ -189,8 +189,8 @@ class PoolRandomSampler(BaseSampler):
 @SEARCHERS.register("random")
 class RandomSearcher(PerTrialSearcher):
     """Uniform random architectures (Optuna's ``RandomSampler``), the baseline every
-    searcher must beat (SPEC §2's random baseline; Li & Talwalkar, 2019). Repeats are
-    skipped while the space has unseen architectures (:mod:`searchers.proposals`). On a
+    searcher must beat (AdaBERT's random baseline, Chen et al. 2020, §4; Li & Talwalkar, 2019).
+    Repeats are skipped while the space has unseen architectures (:mod:`searchers.proposals`). On a
     tabular benchmark, a uniformly random unevaluated recorded row
     (:class:`PoolRandomSampler`)."""
 

@@ -1,5 +1,6 @@
 """Learned space partitions (LaNAS, Wang et al., 2019/2020; LA-MCTS, Wang et al., 2020;
-LaMOO, Zhao et al., ICLR 2022): the pieces the partition samplers share (SPEC §6, §11).
+LaMOO, Zhao et al., ICLR 2022): the pieces the partition samplers share (docs/reference.md#lanas,
+#lamoo).
 
 * :class:`Encoding`: numeric vectors of an Optuna parameter set (the space's encoding),
   uniform random candidates drawn as whole batches, and the values one parameter can

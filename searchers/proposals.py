@@ -1,5 +1,5 @@
 """Asking an Optuna study for architectures and telling it their results (issue 14,
-SPEC §9): :class:`StudySearch`, whose only state is the study.
+docs/reference.md#optuna): :class:`StudySearch`, whose only state is the study.
 
 A multi-trial searcher (:mod:`searchers.optuna_searchers`) is the study's sampler;
 :class:`StudySearch` turns each asked trial's parameters into an architecture through the

@@ -1,5 +1,5 @@
-"""Exact resume of a multi-trial study (issue 27, SPEC §9): a trial's *proposal index*,
-its place in the sequence the uninterrupted search would have made.
+"""Exact resume of a multi-trial study (issue 27, docs/reference.md#optuna): a trial's *proposal
+index*, its place in the sequence the uninterrupted search would have made.
 
 A worker killed during a trial leaves a RUNNING trial; the next worker that looks fails
 it and queues a retry with the same parameters (:mod:`searchers.storage`, Optuna's

@@ -1,5 +1,5 @@
-"""Sampled-supernet search: EfficientBERT's stage 3 (SPEC §3), a single-path one-shot
-search.
+"""Sampled-supernet search: EfficientBERT's stage 3 (docs/reference.md#efficientbert), a single-path
+one-shot search.
 
 One weight-sharing supernet is trained with a sub-network sampled uniformly at every
 step (the choices of ``kinds``, EfficientBERT's stack number N and ratio r, drawn until

@@ -1,4 +1,5 @@
-"""Where a study lives, and what happens to the trials of a worker that died (SPEC §9).
+"""Where a study lives, and what happens to the trials of a worker that died
+(docs/reference.md#optuna).
 
 * **Storage.** A URL with a scheme (``sqlite:///runs/x/study.db``,
   ``postgresql+psycopg://user@host/db``) is an Optuna RDB storage; anything else is the

@@ -1,4 +1,5 @@
-"""AdaBERT: a stack of CNN cells searched differentiably (Chen et al., 2020; SPEC §2).
+"""AdaBERT: a stack of CNN cells searched differentiably (Chen et al., 2020;
+docs/reference.md#adabert).
 
 Each cell has two input nodes (the outputs of the two previous cells, c_{k-2} and
 c_{k-1}), three intermediate nodes, each summing one mixed edge from every earlier
@@ -90,6 +91,6 @@ def adabert_space(
         config=dict(num_labels=num_labels, pair=pair, vocab_size=vocab_size, hidden=hidden,
                     max_depth=max_depth, max_positions=max_positions),
         drawing=[("AdaBERT cell (shared by all cells)", "cell1")],
-        description="AdaBERT CNN cells + depth (SPEC §2): 9 mixed edges of 10 ops, K ≤ "
+        description="AdaBERT CNN cells + depth (Chen et al. 2020): 9 mixed edges of 10 ops, K ≤ "
                     f"{max_depth}, hidden {hidden}, {'pair' if pair else 'single'} input",
     )

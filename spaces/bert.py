@@ -1,8 +1,10 @@
-"""BERT-shaped fixed designs: spaces with no choices and one architecture (STYLE.md pattern 4).
+"""BERT-shaped fixed designs: spaces with no choices and one architecture (the pattern of
+Optuna's ``FixedTrial``: a fixed design runs the searched designs' code path, without choices).
 
 ``bert`` takes its shape as factory keyword arguments with Hugging Face's names
 (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``...),
-so that a ``transformers.BertConfig`` maps onto it one to one. Presets (SPEC §1):
+so that a ``transformers.BertConfig`` maps onto it one to one. Presets (their published
+counts: docs/reference.md#costs):
 
 ======================  =====================================  ==================
 name                    shape                                  params (HF)
@@ -10,19 +12,19 @@ name                    shape                                  params (HF)
 ``bert-base``           L12 H768 A12 FFN3072, vocab 30522      109.5M
 ``bert-large``          L24 H1024 A16 FFN4096                  335.1M
 ``minilm-l6-h384``      L6 H384 A12 FFN1536 (default teacher)  22.7M
-``tinybert``            L4 H312 A12 FFN1200 (SPEC §5)          14.35M
-``mixedvocab-l6``       L6 H256 A4 FFN1024, vocab 4928 (§7)    6.20M
-``mixedvocab-l12``      L12 H256 A4 FFN1024, vocab 4928 (§7)   10.94M
+``tinybert``            L4 H312 A12 FFN1200 (TinyBERT-4)       14.35M
+``mixedvocab-l6``       L6 H256 A4 FFN1024, vocab 4928         6.20M
+``mixedvocab-l12``      L12 H256 A4 FFN1024, vocab 4928        10.94M
 ======================  =====================================  ==================
 
 Every preset accepts the ``bert`` keyword arguments as overrides (``num_labels``,
 ``vocab_size``...). The mixed-vocabulary students' 4,928 is the paper's vocabulary size,
-for the §1 parameter count only: ``mixedvocab`` takes the size of the student vocabulary
+for the published parameter count only: ``mixedvocab`` takes the size of the student vocabulary
 actually built (``vocab_size=len(vocab.txt)``, what ``recipes/mixedvocab.py`` passes).
 
 ``head="joint"`` (with ``num_tags``) replaces the classifier by a joint intent + slot head
 (``joint_intent_slot``: intent logits from the pooled ``[CLS]``, IOB tag logits per token,
-one output of width ``num_labels + num_tags``; SPEC §7's SNIPS task).
+one output of width ``num_labels + num_tags``; the SNIPS task of Zhao et al. 2021).
 
 The graph, with the node names that :mod:`nas.hf` maps to HF's::
 
@@ -32,7 +34,7 @@ The graph, with the node names that :mod:`nas.hf` maps to HF's::
     L{i}_ffn_h -> L{i}_ffn_a  activation (gelu)
     L{i}_ffn_a -> L{i}_out    linear FFN → H; LN(attn + ·)         layer.{i}.output.*
     head                      pooler (tanh) + classifier           pooler.dense, classifier
-    fit (aux, optional)       linear H → fit_size, TinyBERT's W_h (SPEC §5)
+    fit (aux, optional)       linear H → fit_size, TinyBERT's W_h (docs/reference.md#tinybert)
 
 States recorded for distillation: ``embeddings`` (the embedding output),
 ``hidden_states`` (each layer's output) and ``attention_scores`` (pre-softmax, per layer).
@@ -72,14 +74,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 DESCRIPTIONS = {
     "bert": "BERT encoder of any shape (HF BertConfig names as keyword arguments)",
-    "bert-base": "BERT-base, L12 H768 A12 FFN3072 (SPEC §1)",
-    "bert-large": "BERT-large, L24 H1024 A16 FFN4096 (SPEC §1)",
-    "minilm-l6-h384": "MiniLM-L6-H384, the default teacher's shape (SPEC §1)",
-    "tinybert": "TinyBERT-4, L4 H312 A12 FFN1200 (SPEC §5)",
+    "bert-base": "BERT-base, L12 H768 A12 FFN3072 (Devlin et al. 2019)",
+    "bert-large": "BERT-large, L24 H1024 A16 FFN4096 (Devlin et al. 2019)",
+    "minilm-l6-h384": "MiniLM-L6-H384, the default teacher's shape (Wang et al. 2020)",
+    "tinybert": "TinyBERT-4, L4 H312 A12 FFN1200 (Jiao et al. 2020)",
     "mixedvocab": "mixed-vocabulary student, H256 A4 FFN1024, vocab of the built student "
-                  "vocabulary (default 4928, SPEC §7)",
-    "mixedvocab-l6": "mixed-vocabulary student L6 H256 A4, vocab 4928 (SPEC §7)",
-    "mixedvocab-l12": "mixed-vocabulary student L12 H256 A4, vocab 4928 (SPEC §7)",
+                  "vocabulary (default 4928, Zhao et al. 2021)",
+    "mixedvocab-l6": "mixed-vocabulary student L6 H256 A4, vocab 4928 (Zhao et al. 2021)",
+    "mixedvocab-l12": "mixed-vocabulary student L12 H256 A4, vocab 4928 (Zhao et al. 2021)",
 }
 
 
@@ -193,10 +195,11 @@ for _name in PRESETS:
 @register_space("mixedvocab", test_config=SMALL)
 def mixedvocab_space(num_hidden_layers: int = 6, vocab_size: int = 4928,
                      **overrides: Any) -> SearchSpace:
-    """The mixed-vocabulary student (SPEC §7): L6 (default) or L12, H256 A4.
+    """The mixed-vocabulary student (Zhao et al. 2021; docs/reference.md#mixed-vocabulary):
+    L6 (default) or L12, H256 A4.
 
     ``vocab_size``: the size of the student vocabulary it reads (the built ``vocab.txt``;
-    4928 is the paper's, the default only for the §1 parameter count).
+    4928 is the paper's, the default only for the published parameter count).
     """
     shape = {**BERT_BASE, **PRESETS["mixedvocab-l6"], "num_hidden_layers": num_hidden_layers,
              "vocab_size": vocab_size}

@@ -5,8 +5,8 @@ Built from the teacher's shape (factory keyword arguments with Hugging Face's na
 the same node names, so that :func:`nas.hf.load_from_hf` (and
 :func:`nas.hf.load_teacher_as_design`'s mapping) load the teacher's weights into the
 supernet unchanged, and the child of the full architecture computes what the teacher does.
-The choices (issue 30; SPEC §10: DynaBERT, Hou et al. 2020; Minitron, Muralidharan et
-al. 2024; Puzzle, Bercovich et al. 2025):
+The choices (issue 30; docs/reference.md#teacher-compression: DynaBERT, Hou et al. 2020; Minitron,
+Muralidharan et al. 2024; Puzzle, Bercovich et al. 2025):
 
 * ``hidden_size``: the teacher's H and 3 narrower widths, each a whole number of heads
   of the teacher's head size (H·3/4, 1/2, 1/4 rounded to heads); slices the leading

@@ -1,22 +1,22 @@
 """EfficientBERT: per-layer FFN expressions, stack number and expansion ratio
-(Dong et al., 2021; SPEC §3).
+(Dong et al., 2021; docs/reference.md#efficientbert).
 
 The base model is 6 Transformer layers of hidden 540 with 12 heads and a MobileBERT
 style embedding (128-dim table, trigram concatenation, linear to 540); a 540→768 fit
 layer serves distillation only. Per layer ``i`` the space has three choices:
 
 * ``L{i}.expr`` (kind ``op``): the FFN as an expression DAG over the layer input ``x``
-  (:mod:`nas.ops.expression`), built from the activations of SPEC §3 (unary), ``add``,
-  ``mul`` and ``max`` (binary; unequal widths cut to the narrower) and the two linear maps
-  ``linear1`` (H → int(r·H)) and ``linear2`` (int(r·H) → H). Default: the seed
+  (:mod:`nas.ops.expression`), built from the activations of docs/reference.md#efficientbert
+  (unary), ``add``, ``mul`` and ``max`` (binary; unequal widths cut to the narrower) and the two
+  linear maps ``linear1`` (H → int(r·H)) and ``linear2`` (int(r·H) → H). Default: the seed
   expression ``linear2(gelu(linear1(x)))``, the standard FFN.
 * ``L{i}.stack`` (kind ``depth``): N ∈ {1..4} FFNs ``LayerNorm(h + expr(h))`` in a row,
   each with its own weights and the layer's expression;
 * ``L{i}.ratio`` (kind ``width``): r ∈ {1, 1/2, 1/3, 1/4}.
 
-**Validity** (SPEC §3; the public code's ``check_individual``): an expression reads ``x``
-and only ``x``; it has exactly one ``linear1`` and one ``linear2`` in its tree (so, as in
-the public code, which counts them in the text, a linear's output is not reused
+**Validity** (docs/reference.md#efficientbert; the public code's ``check_individual``): an
+expression reads ``x`` and only ``x``; it has exactly one ``linear1`` and one ``linear2`` in its
+tree (so, as in the public code, which counts them in the text, a linear's output is not reused
 elsewhere; ``x`` and the sub-expressions of ``x`` alone may be), and ``linear1`` feeds
 ``linear2``; no activation is applied directly to an activation; no linear directly to a
 linear (the public code's rule: two linears in a row are one low-rank linear map); no
@@ -24,8 +24,8 @@ binary op has two identical arguments; its height (ops on the longest path from 
 output to ``x``; the standard FFN has 3) is at most ``max_height``, and it has at most
 ``max_ops`` math ops (activations and binary ops, counted in the tree).
 
-**Functional de-duplication** (SPEC §6, the public code's ``get_hash_key_acc``): every
-expression runs on one fixed seeded random input with fixed seeded random linear weights,
+**Functional de-duplication** (docs/reference.md#lanas, the public code's ``get_hash_key_acc``):
+every expression runs on one fixed seeded random input with fixed seeded random linear weights,
 at an inner width equal to and half the hidden width, and the rounded output is hashed.
 Expressions with the same hash compute the same function (``mul(x, linear1(x))`` and
 ``mul(linear1(x), x)``; ``max(x, relu(x))`` and ``relu(x)``); only the simplest (fewest
@@ -41,8 +41,8 @@ different slot values could be one function: ``max(x, relu(x))`` is ``relu(x)``)
 template could express only one shape of DAG, this space every DAG within the bounds;
 every searcher, the Optuna bridge, the cost tables and the contract tests handle a
 categorical already; an architecture stays plain JSON (the expression's text). For
-model-based samplers (LaNAS, SPEC §6) the choice carries a fixed-length numeric encoding
-(:attr:`nas.choices.Categorical.features`) instead of a one-hot over thousands of names:
+model-based samplers (LaNAS, docs/reference.md#lanas) the choice carries a fixed-length numeric
+encoding (:attr:`nas.choices.Categorical.features`) instead of a one-hot over thousands of names:
 the expression tree laid out in heap order (the output in slot 0, the arguments of slot
 ``s`` in ``2s+1`` and ``2s+2``), each slot one-hot over the tokens (``x``, the linears, the
 math ops), constant columns dropped. The public code encodes the tree's prefix order as
@@ -63,7 +63,8 @@ per layer at the default bounds.
 holds ``linear1`` and ``linear2`` and every expression shares them (the expression is an
 op parameter set by the choice, :class:`nas.graph.ChoiceValue`), sliced left to right by
 r, as EfficientBERT's supernet does. Parameters and multiply-adds do not depend on the
-expression (SPEC §1 counts no element-wise op), so the cost tables ignore it.
+expression (the cost model counts no element-wise op, docs/reference.md#costs), so the cost tables
+ignore it.
 """
 
 from __future__ import annotations
@@ -359,7 +360,7 @@ def efficientbert_space(
         if bad:
             raise SpaceDefinitionError(
                 f"space 'efficientbert': expansion ratio {r!r} must be a number in (0, 1], "
-                "e.g. 1/2 (SPEC §3: r ∈ {1, 1/2, 1/3, 1/4})")
+                "e.g. 1/2 (the paper's ratios: 1, 1/2, 1/3, 1/4)")
     choices = [c for i in range(layers)
                for c in layer_choices(i, max_stack, ratios, max_height, max_ops)]
 
@@ -379,7 +380,8 @@ def efficientbert_space(
         for s in range(max_stack):
             n = f"L{layer}_f{s}_"
             kw = dict(active=ActiveIf(c + "stack", s + 1), group="encoder", cell=f"L{layer}.ffn{s}")
-            # one module per stack slot: every expression shares its two linears (SPEC §3)
+            # one module per stack slot: every expression shares its two linears
+            # (docs/reference.md#efficientbert)
             g.node(n + "ffn", "ffn_expression", label="expr", **kw, params={
                 "expr": ChoiceValue(c + "expr"), "inner": Dim(c + "ratio", hidden)})
             g.edge(h, n + "ffn")
@@ -410,5 +412,5 @@ def efficientbert_space(
         drawing=[(f"layer {i} FFN", f"L{i}.ffn0") for i in range(layers)],
         description=f"EfficientBERT FFN expression DAGs ({n_expr} per layer: height ≤ "
                     f"{max_height}, ≤ {max_ops} math ops), stack ≤ {max_stack}, ratio ∈ "
-                    f"{{{', '.join(ratios)}}}; {layers} layers, hidden {hidden} (SPEC §3)",
+                    f"{{{', '.join(ratios)}}}; {layers} layers, hidden {hidden} (Dong et al. 2021)",
     )

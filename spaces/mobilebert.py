@@ -1,4 +1,5 @@
-"""MobileBERT: bottleneck blocks, its grid space and its fixed designs (Sun et al., 2020; SPEC §4).
+"""MobileBERT: bottleneck blocks, its grid space and its fixed designs (Sun et al., 2020;
+docs/reference.md#mobilebert).
 
 One graph builder serves the grid space and the fixed designs: every hyperparameter
 (named as in ``transformers.MobileBertConfig``) is either a single value (fixed) or a
@@ -58,9 +59,9 @@ MOBILEBERT: dict[str, Any] = dict(
     type_vocab_size=2, classifier_activation=True,
 )
 
-#: The grid (SPEC §4): (h_intra, A, F) ∈ {(192,6,1), (160,5,2), (128,4,4), (96,3,8)} and
-#: neighbours, h_inter, FFN width, depth and the operational options. Depth 6 and 12 heads
-#: (head sizes 8 at h_intra 96, 16 at 192) make the student of progressive knowledge
+#: The grid (docs/reference.md#mobilebert): (h_intra, A, F) ∈ {(192,6,1), (160,5,2), (128,4,4),
+#: (96,3,8)} and neighbours, h_inter, FFN width, depth and the operational options. Depth 6 and 12
+#: heads (head sizes 8 at h_intra 96, 16 at 192) make the student of progressive knowledge
 #: transfer from MiniLM-L6-H384 (6 layers, width 384, 12 heads) a point of the grid:
 #: transfer needs the teacher's depth, feature-map width and head count (issue 17).
 GRID: dict[str, Any] = dict(
@@ -163,7 +164,8 @@ def _heads_rule(shape: _Shape) -> Constraint | None:
 
 
 def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> SearchSpace:
-    """A MobileBERT space; a hyperparameter given as a tuple is a choice (SPEC §4)."""
+    """A MobileBERT space; a hyperparameter given as a tuple is a choice
+    (docs/reference.md#mobilebert)."""
     unknown = set(hparams) - set(MOBILEBERT)
     if unknown:
         raise SpaceDefinitionError(
@@ -283,9 +285,9 @@ def mobilebert_space(name: str, *, num_labels: int = 2, **hparams: Any) -> Searc
         constraints=[rule] if rule else [],
         config=config,
         drawing=[("block 0", "L0"), ("block 0, FFN 0", "L0.ffn0")],
-        description=(f"fixed design: {DESCRIPTIONS.get(name, name)} (SPEC §4)" if fixed else
-                     "MobileBERT grid (SPEC §4): h_inter, h_intra, heads, stacked FFNs, FFN "
-                     "width, depth, LayerNorm/NoNorm, GeLU/ReLU, attention input, trigram"),
+        description=(f"fixed design: {DESCRIPTIONS.get(name, name)} (Sun et al. 2020)" if fixed else
+                     "MobileBERT grid (Sun et al. 2020): h_inter, h_intra, heads, stacked FFNs, "
+                     "FFN width, depth, LayerNorm/NoNorm, GeLU/ReLU, attention input, trigram"),
     )
 
 

@@ -1,4 +1,4 @@
-"""TinyBERT data augmentation (SPEC §5): candidates, sampling, caching, CLI."""
+"""TinyBERT data augmentation (docs/reference.md#tinybert): candidates, sampling, caching, CLI."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_mlm_candidates_for_single_piece_words(tiny_mlm_teacher: Path) -> None:
     words = ["the", "film", "was", "unbelievably", "good", "."]
     src = MlmCandidates(model, load_tokenizer(tiny_mlm_teacher), m=4)
     cands = src.candidates(words)
-    # "unbelievably" splits into pieces: skipped by default (no GloVe, SPEC §5 note)
+    # "unbelievably" splits into pieces: skipped by default (TinyBERT takes GloVe
+    # neighbours for those, docs/reference.md#tinybert, and none ship here)
     assert [len(c) for c in cands] == [4, 4, 4, 0, 4, 0]
     assert "film" not in cands[1]
     src = MlmCandidates(model, load_tokenizer(tiny_mlm_teacher), m=4, multi_piece="mean")

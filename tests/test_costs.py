@@ -1,4 +1,4 @@
-"""Cost counts worked out by hand (fvcore style) and against SPEC.md §1."""
+"""Cost counts worked out by hand (fvcore style) and against docs/reference.md#costs."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_adabert_all_skip_depth_one_by_hand():
 
 
 def test_adabert_students_are_in_the_published_size_range():
-    """SPEC §1: K = 3..7 cells at hidden 128 give 6.4M..9.5M; the published cells keep two
-    edges per node, convolutions of kernel 3..7."""
+    """Chen et al. 2020 (docs/reference.md#costs): K = 3..7 cells at hidden 128 give 6.4M..9.5M; the
+    published cells keep two edges per node, convolutions of kernel 3..7."""
     space = get_space("adabert")
     ops = {c.name: "zero" for c in space.choices() if c.name != "depth"}
     ops.update({"cell.n0.from_prev2": "std_conv_5", "cell.n0.from_prev1": "dil_conv_5",

@@ -199,7 +199,7 @@ def test_pair_batches_tokenise_b_separately(tiny_teacher: Path) -> None:
                 "input_ids_b", "attention_mask_b"):
         assert b[key].shape == (4, width), key
     assert b["index"].tolist() == [0, 1, 2, 3]
-    # sentence B alone starts with [CLS] (positions restart for B, SPEC §2)
+    # sentence B alone starts with [CLS] (positions restart for B, docs/reference.md#adabert)
     assert (b["input_ids_b"][:, 0] == tok.cls_token_id).all()
     alone = tok(data.texts_b[0], max_length=width, truncation=True)["input_ids"]
     assert b["input_ids_b"][0, : len(alone)].tolist() == alone

@@ -1,5 +1,6 @@
-"""EfficientBERT (SPEC §3): partially fixed spaces, the warm-up supernet (fit layer, cache,
-resume), budget sampling, the recipe's configuration, and the smoke run end to end."""
+"""EfficientBERT (docs/reference.md#efficientbert): partially fixed spaces, the warm-up supernet
+(fit layer, cache, resume), budget sampling, the recipe's configuration, and the smoke run end to
+end."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""EfficientBERT's FFN expression space (SPEC §3): validity rules, functional
-de-duplication, the enumeration, its encoding, the published architecture, and every
+"""EfficientBERT's FFN expression space (docs/reference.md#efficientbert): validity rules,
+functional de-duplication, the enumeration, its encoding, the published architecture, and every
 enumerated expression running with shared linears."""
 
 from __future__ import annotations

@@ -339,7 +339,8 @@ def test_cli_export_predict_bench(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# bert-subnet: stock BertForSequenceClassification where the shape allows (SPEC §10)
+# bert-subnet: stock BertForSequenceClassification where the shape allows
+# (docs/reference.md#teacher-compression)
 # ---------------------------------------------------------------------------
 
 

@@ -107,8 +107,8 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
         assert {d["label"]: d["score"] for d in theirs} == pytest.approx(
             mine["probabilities"], abs=TOL)
         assert max(theirs, key=lambda d: d["score"])["label"] == mine["label"]
-    # a pair model that embeds the second sentence on its own (AdaBERT, SPEC §2): the
-    # pipeline passes the joined pair, the remote code cuts B out of it as nas does
+    # a pair model that embeds the second sentence on its own (AdaBERT, docs/reference.md#adabert):
+    # the pipeline passes the joined pair, the remote code cuts B out of it as nas does
     mine = load(paired).predict(["the cat sat down"], ["a cat was sitting"])[0]
     assert {d["label"]: d["score"] for d in got["pair"]} == pytest.approx(
         mine["probabilities"], abs=TOL)

@@ -1,4 +1,6 @@
-"""Parity with ``transformers`` (STYLE.md pattern 8; SPEC §4, §5, §7).
+"""Parity with ``transformers`` (copy weights, compare logits, as
+minGPT's and litgpt's tests do; docs/reference.md#mobilebert, #tinybert,
+#mixed-vocabulary).
 
 Weights go both ways between our children and ``BertModel`` / ``MobileBertModel`` and
 their sequence-classification models; outputs on real tokenised text agree within 1e-4

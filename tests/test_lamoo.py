@@ -1,5 +1,5 @@
-"""The LaMOO sampler (SPEC §11; Zhao et al., ICLR 2022) and its Pareto helpers: dominance
-numbers and hypervolume against independent computations, the dominance split, proposals
+"""The LaMOO sampler (docs/reference.md#lamoo; Zhao et al., ICLR 2022) and its Pareto helpers:
+dominance numbers and hypervolume against independent computations, the dominance split, proposals
 inside the selected region, the hypervolume it reaches on a two-objective problem, exact
 continuation of a two-objective study, the ask cost at 100 trials, one-line refusals.
 (Optuna's sampler cases, the study contract and the kill-and-resume test run it through

@@ -1,5 +1,5 @@
-"""The LaNAS sampler (SPEC §6): Optuna's own sampler test cases, the tree on a synthetic
-objective, the path rule (every classifier), determinism and its refusals."""
+"""The LaNAS sampler (docs/reference.md#lanas): Optuna's own sampler test cases, the tree on a
+synthetic objective, the path rule (every classifier), determinism and its refusals."""
 
 from __future__ import annotations
 

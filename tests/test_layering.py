@@ -1,7 +1,7 @@
 """The core's layering (CONTRIBUTING.md, "What goes where").
 
-* The core never names its plug-ins (STYLE.md 19): ``nas/`` imports no plug-in package.
-  Spaces, searchers, evaluators and method recipes register through entry points
+* The core never names its plug-ins (plug-ins register themselves): ``nas/`` imports no plug-in
+  package. Spaces, searchers, evaluators and method recipes register through entry points
   (``docs/plugins.md``); the core reaches them only through its registries. The command
   line (``nas/cli/``) and its Python face (``nas/api.py``: ``nas.search``, which the CLI's
   ``method: search`` mirrors) are the one layer above them all and may import anything.

@@ -1,4 +1,5 @@
-"""Distillation losses against values worked out by hand (SPEC §2, §4, §5).
+"""Distillation losses against values worked out by hand (docs/reference.md#adabert, #mobilebert,
+#tinybert).
 
 Each expected number below is derived in the comment next to it from the paper's
 formula, not from the implementation, so a change of formula or reduction fails here.
@@ -21,7 +22,7 @@ def t(x) -> torch.Tensor:  # type: ignore[no-untyped-def]
     return torch.tensor(x, dtype=torch.float64)
 
 
-# ----------------------------------------------------------------------- TinyBERT §5
+# -------------------------------------------------------------------------- TinyBERT
 
 
 def test_fit_mse_through_a_fit_map() -> None:
@@ -108,7 +109,7 @@ def test_layer_map_rejects_bad_input() -> None:
         L.layer_map(2, 4, "middle")
 
 
-# --------------------------------------------------------------------- MobileBERT §4
+# ------------------------------------------------------------------------ MobileBERT
 
 # two tokens, D = 2: student [[1,3],[2,6]], teacher [[5,1],[0,0]]
 S_FM = t([[[1.0, 3.0], [2.0, 6.0]]])
@@ -153,7 +154,7 @@ def test_attention_kl_query_mask_skips_padded_queries() -> None:
     assert got.item() == pytest.approx(0.5 * math.log(4 / 3))
 
 
-# ------------------------------------------------------------------------ AdaBERT §2
+# --------------------------------------------------------------------------- AdaBERT
 
 
 @pytest.mark.parametrize(

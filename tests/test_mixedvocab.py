@@ -1,6 +1,6 @@
-"""Mixed-vocabulary distillation (SPEC §7): conlleval's span F1 on hand-worked cases, the
-per-word mixed segmentation, masking per vocabulary, the stage-I model, the joint intent +
-slot head, and the smoke run end to end through ``nas run`` and ``nas predict``."""
+"""Mixed-vocabulary distillation (docs/reference.md#mixed-vocabulary): conlleval's span F1 on
+hand-worked cases, the per-word mixed segmentation, masking per vocabulary, the stage-I model, the
+joint intent + slot head, and the smoke run end to end through ``nas run`` and ``nas predict``."""
 
 from __future__ import annotations
 
@@ -363,7 +363,7 @@ def test_the_full_student_is_l6_h256_with_6_2m_parameters_on_the_papers_vocabula
     config = load_config(ROOT / "experiments" / "mixedvocab_snips.yaml")
     space = config.student.build_space(vocab_size=4928, num_labels=7, num_tags=72)
     assert (space.config["num_hidden_layers"], space.config["hidden_size"]) == (6, 256)
-    assert 6.15e6 < count_costs(space, None, 64).params < 6.25e6  # SPEC §7: 6.2M
+    assert 6.15e6 < count_costs(space, None, 64).params < 6.25e6  # 6.2M (Zhao et al. 2021)
 
 
 @pytest.mark.parametrize(("override", "message"), [

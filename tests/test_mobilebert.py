@@ -1,6 +1,6 @@
-"""MobileBERT (SPEC §4): the grid's MiniLM-shaped student, progressive knowledge transfer
-(what each stage trains and freezes, the losses, the strategies), the hf export, the
-recipe's configuration, and the smoke run end to end through ``nas run`` (with the grid
+"""MobileBERT (docs/reference.md#mobilebert): the grid's MiniLM-shaped student, progressive
+knowledge transfer (what each stage trains and freezes, the losses, the strategies), the hf export,
+the recipe's configuration, and the smoke run end to end through ``nas run`` (with the grid
 search as a slow test)."""
 
 from __future__ import annotations

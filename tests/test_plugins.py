@@ -1,4 +1,5 @@
-"""Plug-ins register through entry points; the registries load them lazily (STYLE.md 19).
+"""Plug-ins register through entry points; the registries load them lazily (timm's
+registry pattern: the registry never names the plug-ins).
 
 The registry-level tests build tiny installed distributions (a ``*.dist-info`` folder with
 ``entry_points.txt`` beside a module) under ``tmp_path``, put that folder on ``sys.path``

@@ -1,4 +1,4 @@
-"""AdaBERT probes (SPEC §2) and the memory-mapped teacher-output cache."""
+"""AdaBERT probes (docs/reference.md#adabert) and the memory-mapped teacher-output cache."""
 
 from __future__ import annotations
 

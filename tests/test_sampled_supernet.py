@@ -1,6 +1,6 @@
 """The ``sampled-supernet`` searcher and the ``inherited`` evaluator (EfficientBERT's
-stage 3, SPEC §3) on a small EfficientBERT space with random token batches: what is
-sampled, what is scored and in which order, and that a seed gives one result."""
+stage 3, docs/reference.md#efficientbert) on a small EfficientBERT space with random token batches:
+what is sampled, what is scored and in which order, and that a seed gives one result."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Contract tests run over every registered searcher (STYLE.md patterns 9 and 16).
+"""Contract tests run over every registered searcher (Optuna's
+``pytest_samplers``: one test suite run over every sampler).
 
 Multi-trial searchers are sampler factories: their samplers pass Optuna's own sampler
 test cases (those that apply to categorical and integer spaces, listed below), and each

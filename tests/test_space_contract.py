@@ -1,4 +1,5 @@
-"""Contract tests run over the whole space registry (STYLE.md pattern 9).
+"""Contract tests run over the whole space registry (timm's
+``test_models.py``: every registered model gets the same checks).
 
 For every registered space, in its small test configuration: architectures validate,
 sample and round-trip through the encoding; the child extracted from the supernet

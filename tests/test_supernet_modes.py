@@ -1,4 +1,5 @@
-"""The supernet's three modes (SPEC §2, §8): fixed, DARTS mixture, hard Gumbel (GDAS)."""
+"""The supernet's three modes (docs/reference.md#adabert, #darts-and-gdas): fixed, DARTS mixture,
+hard Gumbel (GDAS)."""
 
 from __future__ import annotations
 

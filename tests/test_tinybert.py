@@ -1,5 +1,5 @@
-"""TinyBERT (SPEC §5): the layer mapping, the composition of the distillation losses,
-the data helpers of the recipe, its configuration, and the smoke run end to end through
+"""TinyBERT (docs/reference.md#tinybert): the layer mapping, the composition of the distillation
+losses, the data helpers of the recipe, its configuration, and the smoke run end to end through
 ``nas run`` (report, ``nas evaluate``, the ``hf`` export in stock ``transformers``, an
 ablation arm reusing the cached general distillation)."""
 

@@ -1,4 +1,5 @@
-"""Teacher WordPiece tokenisation and the ~5K student vocabulary (SPEC §7)."""
+"""Teacher WordPiece tokenisation and the ~5K student vocabulary
+(docs/reference.md#mixed-vocabulary)."""
 
 from __future__ import annotations
 

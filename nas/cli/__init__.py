@@ -1,4 +1,5 @@
-"""The ``nas`` command: a thin layer over typed functions (STYLE.md pattern 12).
+"""The ``nas`` command: a thin layer over typed functions (litgpt's ``__main__``
+pattern: each subcommand maps to a plain function).
 
 Each command group lives in its own module exposing ``register(subparsers)``. Errors
 caused by bad input (:class:`nas.errors.NasError`) are printed as one line naming the

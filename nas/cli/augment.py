@@ -1,4 +1,5 @@
-"""``nas augment``: TinyBERT word-replacement augmentation of a task (SPEC §5), cached."""
+"""``nas augment``: TinyBERT word-replacement augmentation of a task (docs/reference.md#tinybert),
+cached."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``nas augment`` to the top-level subparsers."""
     p = subparsers.add_parser(
         "augment",
-        help="augment a task by word replacement (TinyBERT, SPEC §5)",
+        help="augment a task by word replacement (TinyBERT, docs/reference.md#tinybert)",
         description="Write the original examples plus N augmented copies of each to a TSV "
         "(index, sentence[, sentence2], label). Candidates come from the teacher's MLM head "
         "when it has one, otherwise from nearest neighbours in its input-embedding space. "

@@ -1,4 +1,5 @@
-"""``nas teacher ...``: fine-tune and cache the teacher, and its AdaBERT probes (SPEC §2)."""
+"""``nas teacher ...``: fine-tune and cache the teacher, and its AdaBERT probes
+(docs/reference.md#adabert)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train and cache the AdaBERT per-layer probes of a (fine-tuned) teacher",
         description="Train one softmax probe per teacher layer (and the embeddings) on the "
         "frozen teacher's pooled train features, cache the probe logits of train and dev "
-        "(memory-mapped), and print each probe's accuracy (SPEC section 2).",
+        "(memory-mapped), and print each probe's accuracy (docs/reference.md#adabert).",
     )
     q.add_argument("--task", required=True, help="a task name or a data file (as for finetune)")
     q.add_argument("--teacher", required=True, help="fine-tuned teacher folder")

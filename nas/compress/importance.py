@@ -1,4 +1,5 @@
-"""Importance sorting of a BERT teacher: heads, FFN neurons and hidden channels (SPEC §10).
+"""Importance sorting of a BERT teacher: heads, FFN neurons and hidden channels
+(docs/reference.md#teacher-compression).
 
 A child of the ``bert-subnet`` space keeps the *leading* heads, neurons and channels of
 the teacher (``spaces/bert_subnet.py``). Sorting the teacher so that those leading slices

@@ -228,7 +228,7 @@ def normalise_task(task: Any, base_dir: str | Path | None = None) -> Any:
         base = Path(base_dir) if base_dir is not None else None
         found = _find(parsed, base)
         if found is not None and found.is_dir() and not _looks_like_path(parsed):
-            return parsed  # a folder named like a task (shared/data/sst2): the task name
+            return parsed  # a folder named like a task ($NAS_DATA_DIR/sst2): the task
         if _looks_like_path(parsed) and found is None:
             raise _missing_path(parsed, base)
         return parsed

@@ -1,4 +1,5 @@
-"""File readers for the data formats of ``shared/data`` (see its README).
+"""File readers for the data formats of the built-in tasks (:mod:`nas.data.tasks` names
+each task's files under ``$NAS_DATA_DIR``).
 
 Every reader names the file and the 1-based line of the first bad row in its
 :class:`~nas.errors.DataError`, so a broken file can be fixed without a debugger.

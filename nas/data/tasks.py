@@ -165,7 +165,7 @@ register_task(
 )
 
 CORPORA: dict[str, dict[str, str]] = {
-    # WikiText-2 raw as shipped in shared/data has only the valid and test parts.
+    # WikiText-2 raw as shipped in the data folder has only the valid and test parts.
     "wikitext2": {"valid": "wikitext2/wiki.valid.txt", "test": "wikitext2/wiki.test.txt"},
 }
 
@@ -438,10 +438,11 @@ def train_val_split(
 ) -> tuple[TaskData, TaskData]:
     """Carve a deterministic validation split out of ``data`` (usually train).
 
-    Used for bilevel search (architecture steps on the validation part, SPEC §8) and for
-    scoring candidates on data the weights never saw (SPEC §3). The split depends only on
-    ``seed``, ``val_fraction`` and the data (a private ``numpy`` generator, no global RNG);
-    with ``stratify`` each label keeps its share in both parts.
+    Used for bilevel search (architecture steps on the validation part,
+    docs/reference.md#darts-and-gdas) and for scoring candidates on data the weights never saw
+    (docs/reference.md#efficientbert). The split depends only on ``seed``, ``val_fraction`` and the
+    data (a private ``numpy`` generator, no global RNG); with ``stratify`` each label keeps its
+    share in both parts.
     """
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")

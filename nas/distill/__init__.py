@@ -1,3 +1,4 @@
-"""Distillation toolkit: losses (SPEC §2-§5), AdaBERT probes (§2), teacher-output cache,
-the unlabeled-text pieces shared by general distillation and warm-up (``general``), and
-EfficientBERT's warm-up-KD supernet (§3, ``warmup``)."""
+"""Distillation toolkit: the losses of TinyBERT, MobileBERT and AdaBERT, AdaBERT's probes,
+the teacher-output cache, the unlabeled-text pieces shared by general distillation and warm-up
+(``general``), and EfficientBERT's warm-up-KD supernet (``warmup``). The constants of each are
+in docs/reference.md (#tinybert, #mobilebert, #adabert, #efficientbert)."""

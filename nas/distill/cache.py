@@ -142,7 +142,7 @@ class TeacherOutputCache:
 
     def compute_logits_and_features(self, pooling: str = "mean", progress: bool = False) -> None:
         """One forward pass over the data: classifier logits (if the teacher has a head) and
-        pooled per-layer features for the probes (SPEC §2)."""
+        pooled per-layer features for the probes (docs/reference.md#adabert)."""
         import torch
         from tqdm.auto import tqdm
 
@@ -207,7 +207,8 @@ def cached_probe_logits(
     l2: float = 1e-3,
     progress: bool = False,
 ) -> np.ndarray:
-    """AdaBERT probe logits (J+1, N, C) of ``data`` (default: ``train``), cached (SPEC §2).
+    """AdaBERT probe logits (J+1, N, C) of ``data`` (default: ``train``), cached
+    (docs/reference.md#adabert).
 
     The probes are trained once on the frozen teacher's pooled ``train`` features and
     saved beside them; their logits on ``data`` are stored memory-mapped. When all of that

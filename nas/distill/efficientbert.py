@@ -1,5 +1,5 @@
-"""EfficientBERT's task distillation objective (SPEC §3), shared by the proxy of stages
-1–2, the stage-3 supernet and the final retrain.
+"""EfficientBERT's task distillation objective (docs/reference.md#efficientbert), shared by the
+proxy of stages 1–2, the stage-3 supernet and the final retrain.
 
 L = Σ_m (L_attn + L_hidn) + γ·L_pred: the student's attention scores and hidden states
 (through its space's ``fit`` layer, :class:`nas.distill.warmup.SpaceFit`) against the

@@ -1,10 +1,10 @@
 """Shared pieces of task-agnostic distillation on unlabeled text: the corpus, its batches,
 and the teacher's cached outputs on them.
 
-TinyBERT's general distillation (SPEC §5) and EfficientBERT's supernet warm-up (SPEC §3)
-both train a student against a teacher on unlabeled text (WikiText-2 plus the task's
-training sentences without their labels), cut into pieces of at most ``max_seq_len``
-tokens, and cache the result by its settings so that every later run starts from it.
+TinyBERT's general distillation (docs/reference.md#tinybert) and EfficientBERT's supernet warm-up
+(docs/reference.md#efficientbert) both train a student against a teacher on unlabeled text
+(WikiText-2 plus the task's training sentences without their labels), cut into pieces of at most
+``max_seq_len`` tokens, and cache the result by its settings so that every later run starts from it.
 This module holds what they share; each recipe keeps its own loss and model. The cache
 entry's key, lock and weight files are :mod:`nas.cache`'s.
 """
@@ -78,7 +78,8 @@ def unlabeled(task: str, texts: list[str], source: str) -> Any:
 def text_corpus(tokenizer: Any, *, task: str, task_train: Any, corpus: str,
                 splits: Sequence[str], task_sentences: bool, max_texts: int | None,
                 max_seq_len: int, seed: int, data_dir: str | None) -> Any:
-    """The unlabeled text of general distillation / warm-up (SPEC §3, §5).
+    """The unlabeled text of general distillation / warm-up (docs/reference.md#efficientbert,
+    #tinybert).
 
     ``corpus`` (a corpus name or a .txt path) in ``splits``, plus the task's training
     sentences (``task_sentences``) without labels, cut into pieces of at most

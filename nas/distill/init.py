@@ -3,8 +3,8 @@ student's width.
 
 A student trained on a small budget cannot learn a 30k-word embedding table from its
 data alone; starting from the teacher's table projected on its top principal components
-gives every word a meaningful vector from the first step (AdaBERT, SPEC §2, and the
-TinyBERT recipe's default, see ``recipes/tinybert.py``).
+gives every word a meaningful vector from the first step (AdaBERT, docs/reference.md#adabert, and
+the TinyBERT recipe's default, see ``recipes/tinybert.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Distillation losses of TinyBERT (SPEC §5), MobileBERT (§4) and AdaBERT (§2).
+"""Distillation losses of TinyBERT (docs/reference.md#tinybert), MobileBERT (#mobilebert)
+and AdaBERT (#adabert).
 
 Every function takes plain tensors, so a student of any design and a cached teacher
 output (:mod:`nas.distill.cache`) plug in alike. Reductions follow the papers; where the
@@ -25,11 +26,12 @@ from nas.errors import NasError
 MASKED_SCORE_THRESHOLD = -100.0
 
 
-# --------------------------------------------------------------------------- TinyBERT §5
+# ------------------------------------------------------------------------------ TinyBERT
 
 
 class FitMap(nn.Module):
-    """Learnable linear map W from the student width to the teacher width (SPEC §5).
+    """Learnable linear map W from the student width to the teacher width
+    (docs/reference.md#tinybert).
 
     TinyBERT matches E_S·W_e to E_T and H_S·W_h to H_T; W is trained with the student
     and dropped after distillation. Identity (no parameters) when the widths agree and
@@ -51,7 +53,8 @@ class FitMap(nn.Module):
 def fit_mse(
     student: torch.Tensor, teacher: torch.Tensor, fit: nn.Module | None = None
 ) -> torch.Tensor:
-    """MSE(fit(student), teacher), mean over every element: L_embd and L_hidn (SPEC §5).
+    """MSE(fit(student), teacher), mean over every element: L_embd and L_hidn
+    (docs/reference.md#tinybert).
 
     ``student`` (B, L, D_S), ``teacher`` (B, L, D_T); ``fit`` maps D_S → D_T
     (a :class:`FitMap`), or is ``None`` when the widths already agree.
@@ -70,7 +73,8 @@ def attention_mse(
     teacher_scores: torch.Tensor,
     threshold: float = MASKED_SCORE_THRESHOLD,
 ) -> torch.Tensor:
-    """L_attn: MSE of *pre-softmax* attention scores, averaged over heads (SPEC §5).
+    """L_attn: MSE of *pre-softmax* attention scores, averaged over heads
+    (docs/reference.md#tinybert).
 
     Inputs (B, H, L, L). Masked entries (which carry −10000 or a larger negative) are
     set to 0 in both tensors before the difference, as TinyBERT does, so padding does
@@ -94,7 +98,7 @@ def soft_cross_entropy(
     temperature: float = 1.0,
     reduction: str = "batchmean",
 ) -> torch.Tensor:
-    """L_pred = −softmax(z_T/t)·log_softmax(z_S/t) (SPEC §5), t = 1 by default.
+    """L_pred = −softmax(z_T/t)·log_softmax(z_S/t) (docs/reference.md#tinybert), t = 1 by default.
 
     Logits (..., C). ``reduction="batchmean"`` (paper: sum over classes, mean over the
     examples) or ``"mean"`` (TinyBERT's code: mean over every element, i.e. the paper's
@@ -136,7 +140,7 @@ def kd_loss(
 
 
 def layer_map(num_student: int, num_teacher: int, strategy: str = "uniform") -> list[int]:
-    """Teacher layer g(m) for each student layer m = 1…M (SPEC §5), 1-based.
+    """Teacher layer g(m) for each student layer m = 1…M (docs/reference.md#tinybert), 1-based.
 
     0 is the embedding (g(0) = 0) and is not listed. ``uniform``: g(m) = ⌊m·N/M⌋
     (every N/M-th layer, ending on the last); ``top``: the last M layers
@@ -156,7 +160,7 @@ def layer_map(num_student: int, num_teacher: int, strategy: str = "uniform") -> 
     raise NasError(f"layer mapping must be 'uniform', 'top' or 'bottom', got {strategy!r}")
 
 
-# ------------------------------------------------------------------------- MobileBERT §4
+# ---------------------------------------------------------------------------- MobileBERT
 
 
 def _plain_layernorm(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
@@ -165,7 +169,8 @@ def _plain_layernorm(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
 
 
 def feature_map_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """L_FMT: MSE between parameter-free LayerNorm of both feature maps (SPEC §4).
+    """L_FMT: MSE between parameter-free LayerNorm of both feature maps
+    (docs/reference.md#mobilebert).
 
     (B, L, D) each; mean over tokens and features. Normalising first makes the loss
     insensitive to the scale and offset of each token's features, which the separate
@@ -175,12 +180,14 @@ def feature_map_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tens
 
 
 def mean_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """L_μ: squared difference of per-token feature means, averaged over tokens (SPEC §4)."""
+    """L_μ: squared difference of per-token feature means, averaged over tokens
+    (docs/reference.md#mobilebert)."""
     return (student.mean(-1) - teacher.to(student.dtype).mean(-1)).pow(2).mean()
 
 
 def variance_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """L_σ: absolute difference of per-token feature variances, averaged (SPEC §4).
+    """L_σ: absolute difference of per-token feature variances, averaged
+    (docs/reference.md#mobilebert).
 
     Population variance (divide by D), as the LayerNorm statistics it mirrors.
     """
@@ -195,7 +202,8 @@ def attention_kl(
     from_logits: bool = True,
     query_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """L_AT: KL(teacher attention ‖ student attention) per head, averaged (SPEC §4).
+    """L_AT: KL(teacher attention ‖ student attention) per head, averaged
+    (docs/reference.md#mobilebert).
 
     Inputs (B, H, L, L): pre-softmax scores (``from_logits``, masked keys carrying a large
     negative) or probabilities. The KL sums over keys and is averaged over heads and
@@ -226,7 +234,7 @@ def grouped_attention_kl(
     query_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """L_AT for a student with fewer heads: KL(mean of a group of teacher heads' attention
-    ‖ student head), averaged (SPEC §4, adapted).
+    ‖ student head), averaged (docs/reference.md#mobilebert, adapted).
 
     ``student`` (B, A_S, L, L) and ``teacher`` (B, A_T, L, L) pre-softmax scores, A_S
     dividing A_T: student head h learns the average of the attention distributions of
@@ -253,11 +261,11 @@ def grouped_attention_kl(
     return (kl * m).sum() / m.sum().clamp_min(1.0)
 
 
-# ---------------------------------------------------------------------- AdaBERT §2
+# ------------------------------------------------------------------------- AdaBERT
 
 
 def probe_layer_map(num_student: int, num_probes: int) -> list[int]:
-    """Teacher probe j = ⌈i·J/K⌉ for student layer i = 1…K (SPEC §2).
+    """Teacher probe j = ⌈i·J/K⌉ for student layer i = 1…K (docs/reference.md#adabert).
 
     Probes are numbered 0…J with 0 the embedding probe, so the result lies in 1…J.
     """
@@ -276,7 +284,7 @@ def attentive_layer_weights(
     student layer; all when ``None``). Returns (B, len(layers)):
     w_{i,m} = exp(log P_{j_i}(y_m | x_m)) / Σ_{i'} exp(log P_{j_i'}(y_m | x_m)),
     AdaBERT's "attentive hierarchical transfer": layers whose probe already predicts the
-    example well teach it more (SPEC §2).
+    example well teach it more (docs/reference.md#adabert).
     """
     idx = list(range(probe_logits.shape[0])) if layers is None else list(layers)
     logp = F.log_softmax(probe_logits[idx].float(), dim=-1)  # (K, B, C)
@@ -290,7 +298,8 @@ def probe_distillation_loss(
     labels: torch.Tensor,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """AdaBERT's task-oriented KD (SPEC §2): Σ_i w_{i,m}·CE(P_{j_i}^T, P_i^S), batch mean.
+    """AdaBERT's task-oriented KD (docs/reference.md#adabert): Σ_i w_{i,m}·CE(P_{j_i}^T, P_i^S),
+    batch mean.
 
     ``student_layer_logits``: K tensors (B, C), one classifier output per student layer
     (or one (K, B, C) tensor); ``probe_logits`` (J+1, B, C) with probe 0 on the embedding;

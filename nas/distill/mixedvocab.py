@@ -1,4 +1,5 @@
-"""Mixed-vocabulary distillation (Zhao et al., 2019; SPEC §7): the shared parts.
+"""Mixed-vocabulary distillation (Zhao et al., 2019; docs/reference.md#mixed-vocabulary): the shared
+parts.
 
 * :class:`MixedSegmenter` — each *word* (a whitespace-separated token, so the original
   word boundaries are kept for tagging) is cut into pieces by the student vocabulary with
@@ -79,9 +80,9 @@ class Segment:
 
 class MixedSegmenter:
     """Per-word mixed segmentation with the teacher's and the student's WordPiece
-    vocabularies (SPEC §7). ``p_student``: probability that a word is cut by the student
-    vocabulary (1.0: student only, stage II; 0.0: teacher only). ``[CLS]``/``[SEP]`` come
-    from the vocabulary ``specials`` names. A sentence is cut at a word boundary when it
+    vocabularies (docs/reference.md#mixed-vocabulary). ``p_student``: probability that a word is cut
+    by the student vocabulary (1.0: student only, stage II; 0.0: teacher only). ``[CLS]``/``[SEP]``
+    come from the vocabulary ``specials`` names. A sentence is cut at a word boundary when it
     would exceed ``max_length`` pieces."""
 
     def __init__(self, teacher_tokenizer: Any, student_tokenizer: Any, p_student: float = 0.5,
@@ -250,7 +251,8 @@ def model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class MixedVocabMLM(nn.Module):
-    """Stage I (SPEC §7): the teacher continues MLM on mixed-vocabulary input.
+    """Stage I (docs/reference.md#mixed-vocabulary): the teacher continues MLM on mixed-vocabulary
+    input.
 
     ``teacher``: a :class:`~nas.network.GraphNet` of the ``bert`` design (its word
     embeddings are read through ``nodes["emb"]``). ``student_embeddings`` (V_S, d_S) and
@@ -300,9 +302,9 @@ class MixedVocabMLM(nn.Module):
 
 
 class StudentMLM(nn.Module):
-    """Stage II (SPEC §7): the student with an MLM head tied to its word embeddings, on
-    student-vocabulary input only; ``fits`` (width maps d_S → d_T per mapped layer) when
-    layer-wise distillation is on."""
+    """Stage II (docs/reference.md#mixed-vocabulary): the student with an MLM head tied to its word
+    embeddings, on student-vocabulary input only; ``fits`` (width maps d_S → d_T per mapped layer)
+    when layer-wise distillation is on."""
 
     def __init__(self, student: nn.Module, eps: float = 1e-12,
                  fits: nn.ModuleList | None = None) -> None:

@@ -1,5 +1,6 @@
-"""MobileBERT's progressive knowledge transfer (Sun et al., 2020, §3.5–3.6; SPEC §4),
-composed from the losses of :mod:`nas.distill.losses` and run by the one training loop.
+"""MobileBERT's progressive knowledge transfer (Sun et al., 2020, §3.5–3.6;
+docs/reference.md#mobilebert), composed from the losses of :mod:`nas.distill.losses` and run by the
+one training loop.
 
 The student is a child of the ``mobilebert`` family with the teacher's depth and
 feature-map width (h_inter); stage ℓ trains block ℓ alone to reproduce teacher layer ℓ:
@@ -68,7 +69,7 @@ _LAYER = re.compile(r"^L(\d+)_")
 
 @dataclass(frozen=True)
 class PktWeights:
-    """(λ, μ, β, γ) of the layer loss (SPEC §4: 1, 100, 5000, 5)."""
+    """(λ, μ, β, γ) of the layer loss (docs/reference.md#mobilebert: 1, 100, 5000, 5)."""
 
     attention: float = 1.0
     feature_map: float = 100.0
@@ -149,7 +150,7 @@ def copy_from_teacher(student: nn.Module, teacher: nn.Module) -> list[str]:
 def check_pair(student_config: Mapping[str, Any], arch: Mapping[str, Any],
                teacher_config: Mapping[str, Any]) -> None:
     """Transfer needs equal depth and feature-map width, and student heads dividing the
-    teacher's (SPEC §4); a one-line error otherwise."""
+    teacher's (docs/reference.md#mobilebert); a one-line error otherwise."""
     v = {**student_config, **arch}
     pairs = (("num_hidden_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"))
     for mine, theirs in pairs:

@@ -1,4 +1,4 @@
-"""AdaBERT probe classifiers: one softmax classifier per teacher layer (SPEC §2).
+"""AdaBERT probe classifiers: one softmax classifier per teacher layer (docs/reference.md#adabert).
 
 AdaBERT's task-oriented distillation freezes the fine-tuned teacher and trains one
 linear softmax classifier ("probe") on the pooled features of each layer, the
@@ -92,7 +92,7 @@ def train_probes(
     max_iter: int = 100,
     seed: int = 0,
 ) -> ProbeSet:
-    """Fit one softmax classifier per layer on frozen features (SPEC §2).
+    """Fit one softmax classifier per layer on frozen features (docs/reference.md#adabert).
 
     ``features`` (P, N, D) pooled teacher features of the train split, ``labels`` (N,).
     Minimises mean cross-entropy + ``l2``·‖W‖² per probe; the P problems are

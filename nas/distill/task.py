@@ -1,5 +1,5 @@
-"""What the task-distillation recipes share beyond the run skeleton (TinyBERT §5,
-MobileBERT §4): the prediction layer's settings, and the student's evaluation row and
+"""What the task-distillation recipes share beyond the run skeleton (TinyBERT and
+MobileBERT): the prediction layer's settings, and the student's evaluation row and
 export, measured the same way for every recipe so that ``nas report`` compares like
 with like. ``ctx`` is the recipe's :class:`recipes.common.TaskContext` (the core reads
 its batches, splits, run folder and teacher, and never imports the recipes)."""

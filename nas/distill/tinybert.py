@@ -1,5 +1,5 @@
 """TinyBERT's Transformer-distillation objective, composed from the losses of
-:mod:`nas.distill.losses` (SPEC §5).
+:mod:`nas.distill.losses` (docs/reference.md#tinybert).
 
 L_model = Σ_{m=0}^{M+1} λ_m · L_layer(S_m, T_g(m)) with λ_m = 1: the embedding loss
 (m = 0), for each student layer m = 1…M the attention-score and hidden-state losses
@@ -114,7 +114,7 @@ def intermediate_loss(student: ModelOutput, teacher: ModelOutput, fits: FitMaps,
 def prediction_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                     temperature: float = 1.0) -> torch.Tensor:
     """L_pred = −softmax(z_T/t)·log_softmax(z_S/t), summed over classes, mean over the
-    batch (SPEC §5; t = 1 by default)."""
+    batch (docs/reference.md#tinybert; t = 1 by default)."""
     return soft_cross_entropy(student_logits, teacher_logits, temperature)
 
 

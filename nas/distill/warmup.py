@@ -1,4 +1,4 @@
-"""EfficientBERT's warm-up-KD supernet (Dong et al., 2021; SPEC §3).
+"""EfficientBERT's warm-up-KD supernet (Dong et al., 2021; docs/reference.md#efficientbert).
 
 The supernet of a space holds every candidate at its largest: for EfficientBERT, N = 4
 stacked FFNs at ratio r = 1 in every layer. The warm-up trains it, with the standard
@@ -44,7 +44,8 @@ log = logging.getLogger("nas.warmup")
 
 #: Bump when the warm-up changes, so that cached supernets are not reused.
 WARMUP_VERSION = 1
-#: The warm-up's terms: attention and hidden MSE, no embedding loss (SPEC §3).
+#: The warm-up's terms: attention and hidden MSE, no embedding loss
+#: (docs/reference.md#efficientbert).
 WARMUP_TERMS = Terms(embedding=False, attention=True, hidden=True)
 
 
@@ -98,7 +99,8 @@ def kd_loss(net: nn.Module, batch: Mapping[str, torch.Tensor], teacher: nn.Modul
 
 def warmup_arch(space: Any) -> Any:
     """The largest model with the default expressions: depth and width choices at their
-    largest value, every other choice at its default (SPEC §3: N = 4, r = 1, standard FFN)."""
+    largest value, every other choice at its default (docs/reference.md#efficientbert: N = 4, r = 1,
+    standard FFN)."""
     values = dict(space.default())
     for c in space.choices():
         if c.kind in ("depth", "width"):
@@ -113,7 +115,7 @@ def sample_under_budget(space: Any, fixed: Mapping[str, Any], rng: np.random.Gen
     """A uniform random architecture over the choices of ``kinds`` (the others from
     ``fixed``) whose parameter count (:func:`nas.cost.count_costs`, the fast graph count)
     is within ``max_params``; rejection sampling, as EfficientBERT's stage 3 samples
-    sub-networks (SPEC §3)."""
+    sub-networks (docs/reference.md#efficientbert)."""
     from nas.cost import count_costs
 
     free = [c for c in space.choices() if c.kind in kinds]
@@ -151,7 +153,8 @@ def check_teacher_fits(space: Any, teacher: Mapping[str, Any]) -> None:
 
 @dataclass
 class WarmupSettings(TextDistillSettings):
-    """The warm-up (SPEC §3): distillation of the largest supernet on unlabeled text.
+    """The warm-up (docs/reference.md#efficientbert): distillation of the largest supernet on
+    unlabeled text.
 
     ``embedding_init``: ``teacher-pca`` starts the word embeddings from the teacher's,
     factorised to the embedding width (:mod:`nas.distill.init`; an adaptation to a CPU

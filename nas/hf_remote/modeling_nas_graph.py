@@ -1,9 +1,9 @@
 """An exported child network as a ``transformers`` model (remote code): a sequence
-classifier, or a joint intent + slot model (SPEC §7) for a graph ending in the
-``joint_intent_slot`` head, which ``transformers`` has no class for.
+classifier, or a joint intent + slot model (docs/reference.md#mixed-vocabulary) for a graph ending
+in the ``joint_intent_slot`` head, which ``transformers`` has no class for.
 
-The search-free executor of a **resolved** graph (SPEC §3: the child keeps exactly the
-chosen ops at their widths, under the supernet's parameter names): it builds each op
+The search-free executor of a **resolved** graph (docs/reference.md#efficientbert: the child keeps
+exactly the chosen ops at their widths, under the supernet's parameter names): it builds each op
 of ``config.graph`` once, in topological order, and runs them in that order. Its
 modules are named as :class:`nas.network.GraphNet`'s (``nodes.<node>[.<op>]``,
 ``edges.<src>-><dst>[.<op>]``), so the export's ``model.safetensors`` loads as is.
@@ -52,8 +52,9 @@ def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                     attention_mask: torch.Tensor, pad_id: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to the same
-    width: what ``nas.tokenization.encode`` gives a graph that embeds B on its own (SPEC §2,
-    AdaBERT's second input node), rebuilt from what a ``pipeline`` passes."""
+    width: what ``nas.tokenization.encode`` gives a graph that embeds B on its own
+    (docs/reference.md#adabert, AdaBERT's second input node), rebuilt from what a ``pipeline``
+    passes."""
     ids = torch.full_like(input_ids, pad_id)
     mask = torch.zeros_like(input_ids)
     for r in range(input_ids.shape[0]):
@@ -181,10 +182,10 @@ class JointIntentSlotOutput(ModelOutput):
 
 
 class NasGraphForJointIntentSlot(NasGraphPreTrainedModel):
-    """A joint intent + slot model (SPEC §7): the graph's ``joint_intent_slot`` head gives
-    one ``(B, L, I + T)`` tensor, the intent logits repeated at every position followed by
-    each token's tag logits; this class splits it. ``config.id2label`` lists the I intents,
-    then the T tags; ``config.num_intents`` is I."""
+    """A joint intent + slot model (docs/reference.md#mixed-vocabulary): the graph's
+    ``joint_intent_slot`` head gives one ``(B, L, I + T)`` tensor, the intent logits repeated at
+    every position followed by each token's tag logits; this class splits it. ``config.id2label``
+    lists the I intents, then the T tags; ``config.num_intents`` is I."""
 
     def forward(self, input_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,

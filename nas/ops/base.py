@@ -1,6 +1,6 @@
 """The op contract: every op of every space declares its output width, parameter
 count and multiply-add count as functions of its input widths, so that the cost
-model can work from the graph alone, without building a model (SPEC §1).
+model can work from the graph alone, without building a model (docs/reference.md#costs).
 
 Ops are ``nn.Module`` subclasses. A graph places them in two positions:
 
@@ -11,7 +11,7 @@ Ops are ``nn.Module`` subclasses. A graph places them in two positions:
 
 A module is built once at its largest widths (the supernet's) and sliced left to
 right at run time to the widths the current architecture asks for (Once-for-All's
-elastic ops, STYLE.md pattern 6). A child built for one architecture uses the same
+elastic ops). A child built for one architecture uses the same
 class at exactly its widths, so the slicing is a no-op there and
 ``child == supernet[arch]`` holds by construction and by test.
 
@@ -105,7 +105,8 @@ class Op(nn.Module):
     def count_macs(
         cls, in_widths: Sequence[int], out_width: int, p: Mapping[str, Any], seq_len: int
     ) -> int:
-        """Multiply-adds for one example of ``seq_len`` tokens (SPEC §1: FLOPs = 2 × MACs)."""
+        """Multiply-adds for one example of ``seq_len`` tokens (docs/reference.md#costs: FLOPs = 2 ×
+        MACs)."""
         return 0
 
     # -- computation -----------------------------------------------------------

@@ -1,7 +1,8 @@
 """Element-wise, binary, combining and linear ops.
 
-The unary activations and binary ops are EfficientBERT's math ops (SPEC §3, Table 1
-of the paper); ``skip``/``zero`` and ``sum`` are the DARTS cell primitives (SPEC §2, §8).
+The unary activations and binary ops are EfficientBERT's math ops (docs/reference.md#efficientbert,
+Table 1 of the paper); ``skip``/``zero`` and ``sum`` are the DARTS cell primitives
+(docs/reference.md#adabert, #darts-and-gdas).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], doc: str) -> t
     return register_op(name)(_Unary)
 
 
-#: EfficientBERT's activations as functions (SPEC §3); also the bodies of the unary ops.
+#: EfficientBERT's activations as functions (docs/reference.md#efficientbert); also the bodies of
+#: the unary ops.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "sigmoid": torch.sigmoid,
@@ -52,7 +54,7 @@ LeakyRelu = _unary("leaky_relu", ACTIVATIONS["leaky_relu"], "LeakyReLU, slope 0.
 Elu = _unary("elu", ACTIVATIONS["elu"], "ELU, alpha 1.")
 Swish = _unary("swish", ACTIVATIONS["swish"], "Swish / SiLU: x·sigmoid(x).")
 
-#: EfficientBERT's unary ops (SPEC §3).
+#: EfficientBERT's unary ops (docs/reference.md#efficientbert).
 UNARY_OPS = tuple(ACTIVATIONS)
 
 
@@ -72,7 +74,8 @@ class Zero(Op):
 
 
 def cut(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Binary ops on unequal widths cut both operands to the narrower width (SPEC §3)."""
+    """Binary ops on unequal widths cut both operands to the narrower width
+    (docs/reference.md#efficientbert)."""
     w = min(a.shape[-1], b.shape[-1])
     return a[..., :w], b[..., :w]
 
@@ -120,10 +123,11 @@ class First(Op):
         return xs[0]
 
 
-#: EfficientBERT's binary ops plus "none" (SPEC §3).
+#: EfficientBERT's binary ops plus "none" (docs/reference.md#efficientbert).
 BINARY_OPS = ("first", "add", "mul", "max")
 
-#: EfficientBERT's binary ops as functions of two equally wide tensors (SPEC §3).
+#: EfficientBERT's binary ops as functions of two equally wide tensors
+#: (docs/reference.md#efficientbert).
 BINARY_FUNCTIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "mul": torch.mul, "max": torch.maximum,
 }
@@ -162,7 +166,8 @@ class ElasticLayerNorm(nn.Module):
 
 
 class NoNorm(nn.Module):
-    """MobileBERT's NoNorm: ``x·γ + β`` element-wise, no statistics (SPEC §4)."""
+    """MobileBERT's NoNorm: ``x·γ + β`` element-wise, no statistics
+    (docs/reference.md#mobilebert)."""
 
     def __init__(self, width: int, eps: float = 0.0) -> None:
         super().__init__()
@@ -211,7 +216,8 @@ class ResidualNorm(Op):
 
 @register_op("attention_sum")
 class AttentionSum(Op):
-    """Softmax-weighted sum of the inputs with trainable weights (AdaBERT cell output, SPEC §2).
+    """Softmax-weighted sum of the inputs with trainable weights (AdaBERT cell output,
+    docs/reference.md#adabert).
 
     ``p["inputs"]`` is how many inputs the node has in the supernet.
     """
@@ -242,8 +248,8 @@ class AttentionSum(Op):
 class Linear(Op):
     """An elastic linear layer ``in -> p["out"]`` (with bias).
 
-    Inheritance slices ``W[:out, :in]`` and ``b[:out]`` (SPEC §3: "the first k inner
-    units, left to right"; PyTorch stores W as out × in).
+    Inheritance slices ``W[:out, :in]`` and ``b[:out]`` (the first k inner
+    units, left to right: docs/reference.md#efficientbert; PyTorch stores W as out × in).
     """
 
     def __init__(self, in_widths, out_width, p):
@@ -268,7 +274,8 @@ class Linear(Op):
 
 
 def scale_width(width: int, ratio: Any) -> int:
-    """``int(r·H)`` for a ratio given as a number or a fraction string (SPEC §3)."""
+    """``int(r·H)`` for a ratio given as a number or a fraction string
+    (docs/reference.md#efficientbert)."""
     from fractions import Fraction
 
     return int(Fraction(str(ratio)) * width)

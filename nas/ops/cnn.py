@@ -1,4 +1,4 @@
-"""AdaBERT's convolution and pooling ops (SPEC §2).
+"""AdaBERT's convolution and pooling ops (docs/reference.md#adabert).
 
 Convolutions are ReLU → Conv1d → BatchNorm over the sequence axis, stride 1 and
 "same" padding. The "dilated" ops are dilated convolutions with dilation 2, as the
@@ -83,7 +83,7 @@ class AvgPool3(Op):
         return F.avg_pool1d(x, 3, 1, 1, count_include_pad=False).transpose(1, 2)
 
 
-#: AdaBERT's ten candidate ops (SPEC §2), in the paper's order.
+#: AdaBERT's ten candidate ops (docs/reference.md#adabert), in the paper's order.
 ADABERT_OPS = (
     "std_conv_3", "std_conv_5", "std_conv_7",
     "dil_conv_3", "dil_conv_5", "dil_conv_7",

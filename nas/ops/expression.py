@@ -1,10 +1,10 @@
-"""FFN expressions: EfficientBERT's searched feed-forward blocks (SPEC §3; Dong et al.,
-2021, §3.1 and Table 1).
+"""FFN expressions: EfficientBERT's searched feed-forward blocks (docs/reference.md#efficientbert;
+Dong et al., 2021, §3.1 and Table 1).
 
 An expression is a small DAG over the layer input ``x`` built from the math ops of
-SPEC §3 -- the seven activations (unary), ``add``, ``mul`` and ``max`` (binary; operands
-of unequal widths are cut to the narrower, :func:`nas.ops.basic.cut`) -- and the two
-linear maps ``linear1`` (hidden → inner) and ``linear2`` (inner → hidden). It is written
+docs/reference.md#efficientbert -- the seven activations (unary), ``add``, ``mul`` and ``max``
+(binary; operands of unequal widths are cut to the narrower, :func:`nas.ops.basic.cut`) -- and the
+two linear maps ``linear1`` (hidden → inner) and ``linear2`` (inner → hidden). It is written
 as text in prefix form::
 
     linear2(gelu(linear1(x)))                      the standard FFN (the seed)
@@ -17,8 +17,8 @@ function has one text.
 
 The op ``ffn_expression`` runs an expression with its own two elastic linear layers: the
 supernet allocates them at the largest inner width, and every expression of a stack slot
-shares them, sliced left to right by the expansion ratio (SPEC §3 "weight inheritance";
-the math ops have no weights). Which expressions a search may use (the validity rules,
+shares them, sliced left to right by the expansion ratio (docs/reference.md#efficientbert "weight
+inheritance"; the math ops have no weights). Which expressions a search may use (the validity rules,
 the functional de-duplication) is the space's business: ``spaces/efficientbert.py``.
 """
 
@@ -197,7 +197,7 @@ def parse_cached(text: str) -> Expr:
 def structural_problem(e: Expr) -> str | None:
     """Why ``e`` cannot be an FFN at all, or ``None``: it must read only ``x`` (and read
     it), hold exactly one ``linear1`` and one ``linear2``, and feed ``linear1`` into
-    ``linear2`` (SPEC §3: "exactly two linears, x used")."""
+    ``linear2`` (exactly two linears, and ``x`` read: docs/reference.md#efficientbert)."""
     leaves = {n.op for n in e.walk() if not n.args}
     if INPUT not in leaves:
         return f"{e} does not use the input x"
@@ -246,14 +246,15 @@ def evaluate(e: Expr, inp: torch.Tensor, linear1: Callable[[torch.Tensor], torch
 @register_op("ffn_expression")
 class FFNExpression(Op):
     """An FFN expression with its own ``linear1`` (width → ``inner``) and ``linear2``
-    (``inner`` → width) (SPEC §3).
+    (``inner`` → width) (docs/reference.md#efficientbert).
 
     Parameters: ``expr`` (the expression's text; set by the layer's expression choice
     through :class:`nas.graph.ChoiceValue`, so it never changes widths or costs) and
     ``inner`` (int(r·H)). ``inner`` may not exceed the input width: binary ops with ``x``
     between the linears would cut the inner state, and ``linear2`` would have unused
     inputs. Parameters and multiply-adds are the two linears' whatever the expression
-    (the math ops are element-wise: SPEC §1 does not count them).
+    (the math ops are element-wise, which the cost model does not count:
+    docs/reference.md#costs).
     """
 
     def __init__(self, in_widths, out_width, p):

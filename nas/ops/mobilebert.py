@@ -1,4 +1,4 @@
-"""MobileBERT's bottleneck-block primitives (Sun et al., 2020; SPEC §4).
+"""MobileBERT's bottleneck-block primitives (Sun et al., 2020; docs/reference.md#mobilebert).
 
 A MobileBERT block is declared in the graph from small ops (see ``spaces/mobilebert.py``):
 linear edges (:class:`nas.ops.basic.Linear`), normalisation nodes that add their inputs
@@ -71,12 +71,12 @@ class LayerNormNode(_NormNode):
 
 @register_op("no_norm")
 class NoNormNode(_NormNode):
-    """MobileBERT's NoNorm ``x·γ + β`` of the sum of the inputs (SPEC §4)."""
+    """MobileBERT's NoNorm ``x·γ + β`` of the sum of the inputs (docs/reference.md#mobilebert)."""
 
     kind = "no_norm"
 
 
-#: The values of a normalisation choice (SPEC §4: NoNorm instead of LayerNorm).
+#: The values of a normalisation choice (docs/reference.md#mobilebert: NoNorm instead of LayerNorm).
 NORM_OPS = ("layer_norm", "no_norm")
 
 # ---------------------------------------------------------------------------
@@ -148,7 +148,8 @@ class MultiHeadAttention(Op):
     size is ``out // heads``, as HF computes it (``true_hidden_size / num_attention_heads``).
     Elastic widths slice every projection to ``W[:out, :in]``, so a child with fewer heads
     or a narrower bottleneck runs exactly the leading slice of the supernet's weights.
-    Records the pre-softmax scores under ``attention_scores`` (TinyBERT, SPEC §5).
+    Records the pre-softmax scores under ``attention_scores`` (TinyBERT,
+    docs/reference.md#tinybert).
     """
 
     def __init__(self, in_widths, out_width, p):

@@ -2,7 +2,7 @@
 
 Sub-module names follow Hugging Face's BERT/MobileBERT (``word_embeddings``,
 ``query``, ``output.dense``, ``LayerNorm``...) so weight conversion is a name map
-(STYLE.md pattern 7).
+(transformers' ``modeling_bert.py`` and ``modeling_mobilebert.py``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class Embedding(Op):
 
     ``p``: ``vocab_size``, ``embedding_size`` E, ``out`` (hidden H), ``max_positions``,
     ``type_vocab_size`` (0: none), ``trigram`` (MobileBERT: concatenate the embeddings
-    of tokens t+1, t, t-1 and map 3E → H, SPEC §4), ``norm`` (layer_norm, no_norm or
-    none), ``key`` (which batch entry holds the ids: ``input_ids`` or ``input_ids_b``).
+    of tokens t+1, t, t-1 and map 3E → H, docs/reference.md#mobilebert), ``norm`` (layer_norm,
+    no_norm or none), ``key`` (which batch entry holds the ids: ``input_ids`` or ``input_ids_b``).
     A plain factorised embedding (E < H, no trigram) maps E → H with a linear layer.
     """
 
@@ -86,7 +86,8 @@ class Embedding(Op):
         ids = ctx.batch[key]  # (B, L)
         given = ctx.batch.get("inputs_embeds") if key == "input_ids" else None
         # ``inputs_embeds`` (B, L, E) replaces the word lookup (HF's argument of that name):
-        # mixed-vocabulary training feeds some words through another vocabulary (SPEC §7)
+        # mixed-vocabulary training feeds some words through another vocabulary
+        # (docs/reference.md#mixed-vocabulary)
         x = self.word_embeddings(ids) if given is None else given  # (B, L, E)
         # an elastic E (a teacher's narrower hidden width, spaces/bert_subnet.py) keeps the
         # leading channels of the table allocated at the largest E
@@ -117,7 +118,8 @@ class AttentionMatmul(nn.Module):
 
     Kept separate so that thop's cross-check can count its multiply-adds from the
     run-time shapes (it has no parameters, so thop would count zero otherwise).
-    Returns the context and the pre-softmax scores (what TinyBERT distils, SPEC §5).
+    Returns the context and the pre-softmax scores (what TinyBERT distils,
+    docs/reference.md#tinybert).
     """
 
     def forward(
@@ -268,7 +270,8 @@ class PoolerClassifier(Op):
 
 @register_op("joint_intent_slot")
 class JointIntentSlot(Op):
-    """A joint intent + slot head (SNIPS, SPEC §7): one output of width ``I + T``.
+    """A joint intent + slot head (SNIPS, docs/reference.md#mixed-vocabulary): one output of width
+    ``I + T``.
 
     The intent logits come from BERT's pooled ``[CLS]`` state (as :class:`PoolerClassifier`),
     the slot (IOB tag) logits from every token's state. Both are returned in one tensor
@@ -322,8 +325,8 @@ def split_joint(logits: torch.Tensor, num_intents: int) -> tuple[torch.Tensor, t
 
 @register_op("attentive_readout")
 class AttentiveReadout(SelectOp):
-    """AdaBERT's readout (SPEC §2): mean-pool each active cell's output over the tokens,
-    combine them with softmax-normalised trainable layer weights, classify.
+    """AdaBERT's readout (docs/reference.md#adabert): mean-pool each active cell's output over the
+    tokens, combine them with softmax-normalised trainable layer weights, classify.
 
     Inputs are the cell outputs with args 1..K_max; with depth ``K`` the first ``K`` are
     used (the published code's per-depth readout with a shared classifier).
