@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``nas augment`` to the top-level subparsers."""
     p = subparsers.add_parser(
         "augment",
-        help="augment a task by word replacement (TinyBERT, docs/reference.md#tinybert)",
+        help="augment a task by word replacement (TinyBERT, Jiao et al. 2020)",
         description="Write the original examples plus N augmented copies of each to a TSV "
         "(index, sentence[, sentence2], label). Candidates come from the teacher's MLM head "
         "when it has one, otherwise from nearest neighbours in its input-embedding space. "

@@ -137,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train and cache the AdaBERT per-layer probes of a (fine-tuned) teacher",
         description="Train one softmax probe per teacher layer (and the embeddings) on the "
         "frozen teacher's pooled train features, cache the probe logits of train and dev "
-        "(memory-mapped), and print each probe's accuracy (docs/reference.md#adabert).",
+        "(memory-mapped), and print each probe's accuracy (AdaBERT, Chen et al. 2020).",
     )
     q.add_argument("--task", required=True, help="a task name or a data file (as for finetune)")
     q.add_argument("--teacher", required=True, help="fine-tuned teacher folder")
