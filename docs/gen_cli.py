@@ -40,7 +40,11 @@ def _flags(action: argparse.Action) -> str:
     names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}`"
     if action.nargs != 0 and action.option_strings:
         metavar = action.metavar or action.dest.upper()
-        names += f" `{metavar if isinstance(metavar, str) else ' '.join(metavar)}`"
+        metavar = metavar if isinstance(metavar, str) else " ".join(metavar)
+        # a pipe splits a table cell: escaped, and outside a code span, where the escape
+        # would show
+        names += f" *{metavar.replace('|', chr(92) + '|')}*" if "|" in metavar \
+            else f" `{metavar}`"
     return names
 
 
