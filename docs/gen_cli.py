@@ -95,12 +95,19 @@ def render() -> str:
     root = build_parser()
     lines = [MARKER, "", "## `nas`", "", "```", _usage(root), "```", "",
              *_options(root)]
+    seen: dict[tuple, str] = {}  # the arguments of each command listed so far
     for sub, help_text, depth in _commands(root):
         lines += [f"{'#' * min(depth + 2, 4)} `{sub.prog}`", ""]
         if help_text:
             lines += [_cell(help_text) + ("" if help_text.rstrip().endswith(".") else "."), ""]
         if sub.description and _cell(sub.description) != _cell(help_text):
             lines += [_cell(sub.description), ""]
+        signature = tuple((tuple(a.option_strings), a.dest, a.help) for a in sub._actions)
+        if signature in seen and not any(isinstance(a, argparse._SubParsersAction)
+                                         for a in sub._actions):  # an alias (nas search)
+            lines += [f"It takes the same arguments as `{seen[signature]}`.", ""]
+            continue
+        seen[signature] = sub.prog
         lines += ["```", _usage(sub), "```", "", *_options(sub)]
     return "\n".join(lines).rstrip() + "\n"
 
