@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -41,11 +42,17 @@ def test_the_plugins_page_shows_the_examples_code_verbatim():
     assert '@register_space("tiny-cell"' in shown["examples/custom_space.py"]
 
 
-def test_custom_searcher_example_runs(tmp_path):
-    proc = subprocess.run([sys.executable, str(EXAMPLE.parent / "custom_searcher.py")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("best: {'op': 'std_conv_3', 'depth': 8} value 2.0")
+def test_custom_searcher_example_runs(monkeypatch, capsys):
+    """In this process (Optuna is imported already), with the registry restored afterwards
+    so that no other test sees the example's searcher."""
+    from searchers.base import SEARCHERS
+
+    SEARCHERS.names()  # the built-in searchers are registered before the copy
+    monkeypatch.setattr(SEARCHERS, "_items", dict(SEARCHERS._items))
+    monkeypatch.setattr(SEARCHERS, "_origins", dict(SEARCHERS._origins))
+    runpy.run_path(str(EXAMPLE.parent / "custom_searcher.py"), run_name="__main__")
+    assert capsys.readouterr().out == "best: {'op': 'std_conv_3', 'depth': 8} value 2.0\n"
+    assert SEARCHERS.get("tpe-univariate").kind == "multi-trial"
 
 
 def test_custom_evaluator_example_runs_and_is_on_the_plugins_page(tmp_path):
