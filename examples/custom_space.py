@@ -33,7 +33,7 @@ def tiny_cell(vocab_size: int = 30522, hidden: int = 64, num_labels: int = 2) ->
     g.edge("n1", "head")
     return SearchSpace("tiny-cell", choices, g.graph, drawing=[("tiny cell", "cell")],
                        config=dict(vocab_size=vocab_size, hidden=hidden),
-                       description="a two-node cell over three ops (README example)")
+                       description="a two-node cell over three ops (docs/plugins.md example)")
 
 
 def main() -> None:

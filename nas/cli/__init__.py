@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"nas {__version__}",
                         help="print the version and exit")
+    # here rather than in main(), so that the generated reference (docs/gen_cli.py) lists it
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error instead of one line")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module in COMMAND_MODULES:
@@ -182,8 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {message}", file=sys.stderr if file is None else file)
 
     parser = build_parser()
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error instead of one line")
     args = parser.parse_args(argv)
     restore = _silence(args)
     with warnings.catch_warnings():
