@@ -58,3 +58,56 @@ def test_the_final_retrain_starts_from_the_inherited_weights():
     assert Compress().final_evaluator(Ctx()) == ("inherited-kd", {"hidden_weight": 0.5})
     assert Search().final_evaluator(Ctx())[0] == "distilled-retrain"
     assert Compress.export_format == "hf" and Search.export_format == "native"
+
+
+def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
+    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
+    the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
+    budget, its distinct picks run as the study's trials (scored by inherited-kd), then
+    the front, ``final: {select: latency_ratios}``, the report and the export. Dev and the
+    report sample are the smoke run's, whose overlap check with train is then cached."""
+    from pathlib import Path
+
+    import optuna
+
+    from nas.cli import main
+
+    smoke = Path(__file__).resolve().parents[1] / "experiments" / "compress_smoke.yaml"
+    run = tmp_path / "run"
+    assert main(["run", str(smoke), "--run-dir", str(run), "--no-progress",
+                 "--set", f"teacher={tiny_teacher}",
+                 "--set", "teacher_finetune.max_train_examples=32",
+                 "--set", "teacher_finetune.max_dev_examples=32",
+                 "--set", "data.max_train_examples=80", "--set", "importance.samples=16",
+                 "--set", "searcher=knapsack", "--set", "n_trials=4",
+                 "--set", "evaluator.settings.max_steps=1",
+                 "--set", "final={select: latency_ratios, ratios: [3], seeds: 1}"]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    search = metrics["search"]
+    assert search["searcher"] == "knapsack" and search["knapsack"]["cost"] == "latency_ms"
+    picks = search["knapsack"]["picks"]
+    # four budgets from the teacher's latency (ratio 1) down, plus the final ratio 3;
+    # a pick equal to an earlier one is run once
+    assert 2 <= len(picks) <= 5 and len({p["arch_id"] for p in picks}) == len(picks)
+    assert picks[0]["ratio"] == 1.0 and picks[0]["block_error"] == 0.0  # the teacher itself
+    assert [p["block_error"] for p in picks] == sorted(p["block_error"] for p in picks)
+    assert all(p["table_latency_ms"] <= picks[0]["table_latency_ms"] / p["ratio"] * (1 + 1e-9)
+               for p in picks)
+    assert search["evaluations"] == len(picks)
+    # each pick is a trial of the run's study, queued with its budget and scored by the
+    # configured evaluator (inherited-kd: the slice's score at step 0, then 1 step)
+    study = optuna.load_study(study_name="compress_smoke-knapsack",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(
+                                      str(run / "study.journal"))))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.user_attrs["arch_id"] for t in trials] == [p["arch_id"] for p in picks]
+    assert [t.user_attrs["seed"] for t in trials] == [f"knapsack-{p['ratio']:.4g}x"
+                                                      for p in picks]
+    assert all(len(t.user_attrs["intermediate"]) == 2 for t in trials)
+    assert json.loads((run / "study.json").read_text())["searcher"] == "knapsack"
+    assert metrics["final"][0]["trial"] in search["chosen"]
+    assert (run / "export" / "config.json").is_file()
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert "Multi-trial search: knapsack" in capsys.readouterr().out
