@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from nas.cli import main
 
 
@@ -60,28 +62,35 @@ def test_the_final_retrain_starts_from_the_inherited_weights():
     assert Compress.export_format == "hf" and Search.export_format == "native"
 
 
-def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
-    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
-    the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
-    budget, its distinct picks run as the study's trials (scored by inherited-kd), then
-    the front, ``final: {select: latency_ratios}``, the report and the export. Dev and the
-    report sample are the smoke run's, whose overlap check with train is then cached."""
+def _tiny_compress(run, teacher, *sets: str) -> int:
+    """``nas run`` of the smoke file with the tiny teacher, a small training subset and
+    ``sets``. Dev and the report sample are the smoke run's, whose overlap check with
+    train is then cached."""
     from pathlib import Path
-
-    import optuna
 
     from nas.cli import main
 
     smoke = Path(__file__).resolve().parents[1] / "experiments" / "compress_smoke.yaml"
+    argv = ["run", str(smoke), "--run-dir", str(run), "--no-progress",
+            "--set", f"teacher={teacher}", "--set", "teacher_finetune.max_train_examples=32",
+            "--set", "teacher_finetune.max_dev_examples=32",
+            "--set", "data.max_train_examples=80", "--set", "importance.samples=16"]
+    for item in sets:
+        argv += ["--set", item]
+    return main(argv)
+
+
+def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
+    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
+    the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
+    budget, its distinct picks run as the study's trials (scored by inherited-kd), then
+    the front, ``final: {select: latency_ratios}``, the report and the export."""
+    import optuna
+
     run = tmp_path / "run"
-    assert main(["run", str(smoke), "--run-dir", str(run), "--no-progress",
-                 "--set", f"teacher={tiny_teacher}",
-                 "--set", "teacher_finetune.max_train_examples=32",
-                 "--set", "teacher_finetune.max_dev_examples=32",
-                 "--set", "data.max_train_examples=80", "--set", "importance.samples=16",
-                 "--set", "searcher=knapsack", "--set", "n_trials=4",
-                 "--set", "evaluator.settings.max_steps=1",
-                 "--set", "final={select: latency_ratios, ratios: [3], seeds: 1}"]) == 0
+    assert _tiny_compress(run, tiny_teacher, "searcher=knapsack", "n_trials=4",
+                          "evaluator.settings.max_steps=1",
+                          "final={select: latency_ratios, ratios: [3], seeds: 1}") == 0
     metrics = json.loads((run / "metrics.json").read_text())
     search = metrics["search"]
     assert search["searcher"] == "knapsack" and search["knapsack"]["cost"] == "latency_ms"
@@ -111,3 +120,18 @@ def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert "Multi-trial search: knapsack" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, tmp_path):
+    """``evaluator: blockwise`` in method compress: the table is built on the sorted
+    teacher when the evaluator asks for it, and each trial's score is minus its summed
+    block error (a cheap proxy for any searcher, issue 30 item 3b)."""
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=3",
+                          "evaluator={name: blockwise, settings: {}}") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["search"]["objectives"] == ["block_score", "latency_ms"]
+    for number in range(3):
+        result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
+        assert result["values"][0] == -result["metrics"]["block_error"] <= 0.0
