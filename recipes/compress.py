@@ -38,13 +38,13 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nas.config import ConfigError, check_fields
-from nas.methods import register_method
+from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
 from recipes.search import (
     PROVIDED_PARTS,
@@ -259,6 +259,44 @@ class Compress(Search):
 
     def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]
         return {"sort": ctx.sort_info, **super().stages(ctx)}
+
+    def audit_parts(self, config: CompressConfig, options: RunOptions) -> Any:
+        """``nas audit`` (issue 30 item 5): the search's evaluator (``inherited-kd``: the
+        slice, the short distillation, the held-out score) and the blockwise proxy
+        (minus the summed block error) against the final retrain (``inherited-kd`` with
+        ``retrain:``'s budget on the whole training subset, from the inherited weights,
+        scored on dev; the report split is never looked at). The latency model of the
+        space predicts each candidate's batch-1 latency, which ``--select
+        latency-spread`` spreads them over."""
+        from evaluators.audit import AuditParts
+        from nas.latency import space_predictor
+
+        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]
+        ctx = self.context(config, run, options).prepare()
+        assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
+        cfg = ctx.cfg
+        val = list(ctx.batches(ctx.search_val, ctx.eval_batch_size))
+        arms = {name: ctx.evaluator(name, settings, data=ctx.search_train, val_batches=val,
+                                    test=False, workdir=run.path / "audit_proxy" / name,
+                                    seed=cfg.seed, stage="trials")
+                for name, settings in ((cfg.evaluator.name, cfg.evaluator.settings),
+                                       ("blockwise", {}))}
+        final_name, final_settings = self.final_evaluator(ctx)
+        full = ctx.evaluator(final_name, final_settings, data=ctx.train, val_batches=None,
+                             test=False, workdir=run.path / "audit_full", seed=cfg.seed,
+                             stage="final:0")
+
+        def note(message: str) -> None:
+            run.log("latency_model", note=message)
+
+        notes = {"proxy": {"name": cfg.evaluator.name, **cfg.evaluator.settings},
+                 "full": f"{final_name} with retrain: " + ", ".join(
+                     f"{k}={v}" for k, v in asdict(cfg.retrain).items()),
+                 "budget": cfg.constraints.max_params, "sort": ctx.sort_info}
+        return AuditParts(space=ctx.space, arms=arms, full=full, folder=run.path,
+                          max_params=cfg.constraints.max_params, seq_len=ctx.max_seq_len,
+                          notes=notes, latency_fn=space_predictor(
+                              ctx.space, seq_len=ctx.max_seq_len, log=note))
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
         """Stage 3: the knapsack for ``searcher: knapsack``, else method search's."""

@@ -4,10 +4,13 @@ search with inherited-kd, final retrain from the inherited weights, export, nas 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_smoke_sorts_searches_retrains_and_exports(smoke_runs, capsys):
@@ -62,20 +65,18 @@ def test_the_final_retrain_starts_from_the_inherited_weights():
     assert Compress.export_format == "hf" and Search.export_format == "native"
 
 
+#: the smoke file's settings changed for the tiny teacher (tests/conftest.py)
+_TINY = ("teacher_finetune.max_train_examples=32", "teacher_finetune.max_dev_examples=32",
+         "data.max_train_examples=80", "importance.samples=16")
+
+
 def _tiny_compress(run, teacher, *sets: str) -> int:
     """``nas run`` of the smoke file with the tiny teacher, a small training subset and
     ``sets``. Dev and the report sample are the smoke run's, whose overlap check with
     train is then cached."""
-    from pathlib import Path
-
-    from nas.cli import main
-
-    smoke = Path(__file__).resolve().parents[1] / "experiments" / "compress_smoke.yaml"
-    argv = ["run", str(smoke), "--run-dir", str(run), "--no-progress",
-            "--set", f"teacher={teacher}", "--set", "teacher_finetune.max_train_examples=32",
-            "--set", "teacher_finetune.max_dev_examples=32",
-            "--set", "data.max_train_examples=80", "--set", "importance.samples=16"]
-    for item in sets:
+    argv = ["run", str(ROOT / "experiments" / "compress_smoke.yaml"), "--run-dir", str(run),
+            "--no-progress"]
+    for item in (*_TINY, f"teacher={teacher}", *sets):
         argv += ["--set", item]
     return main(argv)
 
@@ -135,3 +136,36 @@ def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, 
     for number in range(3):
         result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
         assert result["values"][0] == -result["metrics"]["block_error"] <= 0.0
+
+
+def test_nas_audit_serves_compress_with_a_latency_spread(tiny_teacher, tmp_path, capsys):
+    """``nas audit --select latency-spread`` on method compress (issue 30 item 5): the
+    search's inherited-kd and the blockwise proxy ranked against the final retrain, the
+    candidates spread over the latency model's predictions and their span reported. The
+    settings are the knapsack test's, so the tiny teacher, its sort and its block states
+    come from the cache."""
+    from evaluators.audit import latency_span
+
+    run = tmp_path / "audit"
+    argv = ["audit", str(ROOT / "experiments" / "compress_smoke.yaml"), "--run-dir", str(run),
+            "--no-progress", "--json", "--n", "3", "--select", "latency-spread",
+            "--noise-seeds", "0", "--bootstrap", "20"]
+    for item in (*_TINY, "evaluator.settings.max_steps=1", f"teacher={tiny_teacher}"):
+        argv += ["--set", item]
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["arms"]) == {"inherited-kd", "blockwise"}
+    assert summary["select"] == "latency-spread" and summary["candidates"] == 3
+    assert summary["full_objective"] == "val_accuracy" and summary["full_failed"] == 0
+    latencies = summary["latency_ms_predicted"]
+    assert latencies == sorted(latencies) and summary["latency_span"] == latency_span(latencies)
+    saved = json.loads((run / "audit.json").read_text())
+    for row in saved["candidates"]:
+        inherited, block = row["results"]["inherited-kd"], row["results"]["blockwise"]
+        assert inherited["metrics"]["inherited_val_accuracy"] is not None
+        assert block["values"][0] == -block["metrics"]["block_error"]
+        assert row["results"]["full"]["status"] == "complete"
+    text = (run / "audit.md").read_text()
+    assert "spread over predicted latency" in text
+    assert f"the candidates span {summary['latency_span']:.3g}x" in text
