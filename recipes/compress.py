@@ -156,6 +156,9 @@ class CompressContext(SearchContext):
     """Stages 1–2 of method search, then the sort, and the space and supernet made from
     the sorted teacher (module docstring)."""
 
+    #: the sorted teacher's blockwise table, built on first use (:meth:`block_table`)
+    _table: Any = None
+
     def make_space(self) -> tuple[Any, dict[str, Any]]:
         """The sort (cached), then ``bert-subnet`` of the teacher's shape with the sorted
         teacher as its supernet."""
@@ -199,7 +202,7 @@ class CompressContext(SearchContext):
         sample. Its latency is this machine's latency model's (batch 1, one thread, the
         run's length). A ``layers: first`` space gets the table of its any-subset twin,
         which the ``blockwise`` proxy reads for it."""
-        if getattr(self, "_table", None) is not None:
+        if self._table is not None:
             return self._table
         from evaluators.blockwise import block_table
         from nas.distill.general import token_lengths

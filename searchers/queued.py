@@ -57,7 +57,8 @@ class QueuedSearcher(MultiTrialSearcher):
 
     def __init__(self, name: str) -> None:
         super().__init__()
-        self.name = name  # type: ignore[misc]  (an instance's own name, not a registry's)
+        # an instance's own name: the registry's class-level name does not apply here
+        self.name = name  # type: ignore[misc]
 
     def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
         return _QueueOnly(self.name)
