@@ -139,7 +139,8 @@ class CompressConfig(SearchConfig):
     def check_knapsack(self) -> None:
         """What ``searcher: knapsack`` cannot serve, refused in one line: first-k layers
         (the knapsack keeps any subset), several workers (its trials are queued in one
-        process) and a FLOPs limit (the block table has parameters and latency)."""
+        process), a FLOPs limit (the block table has parameters and latency) and seed
+        architectures (its study runs its picks only)."""
         if self.space_config.get("layers", "any") != "any":
             raise ConfigError("searcher: knapsack picks any subset of layers; drop "
                               "space_config.layers: first, or use another searcher")
@@ -150,6 +151,9 @@ class CompressConfig(SearchConfig):
             raise ConfigError("constraints.max_flops: the knapsack's block table counts "
                               "parameters and latency, not FLOPs; use max_params or "
                               "max_latency_ms")
+        if self.multi_trial.get("seeds"):
+            raise ConfigError("multi_trial.seeds: the knapsack's study runs its own picks "
+                              "only; drop the seed architectures")
 
 
 class CompressContext(SearchContext):

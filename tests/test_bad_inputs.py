@@ -313,6 +313,10 @@ CASES = {
     "compress-knapsack-cost": Case(compress_with(searcher="knapsack",
                                                  knapsack={"cost": "flops"}), 2,
                                    r"knapsack.*cost.*latency_ms or params"),
+    "compress-knapsack-seeds": Case(compress_with(searcher="knapsack",
+                                                  multi_trial={"seeds": ["default"]}), 2,
+                                    r"multi_trial\.seeds: the knapsack's study runs its own "
+                                    r"picks only"),
     "search-knapsack": Case(search_with(searcher="knapsack"), 2,
                             r"searcher: knapsack needs the sorted teacher's blockwise table .*"
                             r"which only method compress makes"),
