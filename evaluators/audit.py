@@ -8,7 +8,12 @@ and a full evaluator:
 
 1. **candidates** spread over the space: a seeded pool of random valid architectures
    (within the budget), one picked at each of ``n`` parameter-count quantiles
-   (:func:`spread_candidates`), so that small and large ones are both present;
+   (:func:`spread_candidates`), so that small and large ones are both present; or, with
+   ``select="latency-spread"``, the ``n`` whose predicted batch-1 latency lies nearest
+   ``n`` points log-spaced from the pool's fastest to its slowest
+   (:func:`latency_candidates`), so that they span the widest latency range the pool
+   has (issue 30 asks for at least 10x: the span is reported, and warned about below
+   ``min_span``);
 2. each candidate scored by every **proxy arm** (e.g. the ``warmup-kd`` proxy with and
    without the warm-up) and by the **full** evaluator (the recipe's stand-alone retrain);
 3. **agreement**: Kendall τ and Spearman ρ (:mod:`scipy.stats`) between each arm's scores
@@ -41,7 +46,7 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +62,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("nas.audit")
 
 MIN_CANDIDATES = 3  # below this there is no ranking to measure (12 is the advice)
+#: how candidates are chosen: parameter-count quantiles, or a spread of predicted latency
+SELECTIONS = ("params", "latency-spread")
+#: the predicted-latency span (slowest / fastest) a latency-spread audit asks for
+MIN_LATENCY_SPAN = 10.0
 
 
 @dataclass
@@ -71,6 +80,9 @@ class AuditParts:
     seq_len: the length parameter counts are taken at.
     curve_arms: ``(inherited, scratch)`` arm names whose ``metrics["text_kd_curve"]`` give
         the steps-to-reach measurement (``None``: not measured).
+    latency_fn: ``arch -> ms``, the predicted batch-1 latency (:func:`nas.latency.
+        space_predictor`) that ``select="latency-spread"`` spreads the candidates over
+        (``None``: that selection is refused).
     """
 
     space: SearchSpace
@@ -81,6 +93,7 @@ class AuditParts:
     seq_len: int = 128
     curve_arms: tuple[str, str] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    latency_fn: Callable[[Any], float] | None = None
 
 
 # ------------------------------------------------------------------------ candidates
@@ -91,22 +104,9 @@ def spread_candidates(space: SearchSpace, n: int, seed: int = 0, *,
                       pool: int | None = None) -> list[Any]:
     """``n`` distinct architectures at the parameter-count quantiles (i + ½)/n of a seeded
     pool of random valid ones within ``max_params`` (pool size ``max(50, 20·n)``)."""
-    from nas.cost import count_costs
-
     if n < 1:
         raise NasError(f"the audit needs at least 1 candidate, got {n}")
-    rng = np.random.default_rng(seed)
-    size = pool or max(50, 20 * n)
-    found: dict[str, tuple[int, Any]] = {}
-    for _ in range(20 * size):
-        if len(found) >= size:
-            break
-        arch = space.sample(rng)
-        if arch.id in found:
-            continue
-        params = count_costs(space, arch, seq_len).params
-        if max_params is None or params <= max_params:
-            found[arch.id] = (params, arch)
+    found = _pool(space, pool or max(50, 20 * n), seed, max_params, seq_len)
     if len(found) < n:
         raise NasError(f"only {len(found)} distinct architectures of space {space.name!r} fit "
                        f"the budget {max_params}; ask for fewer candidates or raise the budget")
@@ -120,6 +120,56 @@ def spread_candidates(space: SearchSpace, n: int, seed: int = 0, *,
                 picked.append(ranked[j][1])
                 break
     return picked
+
+
+def _pool(space: SearchSpace, size: int, seed: int, max_params: float | None, seq_len: int
+          ) -> dict[str, tuple[int, Any]]:
+    """Up to ``size`` distinct random architectures within ``max_params``, by id, with
+    their parameter counts (seeded)."""
+    from nas.cost import count_costs
+
+    rng = np.random.default_rng(seed)
+    found: dict[str, tuple[int, Any]] = {}
+    for _ in range(20 * size):
+        if len(found) >= size:
+            break
+        arch = space.sample(rng)
+        if arch.id in found:
+            continue
+        params = count_costs(space, arch, seq_len).params
+        if max_params is None or params <= max_params:
+            found[arch.id] = (params, arch)
+    return found
+
+
+def latency_candidates(space: SearchSpace, n: int, latency_fn: Callable[[Any], float],
+                       seed: int = 0, *, max_params: float | None = None,
+                       seq_len: int = 128, pool: int | None = None) -> list[Any]:
+    """``n`` distinct architectures spread over predicted latency: from a seeded pool of
+    random valid ones within ``max_params`` (size ``max(50, 20·n)``), the nearest in log
+    latency to each of ``n`` points log-spaced from the pool's fastest to its slowest,
+    in order of latency. So the candidates span the pool's whole range, which a ranking
+    audit over sub-networks of very different speed needs (issue 30: at least 10x)."""
+    if n < 1:
+        raise NasError(f"the audit needs at least 1 candidate, got {n}")
+    found = _pool(space, pool or max(50, 20 * n), seed, max_params, seq_len)
+    if len(found) < n:
+        raise NasError(f"only {len(found)} distinct architectures of space {space.name!r} fit "
+                       f"the budget {max_params}; ask for fewer candidates or raise the budget")
+    timed = sorted(((float(latency_fn(a)), a.id, a) for _, a in found.values()),
+                   key=lambda t: (t[0], t[1]))
+    logs = np.log([max(t[0], 1e-12) for t in timed])
+    picked: list[int] = []
+    for target in np.linspace(logs[0], logs[-1], n):
+        free = [j for j in range(len(timed)) if j not in picked]
+        picked.append(min(free, key=lambda j: (abs(logs[j] - target), j)))
+    return [timed[j][2] for j in sorted(picked)]
+
+
+def latency_span(latencies: Sequence[float]) -> float:
+    """Slowest over fastest of ``latencies`` (inf when the fastest is 0)."""
+    low, high = min(latencies), max(latencies)
+    return math.inf if low <= 0 else high / low
 
 
 # ------------------------------------------------------------------------ statistics
@@ -251,10 +301,18 @@ def spread_warnings(scores: Mapping[str, Sequence[float]], noise_sd: Mapping[str
 
 
 def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000,
-              noise_seeds: int = 0) -> dict[str, Any]:
+              noise_seeds: int = 0, select: str = "params",
+              min_span: float = MIN_LATENCY_SPAN) -> dict[str, Any]:
     """Run the audit of ``parts`` on ``n`` candidates (module docstring); returns the
     summary written to ``audit.json``. ``noise_seeds``: how many other seeds score the
-    middle candidate again, for the seed-noise check (0: none)."""
+    middle candidate again, for the seed-noise check (0: none). ``select``: ``params``
+    (parameter-count quantiles) or ``latency-spread`` (over ``parts.latency_fn``'s
+    predictions; a span below ``min_span`` is warned about)."""
+    if select not in SELECTIONS:
+        raise NasError(f"--select {select}: unknown; use one of {', '.join(SELECTIONS)}")
+    if select == "latency-spread" and parts.latency_fn is None:
+        raise NasError("--select latency-spread needs a latency model of the space, which "
+                       "this method's audit does not give; use --select params")
     if n < MIN_CANDIDATES:
         raise NasError(f"--candidates must be at least {MIN_CANDIDATES} (12 or more give an "
                        f"interval worth reading), got {n}")
@@ -263,8 +321,13 @@ def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000,
                     "wide", n)
     folder = Path(parts.folder)
     (folder / "candidates").mkdir(parents=True, exist_ok=True)
-    candidates = spread_candidates(parts.space, n, seed, max_params=parts.max_params,
-                                   seq_len=parts.seq_len)
+    if select == "latency-spread":
+        assert parts.latency_fn is not None  # noqa: S101 (checked above)
+        candidates = latency_candidates(parts.space, n, parts.latency_fn, seed,
+                                        max_params=parts.max_params, seq_len=parts.seq_len)
+    else:
+        candidates = spread_candidates(parts.space, n, seed, max_params=parts.max_params,
+                                       seq_len=parts.seq_len)
     from nas.checkpoint import atomic_write_json
     from nas.cost import count_costs
 
@@ -274,6 +337,8 @@ def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000,
         row = json.loads(path.read_text()) if path.is_file() else {
             "arch_id": arch.id, "arch": dict(arch),
             "params": count_costs(parts.space, arch, parts.seq_len).params, "results": {}}
+        if parts.latency_fn is not None and "latency_ms_predicted" not in row:
+            row["latency_ms_predicted"] = float(parts.latency_fn(arch))
         for name, evaluator in [*parts.arms.items(), ("full", parts.full)]:
             if name in row["results"]:
                 continue
@@ -290,6 +355,17 @@ def run_audit(parts: AuditParts, n: int = 12, seed: int = 0, n_boot: int = 1000,
         noise = measure_noise(parts, candidates[middle], own,
                               [seed + 1000 + i for i in range(noise_seeds)], folder)
     summary = summarise(parts, rows, n_boot, seed, noise)
+    summary["select"] = select
+    if parts.latency_fn is not None:
+        latencies = [r["latency_ms_predicted"] for r in rows]
+        span = latency_span(latencies)
+        summary["latency_ms_predicted"] = latencies
+        summary["latency_span"] = span
+        if select == "latency-spread" and span < min_span:
+            summary.setdefault("warnings", []).append(
+                f"the candidates' predicted latency spans {span:.3g}x, less than the "
+                f"{min_span:g}x asked for; the space (or the budget) has no wider range "
+                "in the pool")
     for warning in summary.get("warnings", []):
         log.warning("audit: %s", warning)
     atomic_write_json(folder / "audit.json", {**summary, "candidates": rows})
@@ -376,12 +452,21 @@ def _fmt(arm: Mapping[str, Any], name: str) -> str:
 def audit_lines(summary: Mapping[str, Any]) -> list[str]:
     """``audit.md``: the agreement table and the steps-to-reach line."""
     p = summary["params"]
+    how = ("spread over predicted latency" if summary.get("select") == "latency-spread"
+           else "quantiles of a random pool")
     lines = ["# Ranking audit", "",
              f"{summary['candidates']} candidates, {min(p) / 1e6:.3g}M–{max(p) / 1e6:.3g}M "
-             f"parameters (quantiles of a random pool); reference: stand-alone "
-             f"{summary['full_objective']} ({summary['full_failed']} failed, left out).", "",
-             "| proxy | Kendall τ [95% CI] | Spearman ρ [95% CI] | failed | s / candidate |",
-             "|---|---|---|---|---|"]
+             f"parameters ({how}); reference: stand-alone "
+             f"{summary['full_objective']} ({summary['full_failed']} failed, left out).", ""]
+    latencies = summary.get("latency_ms_predicted")
+    if latencies:
+        span = summary["latency_span"]
+        lines += [f"Predicted batch-1 latency {min(latencies):.3g}–{max(latencies):.3g} ms: "
+                  f"the candidates span {span:.3g}x "
+                  + (f"(at least {MIN_LATENCY_SPAN:g}x)." if span >= MIN_LATENCY_SPAN
+                     else f"(less than {MIN_LATENCY_SPAN:g}x)."), ""]
+    lines += ["| proxy | Kendall τ [95% CI] | Spearman ρ [95% CI] | failed | s / candidate |",
+              "|---|---|---|---|---|"]
     for name, arm in summary["arms"].items():
         lines.append(f"| {name} | {_fmt(arm, 'kendall_tau')} | {_fmt(arm, 'spearman_rho')} "
                      f"| {arm['failed']} | {arm['mean_seconds']:.1f} |")
@@ -403,11 +488,13 @@ def audit_lines(summary: Mapping[str, Any]) -> list[str]:
                   + "; ".join(f"{k} sd {v:.3g} against the candidates' spread sd "
                               f"{spread.get(k, math.nan):.3g}" for k, v in noise["sd"].items())
                   + "."]
-        lines += [f"- **warning**: {w}" for w in summary.get("warnings", [])]
+    if summary.get("warnings"):
+        lines += ["", *[f"- **warning**: {w}" for w in summary["warnings"]]]
     if summary.get("plot"):
         lines += ["", f"![scatter]({Path(summary['plot']).name})"]
     return lines
 
 
-__all__ = ["AuditParts", "audit_lines", "measure_noise", "rank_agreement", "reseeded",
-           "run_audit", "scatter_plot", "spread_candidates", "spread_warnings", "steps_to_reach"]
+__all__ = ["MIN_LATENCY_SPAN", "SELECTIONS", "AuditParts", "audit_lines", "latency_candidates",
+           "latency_span", "measure_noise", "rank_agreement", "reseeded", "run_audit",
+           "scatter_plot", "spread_candidates", "spread_warnings", "steps_to_reach"]

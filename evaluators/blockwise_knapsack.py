@@ -101,30 +101,75 @@ def knapsack(table: BlockTable, *, max_params: float | None = None,
     return Pick(arch, best[0], {n: table.cost_of(arch, n) for n in table.costs})
 
 
+def max_ratio(table: BlockTable, cost: str = "latency_ms") -> float:
+    """The largest speed-up (or size) ratio over the teacher's ``cost`` that some
+    architecture of the table's space reaches: the teacher's cost over the cheapest
+    child's (every layer at its cheapest option, at the cheapest width)."""
+    if cost not in table.costs:
+        raise BlockwiseError(f"blockwise knapsack: the table has no {cost!r} cost; build it "
+                             "with a latency_fn")
+    smallest = min(table.base[cost][w] + table.costs[cost][w].min(axis=1).sum()
+                   for w in range(len(table.widths)))
+    return float(table.teacher[cost] / smallest)
+
+
 def knapsack_front(table: BlockTable, budgets: Sequence[float] = RATIOS,
                    cost: str = "latency_ms") -> list[Architecture]:
     """One architecture per speed-up ratio in ``budgets``: the knapsack's pick within the
     teacher's ``cost`` divided by the ratio (``[2, 5, 15]``: issue 30's latency ratios;
     ``cost="params"`` for a size budget). A ratio no architecture meets is a
     :class:`BlockwiseError` naming the largest ratio the space reaches."""
+    return [pick.arch for _, pick in knapsack_sweep(table, budgets, cost, distinct=False)]
+
+
+def knapsack_sweep(table: BlockTable, ratios: Sequence[float], cost: str = "latency_ms", *,
+                   limits: Mapping[str, float] | None = None, distinct: bool = True
+                   ) -> list[tuple[float, Pick]]:
+    """``(ratio, pick)`` per ratio in ``ratios`` (the knapsack within the teacher's ``cost``
+    divided by the ratio, and within ``limits``, e.g. ``{"params": 10e6}``, the hard
+    constraints of a run); with ``distinct``, a pick equal to an earlier one is dropped,
+    so a sweep over a budget range gives the front's distinct points. A ratio no
+    architecture meets is a :class:`BlockwiseError` naming the largest one reachable."""
     if cost not in COSTS:
         raise BlockwiseError(f"blockwise knapsack: unknown cost {cost!r}; use one of "
                              f"{', '.join(COSTS)}")
-    front = []
-    for ratio in budgets:
+    extra = dict(limits or {})
+    out: list[tuple[float, Pick]] = []
+    seen: set[str] = set()
+    for ratio in ratios:
         if not ratio > 0:
             raise BlockwiseError(f"blockwise knapsack: a ratio must be positive, got {ratio}")
         limit = table.teacher.get(cost, float("nan")) / float(ratio)
-        pick = knapsack(table, **{f"max_{cost}": limit})
+        if cost in extra:
+            limit = min(limit, extra[cost])
+        given = {**extra, cost: limit}
+        pick = knapsack(table, max_params=given.get("params"),
+                        max_latency_ms=given.get("latency_ms"))
         if pick is None:
-            smallest = min(table.base[cost][w] + table.costs[cost][w].min(axis=1).sum()
-                           for w in range(len(table.widths)))
             raise BlockwiseError(
                 f"blockwise knapsack: no architecture is {ratio:g}x below the teacher's "
-                f"{cost} ({table.teacher[cost]:g}); the space reaches "
-                f"{table.teacher[cost] / smallest:.3g}x at most; ask for a smaller ratio")
-        front.append(pick.arch)
-    return front
+                f"{cost} ({table.teacher[cost]:g})"
+                + (f" within {extra}" if extra else "")
+                + f"; the space reaches {max_ratio(table, cost):.3g}x at most; ask for a "
+                  "smaller ratio" + (" or loosen the constraints" if extra else ""))
+        if distinct and pick.arch.id in seen:
+            continue
+        seen.add(pick.arch.id)
+        out.append((float(ratio), pick))
+    return out
 
 
-__all__ = ["RATIOS", "Pick", "knapsack", "knapsack_front"]
+def ratio_range(table: BlockTable, points: int, cost: str = "latency_ms",
+                lowest: float = 1.0) -> list[float]:
+    """``points`` ratios log-spaced from ``lowest`` (1: the teacher's own cost) to just
+    under the largest one the space reaches (:func:`max_ratio`): a sweep's budget range."""
+    if points < 1:
+        raise BlockwiseError(f"blockwise knapsack: a range needs at least 1 point, got {points}")
+    top = max_ratio(table, cost) / (1 + 1e-6)  # the cheapest child itself, within rounding
+    if top <= lowest:
+        return [top]
+    return [float(r) for r in np.geomspace(lowest, top, points)]
+
+
+__all__ = ["RATIOS", "Pick", "knapsack", "knapsack_front", "knapsack_sweep", "max_ratio",
+           "ratio_range"]

@@ -25,7 +25,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, ClassVar
@@ -552,13 +552,15 @@ def mean_std(scores: list[float]) -> dict[str, float]:
 def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: Any,
                     settings: Any, parts: Callable[[], tuple[Any, Any]], name: str | None = None,
                     run_dir: Path | None = None, seed: int | None = None,
-                    default_trials: int = 12, resume: bool | None = None) -> StudyStage:
+                    default_trials: int = 12, resume: bool | None = None,
+                    factory: Any = None, queue: Sequence[tuple[str, Any]] = ()) -> StudyStage:
     """Run (or resume) one multi-trial stage on an Optuna study: ``evaluator`` (the
     study's, :func:`searchers.loop.study_evaluator`) scores each candidate of ``space``
     proposed by ``searcher``; ``parts`` builds a worker process's space and evaluator
     (``--workers N``). The storage, trial count and timeout come from the command line
     (``RunOptions.study``), else from ``settings``; the study lives in ``run_dir``
-    (default: the run folder)."""
+    (default: the run folder). ``factory`` and ``queue``: a method's own picks, run as
+    the study's trials (:func:`searchers.loop.run_study`, :mod:`searchers.queued`)."""
     from searchers.loop import StudySpec, run_study
     from searchers.results import complete_trials
 
@@ -571,7 +573,7 @@ def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: A
         progress=ctx.progress)
     spec.export = ctx.export_info()
     t0 = time.time()
-    study = run_study(spec, space, evaluator, parts=parts)
+    study = run_study(spec, space, evaluator, parts=parts, searcher=factory, queue=queue)
     return StudyStage(study=study, spec=spec, trials=complete_trials(study),
                       seconds=round(time.time() - t0, 1))
 

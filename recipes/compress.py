@@ -18,9 +18,13 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    ``constraints`` of method search), each candidate scored by
    ``inherited-kd``
    (:mod:`evaluators.inherited_kd`: the sorted teacher's slice, a short distillation
-   from the full teacher, the validation score). The Puzzle-style ``blockwise``
-   evaluator and its knapsack (Bercovich et al. 2025) plug in here by name, as any
-   registered evaluator that takes this context's parts;
+   from the full teacher, the validation score); the Puzzle-style ``blockwise`` proxy
+   (Bercovich et al. 2025, §3) plugs in by name, its table built on the sorted teacher
+   when asked for. Or ``searcher: knapsack``: the blockwise table of the sorted teacher
+   (its block states cached), then Puzzle's multiple-choice knapsack (§4) at each budget
+   of a range (``knapsack:``; latency or parameters), each distinct pick recorded as a
+   trial of the run's study and scored by the configured evaluator, so the Pareto front,
+   the final selection, the report and the exports treat it as any searcher's;
 4. **final** — ``final.select`` (default: per speed-up 2, 5 and 15 over the teacher, the
    front point nearest it), each retrained ``final.seeds`` times by the full
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
@@ -35,11 +39,13 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
+import numpy as np
+
 from nas.config import ConfigError, check_fields
-from nas.methods import register_method
+from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
 from recipes.search import (
     PROVIDED_PARTS,
@@ -54,6 +60,29 @@ from recipes.search import (
 SPACE = "bert-subnet"
 #: where the search's batch-1 latency comes from
 LATENCIES = ("predicted", "measured")
+#: the searcher this method runs itself (recipes.search.METHOD_SEARCHERS)
+KNAPSACK = "knapsack"
+#: what a knapsack budget limits
+KNAPSACK_COSTS = ("latency_ms", "params")
+
+
+@dataclass
+class KnapsackSettings:
+    """``searcher: knapsack`` (Puzzle, Bercovich et al. 2025, §4): the ``cost`` each
+    budget limits (``latency_ms``, predicted batch 1 by the latency model, or ``params``)
+    and the budgets, as ratios of the teacher's cost: ``ratios`` given, else ``n_trials``
+    ratios log-spaced from 1 (the teacher) to the largest the space reaches; with
+    ``final.select: latency_ratios`` and a latency cost, the final ratios are added. Equal
+    picks are run once."""
+
+    cost: str = "latency_ms"
+    ratios: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_fields([("cost", self.cost in KNAPSACK_COSTS, " or ".join(KNAPSACK_COSTS)),
+                      ("ratios", all(isinstance(r, int | float) and r >= 1
+                                     for r in self.ratios),
+                       "ratios >= 1 of the teacher's cost, e.g. [2, 5, 15]")], self)
 
 
 @dataclass
@@ -80,7 +109,9 @@ class CompressConfig(SearchConfig):
     teacher shape and cached) or ``measured`` on each trained candidate (noisier; no
     calibration, as the smoke run uses)."""
 
-    provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss")
+    provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss",
+                                                 "table")
+    own_searchers: ClassVar[tuple[str, ...]] = (KNAPSACK,)
 
     space: str = SPACE
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
@@ -90,6 +121,7 @@ class CompressConfig(SearchConfig):
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
     latency: str = "predicted"
+    knapsack: KnapsackSettings = field(default_factory=KnapsackSettings)
 
     def __post_init__(self) -> None:
         if self.space != SPACE:
@@ -102,11 +134,35 @@ class CompressConfig(SearchConfig):
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
                               "the teacher; only layers (any or first) may be set")
         super().__post_init__()
+        if self.searcher == KNAPSACK:
+            self.check_knapsack()
+
+    def check_knapsack(self) -> None:
+        """What ``searcher: knapsack`` cannot serve, refused in one line: first-k layers
+        (the knapsack keeps any subset), several workers (its trials are queued in one
+        process), a FLOPs limit (the block table has parameters and latency) and seed
+        architectures (its study runs its picks only)."""
+        if self.space_config.get("layers", "any") != "any":
+            raise ConfigError("searcher: knapsack picks any subset of layers; drop "
+                              "space_config.layers: first, or use another searcher")
+        if self.workers != 1:
+            raise ConfigError("workers: searcher knapsack runs its picks in one process; "
+                              "set workers: 1")
+        if self.constraints.max_flops is not None:
+            raise ConfigError("constraints.max_flops: the knapsack's block table counts "
+                              "parameters and latency, not FLOPs; use max_params or "
+                              "max_latency_ms")
+        if self.multi_trial.get("seeds"):
+            raise ConfigError("multi_trial.seeds: the knapsack's study runs its own picks "
+                              "only; drop the seed architectures")
 
 
 class CompressContext(SearchContext):
     """Stages 1–2 of method search, then the sort, and the space and supernet made from
     the sorted teacher (module docstring)."""
+
+    #: the sorted teacher's blockwise table, built on first use (:meth:`block_table`)
+    _table: Any = None
 
     def make_space(self) -> tuple[Any, dict[str, Any]]:
         """The sort (cached), then ``bert-subnet`` of the teacher's shape with the sorted
@@ -118,6 +174,7 @@ class CompressContext(SearchContext):
         design, teacher = self.task_teacher()
         calibration = seeded_subset(self.search_train, imp.samples, self.seed, "calibration",
                                     "importance.samples")
+        self.calibration = calibration
         self.stage(2, "importance sort (%s) on %d sequences (cached by its settings)",
                    imp.method, len(calibration))
         with self.timed("sort"):
@@ -126,18 +183,58 @@ class CompressContext(SearchContext):
                 task=self.task, seed=self.seed)
         layers = self.cfg.space_config.get("layers", "any")
         space, self.supernet = from_design(sorted_teacher, design.config, layers)
+        self.sorted_teacher, self.design_config = sorted_teacher, design.config
         self.sort_info = {"method": imp.method, "samples": len(calibration),
                           "seconds": self.seconds["sort"]}
         self.run.log("sort", **self.sort_info)
         names = inspect.signature(bert_subnet_space).parameters
         return space, {k: v for k, v in space.config.items() if k in names}
 
-    def evaluator_parts(self) -> dict[str, Any]:
-        """The sorted teacher's supernet. The place to hand a further evaluator what it
-        needs from the sort (the Puzzle-style ``blockwise`` evaluator: calibration
-        batches, the teacher's block activations), with its names added to
-        :attr:`CompressConfig.provided_parts`."""
-        return {"supernet": self.supernet}
+    def evaluator_parts(self, wanted: set[str]) -> dict[str, Any]:
+        """The sorted teacher's supernet, and its blockwise table for an evaluator that
+        asks for one (the ``blockwise`` proxy). A further evaluator's parts from the sort
+        go here, with their names added to :attr:`CompressConfig.provided_parts`."""
+        parts: dict[str, Any] = {"supernet": self.supernet}
+        if "table" in wanted:
+            parts["table"] = self.block_table()
+        return parts
+
+    def block_table(self) -> Any:
+        """The blockwise table of the sorted teacher (:func:`evaluators.blockwise.
+        block_table`), built once per run on the sort's calibration sample, sorted by
+        length so that batches carry little padding; the teacher's block states are
+        cached in the engine cache by the sorted teacher's weights, the task and the
+        sample. Its latency is this machine's latency model's (batch 1, one thread, the
+        run's length). A ``layers: first`` space gets the table of its any-subset twin,
+        which the ``blockwise`` proxy reads for it."""
+        if self._table is not None:
+            return self._table
+        from evaluators.blockwise import block_table
+        from nas.distill.general import token_lengths
+        from nas.latency import space_predictor
+        from spaces.bert_subnet import from_design
+
+        space, supernet = self.space, self.supernet
+        if space.config.get("layers") != "any":
+            space, supernet = from_design(self.sorted_teacher, self.design_config, "any")
+        lengths = token_lengths(self.tokenizer, self.calibration, self.max_seq_len)
+        sample = self.calibration.subset([int(i) for i in np.argsort(lengths, kind="stable")])
+
+        def note(message: str) -> None:
+            self.run.log("latency_model", note=message)
+
+        self.stage(3, "blockwise table of the sorted teacher on %d sequences", len(sample))
+        latency_fn = space_predictor(space, seq_len=self.max_seq_len, log=note)
+        with self.timed("table"):
+            self._table = block_table(space, supernet,
+                                      list(self.batches(sample, self.eval_batch_size)),
+                                      task=self.task, seed=self.seed, seq_len=self.max_seq_len,
+                                      latency_fn=latency_fn)
+        self.run.log("block_table", seconds={k: round(v, 3)
+                                             for k, v in self._table.seconds.items()},
+                     widths=list(self._table.widths), layers=self._table.layers,
+                     options=len(self._table.options))
+        return self._table
 
     def study_latency_fn(self) -> Any:
         """With ``latency: predicted``, this machine's latency model for the space (batch
@@ -171,5 +268,84 @@ class Compress(Search):
     def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 
+    def audit_parts(self, config: CompressConfig, options: RunOptions) -> Any:
+        """``nas audit`` (issue 30 item 5): the search's evaluator (``inherited-kd``: the
+        slice, the short distillation, the held-out score) and the blockwise proxy
+        (minus the summed block error) against the final retrain (``inherited-kd`` with
+        ``retrain:``'s budget on the whole training subset, from the inherited weights,
+        scored on dev; the report split is never looked at). The latency model of the
+        space predicts each candidate's batch-1 latency, which ``--select
+        latency-spread`` spreads them over."""
+        from evaluators.audit import AuditParts
+        from nas.latency import space_predictor
 
-__all__ = ["Compress", "CompressConfig", "CompressContext", "ImportanceSettings"]
+        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]
+        ctx = self.context(config, run, options).prepare()
+        assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
+        cfg = ctx.cfg
+        val = list(ctx.batches(ctx.search_val, ctx.eval_batch_size))
+        arms = {name: ctx.evaluator(name, settings, data=ctx.search_train, val_batches=val,
+                                    test=False, workdir=run.path / "audit_proxy" / name,
+                                    seed=cfg.seed, stage="trials")
+                for name, settings in ((cfg.evaluator.name, cfg.evaluator.settings),
+                                       ("blockwise", {}))}
+        final_name, final_settings = self.final_evaluator(ctx)
+        full = ctx.evaluator(final_name, final_settings, data=ctx.train, val_batches=None,
+                             test=False, workdir=run.path / "audit_full", seed=cfg.seed,
+                             stage="final:0")
+
+        def note(message: str) -> None:
+            run.log("latency_model", note=message)
+
+        notes = {"proxy": {"name": cfg.evaluator.name, **cfg.evaluator.settings},
+                 "full": f"{final_name} with retrain: " + ", ".join(
+                     f"{k}={v}" for k, v in asdict(cfg.retrain).items()),
+                 "budget": cfg.constraints.max_params, "sort": ctx.sort_info}
+        return AuditParts(space=ctx.space, arms=arms, full=full, folder=run.path,
+                          max_params=cfg.constraints.max_params, seq_len=ctx.max_seq_len,
+                          notes=notes, latency_fn=space_predictor(
+                              ctx.space, seq_len=ctx.max_seq_len, log=note))
+
+    def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """Stage 3: the knapsack for ``searcher: knapsack``, else method search's."""
+        if name != KNAPSACK:
+            return super().search_stage(ctx, name)
+        assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
+        return self.knapsack_search(ctx)
+
+    def knapsack_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
+        """The blockwise table, the knapsack at each budget (:class:`KnapsackSettings`,
+        within the run's ``constraints``), and its distinct picks queued on the run's
+        study, each scored by the configured evaluator (:mod:`searchers.queued`)."""
+        from evaluators.blockwise_knapsack import knapsack_sweep, ratio_range
+        from searchers.queued import QueuedSearcher
+
+        cfg, k = ctx.cfg, ctx.cfg.knapsack
+        table = ctx.block_table()
+        ratios = set(k.ratios or ratio_range(table, cfg.n_trials, k.cost))
+        if cfg.final.select == "latency_ratios" and k.cost == "latency_ms":
+            ratios |= set(cfg.final.ratios)
+        c = cfg.constraints
+        limits = {n: float(v) for n, v in (("params", c.max_params),
+                                           ("latency_ms", c.max_latency_ms)) if v is not None}
+        with ctx.timed("knapsack"):
+            sweep = knapsack_sweep(table, sorted(float(r) for r in ratios), k.cost,
+                                   limits=limits)
+        picks = [{"ratio": ratio, "arch_id": pick.arch.id, "block_error": pick.error,
+                  **{f"table_{n}": v for n, v in pick.costs.items()}} for ratio, pick in sweep]
+        ctx.run.log("knapsack", cost=k.cost, ratios=sorted(ratios), picks=picks,
+                    seconds=ctx.seconds["knapsack"])
+        ctx.stage(3, "knapsack over %d %s budget(s): %d distinct sub-network(s), %.2f s",
+                  len(ratios), k.cost, len(sweep), ctx.seconds["knapsack"])
+        queue = [(f"knapsack-{ratio:.4g}x", pick.arch) for ratio, pick in sweep]
+        settings = replace(cfg.study_settings(), n_trials=len(queue))
+        summary, chosen = self.multi_trial(ctx, KNAPSACK, factory=QueuedSearcher(KNAPSACK),
+                                           queue=queue, settings=settings)
+        summary["knapsack"] = {"cost": k.cost, "picks": picks,
+                               "table_seconds": dict(table.seconds),
+                               "seconds": ctx.seconds["knapsack"]}
+        return summary, chosen
+
+
+__all__ = ["Compress", "CompressConfig", "CompressContext", "ImportanceSettings",
+           "KnapsackSettings"]

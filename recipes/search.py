@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -65,6 +65,10 @@ SELECTIONS = ("best", "pareto", "latency_ratios")
 #: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
 PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
                   "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
+#: searchers a method runs itself from what its own stages made (not registered: they
+#: cannot sample an arbitrary space): name -> (the method, what it needs)
+METHOD_SEARCHERS = {"knapsack": ("compress", "the sorted teacher's blockwise table "
+                                             "(Puzzle's knapsack over the bert-subnet space)")}
 
 
 # ---------------------------------------------------------------------------- config
@@ -167,6 +171,8 @@ class SearchConfig(MethodConfig):
     #: the parts this method's context can hand an evaluator (a subclass whose context
     #: gives more, as compress's sorted-teacher supernet, widens it)
     provided_parts: ClassVar[tuple[str, ...]] = PROVIDED_PARTS
+    #: the names of :data:`METHOD_SEARCHERS` this method runs (compress: ``knapsack``)
+    own_searchers: ClassVar[tuple[str, ...]] = ()
 
     space: str = ""
     space_config: dict = field(default_factory=dict)
@@ -187,8 +193,6 @@ class SearchConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from searchers.base import SEARCHERS
-
         if not str(self.space).strip():
             raise ValueError("space: name a registered space (nas spaces list), or one a file "
                              "in plugins: registers")
@@ -209,7 +213,7 @@ class SearchConfig(MethodConfig):
                              f"{', '.join(OBJECTIVES)}")
         if self.final.select == "latency_ratios" and "latency_ms" not in self.objectives:
             raise ValueError("final.select latency_ratios needs latency_ms among the objectives")
-        SEARCHERS.get(self.searcher)  # an unknown name lists the close ones
+        self.check_searcher_name()
         owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "extra_objectives"}
         taken = sorted(owned & set(self.multi_trial))
         if taken:
@@ -218,6 +222,21 @@ class SearchConfig(MethodConfig):
         self.study_settings()  # the remaining multi_trial keys, checked now
         self.check_space()
         check_evaluator(self.evaluator.name, self.space, self.provided_parts)
+
+    def check_searcher_name(self) -> None:
+        """A registered searcher (an unknown name lists the close ones), or one of
+        :data:`METHOD_SEARCHERS` that this method runs; another method's is refused in
+        one line."""
+        from searchers.base import SEARCHERS
+
+        if self.searcher in self.own_searchers:
+            return
+        if self.searcher in METHOD_SEARCHERS:
+            method, needs = METHOD_SEARCHERS[self.searcher]
+            raise ConfigError(f"searcher: {self.searcher} needs {needs}, which only method "
+                              f"{method} makes; use method: {method}, or a registered "
+                              "searcher (random, tpe, nsga2, gp, lanas, lamoo)")
+        SEARCHERS.get(self.searcher)
 
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
@@ -303,9 +322,10 @@ class SearchContext(TaskContext):
         latency as its evaluator measured it; compress can predict it instead."""
         return None
 
-    def evaluator_parts(self) -> dict[str, Any]:
-        """Parts beyond the training pieces that this context gives an evaluator (none
-        here; compress adds the sorted teacher's supernet)."""
+    def evaluator_parts(self, wanted: set[str]) -> dict[str, Any]:
+        """Parts beyond the training pieces that this context gives an evaluator asking
+        for ``wanted`` (none here; compress adds the sorted teacher's supernet and, when
+        asked, its blockwise table)."""
         return {}
 
     def _check_head(self) -> None:
@@ -376,7 +396,7 @@ class SearchContext(TaskContext):
             "test_batches": self.report_batches_or_none() if test else None,
             **(self.distillation(data, train, stage) if wanted & {"loss", "logits_loss"}
                else {}),
-            **self.evaluator_parts()}
+            **self.evaluator_parts(wanted)}
         parts = {p: pool[p] for p in (*required, *optional) if p in pool}
         scoring = FullTrainingData(**self.scoring_fields(val_batches),
                                    test_batches=pool["test_batches"])
@@ -435,10 +455,11 @@ class Search(Recipe):
         return None  # the file's `searcher:` (default tpe)
 
     def check_searcher(self, searcher: str | None) -> str | None:
-        """Any registered searcher (plug-ins' included)."""
+        """Any registered searcher (plug-ins' included), or one the method runs itself
+        (:data:`METHOD_SEARCHERS`)."""
         from searchers.base import SEARCHERS
 
-        if searcher is not None:
+        if searcher is not None and searcher not in self.config_class.own_searchers:
             SEARCHERS.get(searcher)  # an unknown name lists the close ones
         return searcher
 
@@ -484,24 +505,32 @@ class Search(Recipe):
         return space_predictor(space, seq_len=seq_len, log=note)
 
     def stages(self, ctx: SearchContext) -> dict[str, Any]:
-        from searchers.base import SEARCHERS
-
-        name = self.searcher_of(ctx.cfg, ctx.options)
-        if SEARCHERS.kind_of(name) == "one-shot":
-            search, chosen = self.one_shot(ctx, name)
-        else:
-            search, chosen = self.multi_trial(ctx, name)
+        search, chosen = self.search_stage(ctx, self.searcher_of(ctx.cfg, ctx.options))
         final = self.final(ctx, chosen)
         return {"search": search, "final": final, "searched": final[0]["seeds"][0]}
 
+    def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """Stage 3: ``(summary, [(tag, architecture, trial number)])``, by the searcher's
+        kind (a method's own searcher, compress's knapsack, overrides this)."""
+        from searchers.base import SEARCHERS
+
+        if SEARCHERS.kind_of(name) == "one-shot":
+            return self.one_shot(ctx, name)
+        return self.multi_trial(ctx, name)
+
     # -- stage 3 -------------------------------------------------------------------
-    def multi_trial(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
-        """The study: each proposal scored on the held-out part by the evaluator."""
+    def multi_trial(self, ctx: SearchContext, name: str, *, factory: Any = None,
+                    queue: Sequence[tuple[str, Any]] = (), settings: Any = None
+                    ) -> tuple[dict[str, Any], list[Any]]:
+        """The study: each proposal scored on the held-out part by the evaluator.
+        ``factory``, ``queue`` and ``settings``: a method's own picks run as the study's
+        trials (:func:`recipes.common.run_study_stage`), with the study's settings."""
         from functools import partial
 
         from searchers.loop import StudyOptions
 
         cfg = ctx.cfg
+        settings = settings or cfg.study_settings()
         given = ctx.options.study or StudyOptions()
         study_options = replace(given, timeout=given.timeout or cfg.timeout,
                                 storage=given.storage or cfg.storage,
@@ -516,10 +545,10 @@ class Search(Recipe):
                 ctx.run.log("latency_model", note=message)
             self.latency_notes.clear()
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
-                                evaluator=_study_evaluator(ctx, name),
-                                settings=cfg.study_settings(), default_trials=cfg.n_trials,
+                                evaluator=_study_evaluator(ctx, factory or name),
+                                settings=settings, default_trials=settings.n_trials,
                                 parts=partial(_study_parts, cfg, ctx.options, name,
-                                              type(ctx)))
+                                              type(ctx)), factory=factory, queue=queue)
         ctx.seconds["search"] = found.seconds
         if not found.trials:
             raise NasError(f"the {name} search finished no trial (see nas report "
@@ -715,7 +744,7 @@ def select_trials(study: Any, trials: list[Any], final: FinalSettings,
     return chosen
 
 
-def _study_evaluator(ctx: SearchContext, searcher: str) -> Any:
+def _study_evaluator(ctx: SearchContext, searcher: Any) -> Any:
     """The study's evaluator: the configured one on the held-out part, with the cost
     objectives the file asks for."""
     from searchers.loop import study_evaluator

@@ -42,8 +42,9 @@ back: complete trials, best trial, Pareto front, export).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -67,6 +68,7 @@ from searchers.worker import PartsFactory, progress, run_workers, work
 
 if TYPE_CHECKING:
     from nas.space import SearchSpace
+    from searchers.base import MultiTrialSearcher
 
 log = logging.getLogger("nas.study")
 
@@ -76,13 +78,21 @@ __all__ = ["POINTER", "PRUNERS", "PartsFactory", "StudyOptions", "StudySearch", 
 
 
 def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
-              parts: PartsFactory | None = None) -> optuna.Study:
+              parts: PartsFactory | None = None, searcher: MultiTrialSearcher | None = None,
+              queue: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> optuna.Study:
     """Run the study of ``spec`` until it holds ``n_trials`` evaluations (module docstring).
 
     ``evaluator`` runs the trials of this process; with ``spec.workers > 1``, ``parts()``
-    builds the space and the evaluator in each worker process instead. Returns the study,
-    the only store of the trials (``study.best_trial``, ``study.best_trials``).
+    builds the space and the evaluator in each worker process instead. ``searcher``: a
+    built sampler factory instead of the registered ``spec.searcher`` (one process only:
+    a worker process finds searchers by name); ``queue``: ``(tag, architecture)`` pairs
+    queued on a new study after its seed architectures (a method's own picks,
+    :mod:`searchers.queued`). Returns the study, the only store of the trials
+    (``study.best_trial``, ``study.best_trials``).
     """
+    if searcher is not None and (spec.workers > 1 or spec.attach):
+        raise NasError(f"searcher {spec.searcher!r} runs its trials in one process; drop "
+                       "--workers and --attach (workers: 1)")
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     if spec.storage == MEMORY and (spec.workers > 1 or spec.attach or spec.resume):
         raise NasError(f"study {spec.study_name!r}: an in-memory storage ({MEMORY}) has one "
@@ -95,11 +105,13 @@ def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
     if exists and not (spec.attach or spec.resume):
         raise NasError(f"study {spec.study_name!r} already exists in {spec.storage}; pass "
                        "--resume to continue it or --attach to add a worker to it")
-    search = open_search(spec, space, evaluator.objectives, storage)
+    search = open_search(spec, space, evaluator.objectives, storage, searcher)
     study = search.study
     check_study(search, spec)
     if not exists:
         create(search, spec)
+        for tag, arch in queue:
+            search.enqueue(arch, tag)
     if spec.n_trials is None:
         spec.n_trials = int(study.user_attrs.get("n_trials", 1))
     elif spec.n_trials != study.user_attrs.get("n_trials"):

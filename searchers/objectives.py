@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaluators.base import Evaluator
 from evaluators.penalty import PenaltyEvaluator
-from searchers.base import SEARCHERS, SearcherError
+from searchers.base import SEARCHERS, MultiTrialSearcher, SearcherError
 from searchers.settings import StudySettings
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ log = logging.getLogger("nas.study")
 
 
 def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySettings,
-                    searcher: str, seq_len: int = 128,
+                    searcher: str | MultiTrialSearcher, seq_len: int = 128,
                     latency_fn: Callable[[Mapping[str, Any]], float] | None = None
                     ) -> Evaluator:
     """The evaluator a study optimises: ``inner`` plus the cost objectives that
@@ -32,9 +32,13 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
     * a single-objective searcher with extra objectives and no targets: refused.
 
     ``latency_fn`` (``arch -> ms``, a latency model): the latency objective, ceiling and
-    target read it instead of the inner result's measured ``latency_ms``.
+    target read it instead of the inner result's measured ``latency_ms``. ``searcher``: a
+    registered name, or a built factory (:mod:`searchers.queued`).
     """
-    multi = SEARCHERS.get(searcher).multi_objective
+    if isinstance(searcher, MultiTrialSearcher):
+        multi, searcher = searcher.multi_objective, searcher.name
+    else:
+        multi = SEARCHERS.get(searcher).multi_objective
     if settings.extra_objectives and multi:
         return PenaltyEvaluator(inner, space, seq_len=seq_len,
                                 extra_objectives=settings.extra_objectives,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from nas.space import SearchSpace
+    from searchers.base import MultiTrialSearcher
 
 log = logging.getLogger("nas.study")
 
@@ -165,12 +166,16 @@ def spec_storage(spec: StudySpec) -> BaseStorage:
 
 
 def open_search(spec: StudySpec, space: SearchSpace, objectives: tuple[Objective, ...],
-                storage: BaseStorage | None = None) -> StudySearch:
+                storage: BaseStorage | None = None,
+                searcher: MultiTrialSearcher | None = None) -> StudySearch:
     """The spec's search on its storage (the study is created if it does not exist,
-    without the user attributes :func:`create` adds)."""
+    without the user attributes :func:`create` adds); ``searcher``: a built sampler
+    factory instead of the registered ``spec.searcher`` (a method's queue,
+    :mod:`searchers.queued`)."""
     s = spec.settings
     return StudySearch.open(
-        space, spec.searcher, seed=spec.seed, objectives=objectives,
+        space, searcher if searcher is not None else spec.searcher, seed=spec.seed,
+        objectives=objectives,
         storage=storage if storage is not None else spec_storage(spec),
         study_name=spec.study_name, budget=study_budget(spec, space),
         sampler_options=s.samplers.get(spec.searcher, {}), pruner=make_pruner(s),

@@ -13,6 +13,8 @@ import pytest
 
 from evaluators.audit import (
     AuditParts,
+    latency_candidates,
+    latency_span,
     rank_agreement,
     run_audit,
     running_mean,
@@ -120,6 +122,47 @@ def test_the_audit_runs_on_any_space_and_resumes(space, tmp_path):
     assert again["arms"]["good"]["kendall_tau"] == good_arm["kendall_tau"]
     with pytest.raises(NasError, match="at least 3"):
         run_audit(parts, n=2)
+
+
+def fake_latency(space):
+    """A made-up batch-1 latency that grows steeply with the parameter count, so that a
+    random pool spans more than 10x."""
+    return lambda arch: 0.01 * (count_costs(space, arch, 16).params / 1e4) ** 3
+
+
+def test_latency_spread_candidates_span_the_pool(space):
+    latency = fake_latency(space)
+    picked = latency_candidates(space, 6, latency, seed=0, seq_len=16)
+    ms = [latency(a) for a in picked]
+    assert len({a.id for a in picked}) == 6 and ms == sorted(ms)
+    pool = [latency(space.sample(np.random.default_rng(s))) for s in range(200)]
+    # the pool's fastest and slowest are in, and the rest lie between, spread in log
+    assert ms[0] <= np.quantile(pool, 0.05) and ms[-1] >= np.quantile(pool, 0.95)
+    assert latency_span(ms) >= 10 and latency_span([2.0, 1.0]) == 2.0
+    assert latency_candidates(space, 6, latency, seed=0, seq_len=16) == picked  # seeded
+    budget = count_costs(space, picked[3], 16).params
+    assert all(count_costs(space, a, 16).params <= budget for a in latency_candidates(
+        space, 3, latency, seed=1, max_params=budget, seq_len=16))
+
+
+def test_the_audit_selects_by_latency_spread_and_says_its_span(space, tmp_path):
+    full = ByParams(space, 0.0, 3)
+    parts = AuditParts(space=space, arms={"good": ByParams(space, 0.0, 1)}, full=full,
+                       folder=tmp_path, seq_len=16, latency_fn=fake_latency(space))
+    summary = run_audit(parts, n=5, seed=0, n_boot=20, select="latency-spread")
+    latencies = summary["latency_ms_predicted"]
+    assert summary["select"] == "latency-spread" and latencies == sorted(latencies)
+    assert summary["latency_span"] >= 10 and not summary.get("warnings")
+    text = (tmp_path / "audit.md").read_text()
+    assert "spread over predicted latency" in text and "(at least 10x)" in text
+    assert summary["arms"]["good"]["kendall_tau"] == pytest.approx(1.0)
+    narrow = run_audit(parts, n=5, seed=0, n_boot=20, select="latency-spread", min_span=1e9)
+    assert "less than the 1e+09x asked for" in narrow["warnings"][0]
+    with pytest.raises(NasError, match="needs a latency model of the space"):
+        run_audit(AuditParts(space=space, arms={}, full=full, folder=tmp_path, seq_len=16),
+                  n=5, select="latency-spread")
+    with pytest.raises(NasError, match="unknown; use one of params, latency-spread"):
+        run_audit(parts, n=5, select="flops")
 
 
 def test_a_method_without_a_proxy_says_so(tmp_path, capsys):

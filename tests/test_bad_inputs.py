@@ -263,6 +263,19 @@ def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
     return setup
 
 
+def search_with(**changes: object) -> Callable[[Ctx], list[str]]:
+    """``method: search`` (the example with its space file) with ``changes``."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = yaml.safe_load((ROOT / "examples" / "custom_search.yaml").read_text())
+        data["plugins"] = [str(ROOT / "examples" / "custom_space.py")]
+        data.update(changes)
+        path = ctx.tmp / "search.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+    return setup
+
+
 def _drop(key: str) -> Callable[[dict], None]:
     return lambda data: data.pop(key)
 
@@ -287,6 +300,29 @@ CASES = {
     "compress-teacher-shape": Case(compress_with(space_config={"hidden_size": 64}), 2,
                                    r"space_config\.hidden_size: method compress takes the "
                                    r"shape from the teacher"),
+    # searcher knapsack: compress's own, and only where its block table can serve
+    "compress-knapsack-first-k": Case(compress_with(searcher="knapsack",
+                                                    space_config={"layers": "first"}), 2,
+                                      r"searcher: knapsack picks any subset of layers"),
+    "compress-knapsack-workers": Case(compress_with(searcher="knapsack", workers=2), 2,
+                                      r"workers: searcher knapsack runs its picks in one "
+                                      r"process"),
+    "compress-knapsack-flops": Case(compress_with(searcher="knapsack",
+                                                  constraints={"max_flops": 1e9}), 2,
+                                    r"constraints\.max_flops: the knapsack's block table"),
+    "compress-knapsack-cost": Case(compress_with(searcher="knapsack",
+                                                 knapsack={"cost": "flops"}), 2,
+                                   r"knapsack.*cost.*latency_ms or params"),
+    "compress-knapsack-seeds": Case(compress_with(searcher="knapsack",
+                                                  multi_trial={"seeds": ["default"]}), 2,
+                                    r"multi_trial\.seeds: the knapsack's study runs its own "
+                                    r"picks only"),
+    "search-knapsack": Case(search_with(searcher="knapsack"), 2,
+                            r"searcher: knapsack needs the sorted teacher's blockwise table .*"
+                            r"which only method compress makes"),
+    "compress-knapsack-n-trials-flag": Case(
+        lambda ctx: [*compress_with(searcher="knapsack")(ctx), "--n-trials", "3"], 2,
+        r"--n-trials needs a multi-trial searcher .*not knapsack"),
     # experiment YAML
     "yaml-missing-name": Case(_yaml(_drop("name")), 2, r"bad\.yaml: missing key 'name'"),
     "yaml-missing-task": Case(_yaml(_drop("task")), 2, r"bad\.yaml: missing key 'task'"),

@@ -23,7 +23,13 @@ from evaluators.blockwise import (
     BlockwiseEvaluator,
     block_table,
 )
-from evaluators.blockwise_knapsack import knapsack, knapsack_front
+from evaluators.blockwise_knapsack import (
+    knapsack,
+    knapsack_front,
+    knapsack_sweep,
+    max_ratio,
+    ratio_range,
+)
 from nas.builder import build_supernet
 from nas.cost import batch_for, count_costs
 from nas.errors import ArchitectureError
@@ -184,6 +190,28 @@ def test_the_front_meets_each_latency_ratio(table):
     with pytest.raises(BlockwiseError, match=r"no architecture is 1000x below the teacher's "
                                              r"latency_ms .*reaches [\d.]+x at most"):
         knapsack_front(table, [1000])
+
+
+def test_a_sweep_over_the_budget_range_gives_distinct_picks_within_the_limits(table):
+    top = max_ratio(table)
+    cheapest = min(table.cost_of(a, "latency_ms") for a in [
+        table.architecture(w, [0] * table.layers) for w in range(len(table.widths))])
+    assert top == pytest.approx(table.teacher["latency_ms"] / cheapest)
+    ratios = ratio_range(table, 6)
+    assert ratios[0] == pytest.approx(1.0) and ratios[-1] < top and ratios == sorted(ratios)
+    sweep = knapsack_sweep(table, ratios)
+    ids = [p.arch.id for _, p in sweep]
+    assert len(ids) == len(set(ids)) and 2 <= len(ids) <= 6
+    assert sweep[0][1].error == pytest.approx(0.0, abs=1e-9)  # ratio 1: the teacher itself
+    for ratio, pick in sweep:
+        assert pick.costs["latency_ms"] <= table.teacher["latency_ms"] / ratio * (1 + 1e-9)
+    # a run's constraint holds at every budget; the same ratios without dropping repeats
+    cap = table.teacher["params"] * 0.5
+    capped = knapsack_sweep(table, ratios[:3], limits={"params": cap}, distinct=False)
+    assert len(capped) == 3 and all(p.costs["params"] <= cap for _, p in capped)
+    with pytest.raises(BlockwiseError, match=r"within \{'params': 10.0\}.*loosen the "
+                                             r"constraints"):
+        knapsack_sweep(table, [1.0], limits={"params": 10.0})
 
 
 def test_the_proxy_scores_a_first_k_twin_like_its_any_subset_arch(teacher, table):

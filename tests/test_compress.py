@@ -4,8 +4,13 @@ search with inherited-kd, final retrain from the inherited weights, export, nas 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_smoke_sorts_searches_retrains_and_exports(smoke_runs, capsys):
@@ -58,3 +63,109 @@ def test_the_final_retrain_starts_from_the_inherited_weights():
     assert Compress().final_evaluator(Ctx()) == ("inherited-kd", {"hidden_weight": 0.5})
     assert Search().final_evaluator(Ctx())[0] == "distilled-retrain"
     assert Compress.export_format == "hf" and Search.export_format == "native"
+
+
+#: the smoke file's settings changed for the tiny teacher (tests/conftest.py)
+_TINY = ("teacher_finetune.max_train_examples=32", "teacher_finetune.max_dev_examples=32",
+         "data.max_train_examples=80", "importance.samples=16")
+
+
+def _tiny_compress(run, teacher, *sets: str) -> int:
+    """``nas run`` of the smoke file with the tiny teacher, a small training subset and
+    ``sets``. Dev and the report sample are the smoke run's, whose overlap check with
+    train is then cached."""
+    argv = ["run", str(ROOT / "experiments" / "compress_smoke.yaml"), "--run-dir", str(run),
+            "--no-progress"]
+    for item in (*_TINY, f"teacher={teacher}", *sets):
+        argv += ["--set", item]
+    return main(argv)
+
+
+def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
+    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
+    the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
+    budget, its distinct picks run as the study's trials (scored by inherited-kd), then
+    the front, ``final: {select: latency_ratios}``, the report and the export."""
+    import optuna
+
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=knapsack", "n_trials=3",
+                          "evaluator.settings.max_steps=1",
+                          "final={select: latency_ratios, ratios: [3], seeds: 1}") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    search = metrics["search"]
+    assert search["searcher"] == "knapsack" and search["knapsack"]["cost"] == "latency_ms"
+    picks = search["knapsack"]["picks"]
+    # three budgets from the teacher's latency (ratio 1) down, plus the final ratio 3;
+    # a pick equal to an earlier one is run once
+    assert 2 <= len(picks) <= 4 and len({p["arch_id"] for p in picks}) == len(picks)
+    assert picks[0]["ratio"] == 1.0 and picks[0]["block_error"] == 0.0  # the teacher itself
+    assert [p["block_error"] for p in picks] == sorted(p["block_error"] for p in picks)
+    assert all(p["table_latency_ms"] <= picks[0]["table_latency_ms"] / p["ratio"] * (1 + 1e-9)
+               for p in picks)
+    assert search["evaluations"] == len(picks)
+    # each pick is a trial of the run's study, queued with its budget and scored by the
+    # configured evaluator (inherited-kd: the slice's score at step 0, then 1 step)
+    study = optuna.load_study(study_name="compress_smoke-knapsack",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(
+                                      str(run / "study.journal"))))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.user_attrs["arch_id"] for t in trials] == [p["arch_id"] for p in picks]
+    assert [t.user_attrs["seed"] for t in trials] == [f"knapsack-{p['ratio']:.4g}x"
+                                                      for p in picks]
+    assert all(len(t.user_attrs["intermediate"]) == 2 for t in trials)
+    assert json.loads((run / "study.json").read_text())["searcher"] == "knapsack"
+    assert metrics["final"][0]["trial"] in search["chosen"]
+    assert (run / "export" / "config.json").is_file()
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert "Multi-trial search: knapsack" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, tmp_path):
+    """``evaluator: blockwise`` in method compress: the table is built on the sorted
+    teacher when the evaluator asks for it, and each trial's score is minus its summed
+    block error (a cheap proxy for any searcher, issue 30 item 3b)."""
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=3",
+                          "evaluator={name: blockwise, settings: {}}") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["search"]["objectives"] == ["block_score", "latency_ms"]
+    for number in range(3):
+        result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
+        assert result["values"][0] == -result["metrics"]["block_error"] <= 0.0
+
+
+def test_nas_audit_serves_compress_with_a_latency_spread(tiny_teacher, tmp_path, capsys):
+    """``nas audit --select latency-spread`` on method compress (issue 30 item 5): the
+    search's inherited-kd and the blockwise proxy ranked against the final retrain, the
+    candidates spread over the latency model's predictions and their span reported. The
+    settings are the knapsack test's, so the tiny teacher, its sort and its block states
+    come from the cache."""
+    from evaluators.audit import latency_span
+
+    run = tmp_path / "audit"
+    argv = ["audit", str(ROOT / "experiments" / "compress_smoke.yaml"), "--run-dir", str(run),
+            "--no-progress", "--json", "--n", "3", "--select", "latency-spread",
+            "--noise-seeds", "0", "--bootstrap", "20"]
+    for item in (*_TINY, "evaluator.settings.max_steps=1", f"teacher={tiny_teacher}"):
+        argv += ["--set", item]
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["arms"]) == {"inherited-kd", "blockwise"}
+    assert summary["select"] == "latency-spread" and summary["candidates"] == 3
+    assert summary["full_objective"] == "val_accuracy" and summary["full_failed"] == 0
+    latencies = summary["latency_ms_predicted"]
+    assert latencies == sorted(latencies) and summary["latency_span"] == latency_span(latencies)
+    saved = json.loads((run / "audit.json").read_text())
+    for row in saved["candidates"]:
+        inherited, block = row["results"]["inherited-kd"], row["results"]["blockwise"]
+        assert inherited["metrics"]["inherited_val_accuracy"] is not None
+        assert block["values"][0] == -block["metrics"]["block_error"]
+        assert row["results"]["full"]["status"] == "complete"
+    text = (run / "audit.md").read_text()
+    assert "spread over predicted latency" in text
+    assert f"the candidates span {summary['latency_span']:.3g}x" in text

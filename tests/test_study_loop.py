@@ -422,3 +422,32 @@ def test_multi_trial_settings_are_checked_when_the_experiment_loads(tmp_path, se
                                     "multi_trial": settings}))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         load_config(path)
+
+
+def test_a_queued_study_runs_exactly_the_method_s_picks_and_resumes(tmp_path):
+    """A method's own picks (compress's knapsack) as a study: queued on the new study,
+    evaluated in order by the usual loop, recorded like any searcher's trials; the sampler
+    draws nothing beyond the queue, and a resume runs nothing twice."""
+    from searchers.queued import QueuedSearcher
+
+    s = space()
+    rng = np.random.default_rng(3)
+    picks = list({a.id: a for a in (s.sample(rng) for _ in range(5))}.values())[:3]
+    queue = [(f"knapsack-{i}x", a) for i, a in enumerate(picks, 1)]
+    evaluator = Synthetic(s)
+    spec = spec_for(tmp_path, searcher="knapsack", n_trials=3)
+    study = run_study(spec, s, evaluator, searcher=QueuedSearcher("knapsack"), queue=queue)
+    assert evaluator.calls == [a.id for a in picks] and outcomes(study) == ["complete"] * 3
+    assert [t.user_attrs["seed"] for t in study.trials] == [tag for tag, _ in queue]
+    assert json.loads((tmp_path / "study.json").read_text())["searcher"] == "knapsack"
+    assert study.user_attrs["searcher"] == "knapsack"
+    again = run_study(spec_for(tmp_path, searcher="knapsack", n_trials=3, resume=True), s,
+                      evaluator, searcher=QueuedSearcher("knapsack"), queue=queue)
+    assert len(evaluator.calls) == 3 and evaluations(again) == 3
+    # a fourth trial has nothing queued: the sampler refuses to draw, in one line
+    with pytest.raises(SearcherError, match="proposes only the architectures it queued"):
+        run_study(spec_for(tmp_path, searcher="knapsack", n_trials=4, resume=True), s,
+                  evaluator, searcher=QueuedSearcher("knapsack"), queue=queue)
+    with pytest.raises(NasError, match="runs its trials in one process"):
+        run_study(spec_for(tmp_path / "w", searcher="knapsack", workers=2), s, evaluator,
+                  searcher=QueuedSearcher("knapsack"), queue=queue)

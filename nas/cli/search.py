@@ -98,7 +98,9 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
     from searchers.base import SEARCHERS
     from searchers.loop import StudyOptions
 
-    if searcher is None or SEARCHERS.kind_of(searcher) != "multi-trial":
+    # a method's own searcher (compress's knapsack) is no registered one: it takes none
+    if searcher is None or searcher not in SEARCHERS or SEARCHERS.kind_of(searcher) != \
+            "multi-trial":
         raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, lamoo, "
                        f"tpe, nsga2, gp or random), not {searcher}")
     options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
