@@ -244,8 +244,10 @@ def hv_table(plane: Plane, runs: dict[str, list[np.ndarray]], fixed: dict[str, n
             cell = _mean_sd(v[:, j])
             if arm != RANDOM:
                 r = hv[RANDOM][:, j]
-                cell += (f"; above random in {np.mean(v[:, j] > r):.0%} of seeds, "
-                         f"p {_wilcoxon(v[:, j], r):.2g}")
+                tied = np.mean(v[:, j] == r)
+                cell += (f"; above random in {np.mean(v[:, j] > r):.0%} of seeds"
+                         + (f" ({tied:.0%} tied)" if tied else "")
+                         + f", p {_wilcoxon(v[:, j], r):.2g}")
             cells.append(cell)
         rows.append(f"| {arm} | " + " | ".join(cells) + " |")
     for arm, points in fixed.items():
@@ -317,12 +319,13 @@ def plot(plane: Plane, runs: dict[str, list[np.ndarray]], fixed: dict[str, np.nd
     for arm, per_seed in runs.items():
         f = front(per_seed[0])
         left.step(f[:, 1], f[:, 0], where="post", marker=".", label=f"{arm} (seed {seed})")
-    for arm, points in fixed.items():
+    markers = iter(["x", "o"])
+    for arm, points in sorted(fixed.items(), reverse=True):  # the 4 widths under the one
         if arm == "knapsack":
             f = front(points)
             left.step(f[:, 1], f[:, 0], where="post", color="black", lw=1, label=arm)
         else:
-            left.plot(points[:, 1], points[:, 0], "x", label=arm)
+            left.plot(points[:, 1], points[:, 0], next(markers), mfc="none", label=arm)
     left.axvline(plane.teacher_ms, color="grey", ls=":", label="teacher")
     left.axvline(plane.teacher_ms / plane.max_speedup, color="grey", ls="--",
                  label=f"{plane.max_speedup:g}x faster (hypervolume's range)")
@@ -339,9 +342,11 @@ def plot(plane: Plane, runs: dict[str, list[np.ndarray]], fixed: dict[str, np.nd
         mean, sd = v.mean(0), v.std(0)
         (line,) = right.plot(n, mean, label=arm)
         right.fill_between(n, mean - sd, mean + sd, alpha=0.15, color=line.get_color())
-    for arm, points in fixed.items():
+    for (arm, points), color in zip(fixed.items(), ["tab:red", "tab:purple", None],
+                                    strict=True):
         if arm != "knapsack":
-            right.axhline(plane.hypervolume(points) / best, ls="--", lw=1, label=arm)
+            right.axhline(plane.hypervolume(points) / best, ls="--", lw=1, color=color,
+                          label=arm)
     right.set_xscale("log")
     right.set_xlabel("evaluations")
     right.set_ylabel("hypervolume / the knapsack front's")
