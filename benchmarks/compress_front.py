@@ -219,10 +219,10 @@ def search_points(table: BlockTable, searcher: str, seed: int, trials: int) -> n
 # ---------------------------------------------------------------------------
 
 
-def _wilcoxon(a: Sequence[float], b: Sequence[float]) -> float:
+def _wilcoxon(a: np.ndarray, b: np.ndarray) -> float:
     from benchmarks.ground_truth import wilcoxon
 
-    return wilcoxon(a, b)
+    return wilcoxon(a.tolist(), b.tolist())
 
 
 def _mean_sd(x: np.ndarray) -> str:
