@@ -17,7 +17,8 @@ from nas.errors import NasError
 
 def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
     """Metrics of a classifier (a :class:`~nas.network.GraphNet`) on ``batches`` (each with
-    ``labels``), in eval mode without gradients."""
+    ``labels``), in eval mode without gradients, on the model's device (the GraphNet moves
+    its inputs there); the predictions come back to the CPU to be counted."""
     import torch
 
     from nas.teacher import classification_metrics
@@ -26,8 +27,8 @@ def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
     preds, labels = [], []
     with torch.no_grad():
         for b in batches:
-            preds.append(model(b).logits.argmax(-1))
-            labels.append(b["labels"])
+            preds.append(model(b).logits.argmax(-1).cpu())
+            labels.append(b["labels"].cpu())
     return classification_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy(), metric)
 
 
@@ -150,7 +151,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     for start in range(0, len(data), batch_size):
         texts_a = list(data.texts_a[start:start + batch_size])
         texts_b = list(data.texts_b[start:start + batch_size]) if data.texts_b else None
-        preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).numpy())
+        preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).cpu().numpy())
     metrics = classification_metrics(np.concatenate(preds), np.asarray(labels), data.metric)
     return {"task": task, "split": split, "file": ", ".join(data.sources),
             "examples": len(data), **sample, "metrics": metrics, "export": str(export)}

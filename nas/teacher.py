@@ -123,19 +123,21 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
 def load_teacher(
     name_or_path: str | os.PathLike[str] | None = None, num_labels: int | None = None
 ) -> Any:
-    """Load the teacher in eval mode.
+    """Load the teacher in eval mode, on the run's device (:func:`nas.device.place`).
 
     With ``num_labels`` a sequence classifier (``AutoModelForSequenceClassification``:
     the encoder plus a fresh or fine-tuned head), else the bare encoder (``AutoModel``).
     """
     from transformers import AutoModel, AutoModelForSequenceClassification
 
+    from nas.device import place
+
     name = resolve_teacher(name_or_path)
     if num_labels is None:
         model = _from_pretrained(AutoModel, name)
     else:
         model = _from_pretrained(AutoModelForSequenceClassification, name, num_labels=num_labels)
-    return model.eval()
+    return place(model).eval()
 
 
 def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | None:
@@ -146,6 +148,8 @@ def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | N
     detect from the weight file's tensor names rather than trusting the load.
     """
     from transformers import AutoModelForMaskedLM
+
+    from nas.device import place
 
     name = resolve_teacher(name_or_path)
     path = Path(name)
@@ -158,7 +162,7 @@ def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | N
                 keys.update(f.keys())
         if keys and not any(k.startswith("cls.predictions") or "lm_head" in k for k in keys):
             return None
-    return _from_pretrained(AutoModelForMaskedLM, name).eval()
+    return place(_from_pretrained(AutoModelForMaskedLM, name)).eval()
 
 
 @dataclass
@@ -296,11 +300,13 @@ def classification_metrics(preds: Any, labels: Any, metric: str) -> dict[str, fl
 
 def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
              max_seq_len: int = 128, progress: bool = False) -> dict[str, float]:
-    """Dev-set metrics of a sequence classifier on a :class:`~nas.data.TaskData`."""
+    """Dev-set metrics of a sequence classifier on a :class:`~nas.data.TaskData`; the
+    batches go to the model's device."""
     import torch
     from tqdm.auto import tqdm
 
     from nas.data import iter_batches
+    from nas.device import module_device, to_device
 
     model.eval()
     preds: list[int] = []
@@ -308,6 +314,7 @@ def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
     total = (len(data) + batch_size - 1) // batch_size
     with torch.inference_mode():
         for b in tqdm(batches, total=total, desc="eval", disable=not progress, leave=False):
+            b = to_device(b, module_device(model))
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                            token_type_ids=b["token_type_ids"]).logits
             preds.extend(logits.argmax(-1).tolist())
