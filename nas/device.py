@@ -56,6 +56,11 @@ class DeviceError(NasError):
     """A device or precision setting is malformed, or names hardware that is not here."""
 
 
+def is_device_spec(spec: object) -> bool:
+    """Whether ``spec`` is spelled as a device setting (:data:`DEVICES`)."""
+    return isinstance(spec, str) and _SPEC.fullmatch(spec.strip().lower()) is not None
+
+
 def check_device(spec: str) -> str:
     """``spec`` when it is a device setting (``auto``, ``cpu``, ``cuda``, ``cuda:N``), else a
     one-line error; checks the spelling only, not the hardware (a configuration written on
@@ -163,6 +168,21 @@ def to_device(batch: Any, device: torch.device | None = None) -> Any:
     there is returned as it is (no copy: CPU results stay bit for bit the same)."""
     target = device if device is not None else current_device()
     return map_tensors(batch, lambda t: t.to(target))
+
+
+def table_rows(table: Any, index: torch.Tensor, like: torch.Tensor, axis: int = 0
+               ) -> torch.Tensor:
+    """The rows of a host table (a NumPy array of teacher logits or probe outputs, kept
+    on the CPU) picked by a batch's ``index`` (on any device), as float32 on the device of
+    ``like`` (the student's output the rows are compared with); ``axis`` 1 picks columns
+    of a (P, N, C) table."""
+    import numpy as np
+    import torch
+
+    rows = index.cpu().numpy()
+    picked = table[rows] if axis == 0 else table[:, rows]
+    out = torch.from_numpy(np.asarray(picked, dtype=np.float32))
+    return out if out.device == like.device else out.to(like.device)
 
 
 def place(model: Any, device: torch.device | None = None) -> Any:
@@ -278,6 +298,7 @@ def describe(device: torch.device) -> str:
 __all__ = ["DEVICES", "PRECISIONS", "DeviceError", "DeviceMismatchError", "autocast",
            "check_device", "check_on_device", "check_precision", "current_device",
            "current_precision",
-           "describe", "distributed_backend", "grad_scaler", "init_distributed",
-           "map_tensors", "module_device", "place", "resolve_device", "to_device",
+           "describe", "distributed_backend", "is_device_spec", "grad_scaler", "init_distributed",
+           "map_tensors", "module_device", "place", "resolve_device", "table_rows",
+           "to_device",
            "use_device"]

@@ -17,9 +17,9 @@ Under ``torchrun`` (``torch.distributed`` initialised) the same loop runs data-p
 the model is wrapped in ``DistributedDataParallel``, each rank trains on its slice of
 every global batch, losses are averaged over ranks and rank 0 writes the checkpoints.
 
-The loop runs on the run's device (:mod:`nas.device`): the model must already be there
-(a model left elsewhere is an error naming its first stray tensor, so no recipe can
-silently train on the CPU beside a GPU), and each batch is moved there. ``precision``
+The loop runs on the run's device (:mod:`nas.device`): it puts its model there (with
+whatever a recipe wrapped around a built network: fit maps, MLM heads; in place, so
+optimisers made earlier keep their parameters) and moves each batch there. ``precision``
 bf16 or fp16 runs the forward pass and loss under ``torch.autocast`` (fp16 with a
 ``GradScaler``, whose state travels in the checkpoint); fp32 adds nothing, so CPU
 results stay bit for bit the same.
@@ -43,11 +43,11 @@ from torch import nn
 from nas.checkpoint import CheckpointError, load_state, save_state
 from nas.device import (
     autocast,
-    check_on_device,
     current_device,
     current_precision,
     grad_scaler,
     map_tensors,
+    place,
 )
 from nas.errors import NasError
 
@@ -216,7 +216,8 @@ class Trainer:
       restored from the checkpoint.
 
     * ``device``: where to train (default: the run's, :func:`nas.device.current_device`);
-      ``model`` must be there already. ``precision``: ``fp32``, ``bf16`` or ``fp16``
+      ``model`` is moved there (extras and frozen models the hooks call are the caller's
+      to place). ``precision``: ``fp32``, ``bf16`` or ``fp16``
       (default: the run's, :func:`nas.device.current_precision`); ``before_step`` hooks
       (an architecture step) run outside autocast.
 
@@ -243,6 +244,9 @@ class Trainer:
             raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
         if optimizer is not None and param_groups is not None:
             raise ValueError("pass optimizer or param_groups, not both")
+        # on the run's device before the optimiser sees its parameters
+        self.device = device if device is not None else current_device()
+        place(model, self.device)  # in place: a no-op where it already is (the CPU runs)
         self.model = model
         self.settings = settings
         self.batches = batches
@@ -278,8 +282,6 @@ class Trainer:
         self.seconds = 0.0
         self._saved_step: int | None = None
         self._clock = 0.0
-        self.device = device if device is not None else current_device()
-        check_on_device(model, self.device, f"the model trained by {desc!r}")
         self.precision = precision if precision is not None else current_precision()
         self._autocast = lambda: autocast(self.precision, self.device)
         self.scaler = grad_scaler(self.precision, self.device)

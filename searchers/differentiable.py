@@ -47,6 +47,7 @@ from torch import nn
 from nas.arch_params import ArchParameters
 from nas.architecture import Architecture
 from nas.choices import Categorical, as_number
+from nas.device import place
 from nas.errors import NasError
 from nas.graph import ChoiceRef, plan
 from nas.network import GraphNet, ModelOutput
@@ -389,7 +390,9 @@ class DifferentiableSearch:
         relaxed = relaxed_choices(space)
         # ``other`` choices keep one value while the supernet trains (widths need none)
         self.fixed = search_values(space)
-        self.alphas = ArchParameters(relaxed, generator=torch.Generator().manual_seed(seed))
+        # drawn on the CPU (the same α on every device), then on the run's device
+        self.alphas = place(ArchParameters(relaxed,
+                                           generator=torch.Generator().manual_seed(seed)))
         self.costs = op_cost_table(space, scale=op_costs)
         self.edge_reduction = "sum" if op_costs == "published" else "mean"
         depth = [c for c in relaxed if c.kind == "depth"]

@@ -192,7 +192,7 @@ def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
         for batch in tqdm(iter_batches(sub, tokenizer, 128, max_seq_len),
                           total=math.ceil(len(sub) / 128), desc="teacher logits",
                           disable=not progress):
-            out[order[batch["index"].numpy()]] = model(batch).logits.float().numpy()
+            out[order[batch["index"].numpy()]] = model(batch).logits.float().cpu().numpy()
     return cache.save("logits", out)
 
 
