@@ -116,12 +116,13 @@ def label_indices(model_labels: list[str], data: Any, mapping: dict[str, str],
 
 def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str | None = None,
                    data_dir: str | None = None, batch_size: int = 64,
-                   runtime: str = "torch", label_map: dict[str, str] | None = None
-                   ) -> dict[str, Any]:
+                   runtime: str = "torch", label_map: dict[str, str] | None = None,
+                   device: str = "cpu") -> dict[str, Any]:
     """Metrics of the model saved at ``path`` on ``split`` of ``task`` (default: the
     task's report split, ``test`` when it has one). The model must fit the data: the same
     task when both are built-in, the same number of texts per example, and labels that
-    match by name (``label_map``: the data's name → the model's)."""
+    match by name (``label_map``: the data's name → the model's). ``device``: where the
+    torch runtime computes (:func:`nas.runtime.load`)."""
     import numpy as np
 
     from nas.data import load_task, report_split, resolve_task
@@ -135,7 +136,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     if batch_size < 1:
         raise NasError(f"--batch-size must be ≥ 1, got {batch_size}")
     task = resolve_task(task)  # a file or mapping becomes a registered name
-    model = load(export, runtime=runtime)
+    model = load(export, runtime=runtime, device=device)
     _check_task(export, model.task, task)
     split = split or report_split(task)
     full = load_task(task, split, data_dir)

@@ -331,6 +331,7 @@ def finetune_teacher(
     checkpoint_every: int = 200,
     progress: bool = True,
     force: bool = False,
+    device: str | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``teacher`` on ``task`` (train split), report dev metrics, cache the result.
 
@@ -340,7 +341,17 @@ def finetune_teacher(
     ``checkpoint.safetensors`` (written every ``checkpoint_every`` steps and at each
     epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
     permutation per epoch), same dropout draws, same weights as an unbroken run.
+
+    ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``): where to fine-tune; ``None``: the
+    run's (:func:`nas.device.current_device`, the CPU outside a run). The cache key does
+    not hold it: a teacher fine-tuned on a GPU is found again on the CPU.
     """
+    if device is not None:
+        from nas.device import use_device
+
+        with use_device(device):
+            return finetune_teacher(task, teacher, data_dir, out_dir, config, cache_dir,
+                                    checkpoint_every, progress, force)
     from nas.data import load_task, resolve_task  # light: no torch
 
     task = resolve_task(task)  # a data file becomes a registered name; names stay as they are

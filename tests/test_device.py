@@ -260,3 +260,62 @@ def test_a_model_that_skips_placement_fails_the_check(monkeypatch) -> None:
     monkeypatch.setattr(nas.builder, "place", lambda model, device=None: model)
     err = _evaluate_on_meta("inherited")
     assert err is None or MISMATCH.search(str(err)), err
+
+
+# ------------------------------------------------------ the command line and the API
+def test_device_and_precision_in_the_experiment_and_on_the_command_line(tmp_path) -> None:
+    from nas.config import ConfigError
+    from nas.methods import load_experiment
+    from recipes.common import snapshot
+
+    exp = "experiments/tinybert_smoke.yaml"
+    method, config = load_experiment(exp)
+    assert (config.device, config.precision) == ("auto", "fp32")
+    assert "device" not in snapshot(method.name, config)  # older run folders still resume
+    _, config = load_experiment(exp, ["device=CUDA:1", "precision=bf16"])
+    assert (config.device, config.precision) == ("cuda:1", "bf16")
+    assert snapshot(method.name, config)["device"] == "cuda:1"
+    with pytest.raises(ConfigError, match=r"device must be auto, cpu, cuda or cuda:N, got 'gpu'"):
+        load_experiment(exp, ["device=gpu"])
+    with pytest.raises(ConfigError, match=r"precision must be fp32 or bf16 or fp16"):
+        load_experiment(exp, ["precision=fp8"])
+
+
+def test_device_flags_are_one_line_errors_and_a_missing_gpu_stops_the_run_first(
+        tmp_path, capsys, monkeypatch) -> None:
+    from nas.cli import build_parser, main
+
+    parser = build_parser()
+    for argv in (["run", "x.yaml"], ["evaluate", "d"], ["predict", "d", "t"], ["bench", "d"]):
+        assert parser.parse_args([*argv, "--device", "cuda:0"]).device == "cuda:0"
+    assert parser.parse_args(["bench", "d"]).device == "cpu"  # bench times the CPU by default
+    assert parser.parse_args(["predict", "d", "t"]).device == "auto"
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error, as one line
+        main(["bench", "d", "--device", "gpu"])
+    assert stop.value.code == 2
+    assert "expected auto, cpu, cuda or cuda:N, got 'gpu'" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run_dir = tmp_path / "run"
+    assert main(["run", "experiments/tinybert_smoke.yaml", "--device", "cuda",
+                 "--run-dir", str(run_dir), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "device cuda: no CUDA GPU" in line
+    assert not run_dir.exists()  # refused before the run folder or any stage
+
+
+def test_the_python_api_takes_device_and_precision(monkeypatch) -> None:
+    import inspect
+
+    import nas
+    from nas.evaluate import evaluate_saved
+    from nas.runtime import load
+    from nas.teacher import finetune_teacher
+
+    assert inspect.signature(nas.search).parameters["device"].default == "auto"
+    assert inspect.signature(nas.search).parameters["precision"].default == "fp32"
+    for fn in (evaluate_saved, load, finetune_teacher):
+        assert "device" in inspect.signature(fn).parameters
+    with pytest.raises(NasError, match=r"onnx runtime runs on the CPU"):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        load("no-such-dir", runtime="onnx", device="cuda")
