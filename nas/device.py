@@ -7,13 +7,14 @@ this process's GPU, ``cuda:$LOCAL_RANK``. :func:`resolve_device` turns a setting
 ``torch.device`` and refuses, in one line, a GPU that is not there.
 
 A run enters :func:`use_device` once (``recipes.common.Recipe.run``, ``nas evaluate``,
-``nas predict``); everything below reads :func:`current_device`: the training loop
-(:class:`nas.train.Trainer`) checks that its model is there and moves its batches there,
-scoring (:func:`nas.evaluate.classify`) and the teacher's forward passes move their
-batches to their model's device, and each recipe, evaluator and the teacher put the
-models they build there (:func:`place`). Nothing else picks a device, so a model or a
-batch that skips the setting fails loudly on a GPU, and on the ``meta`` device in the
-CPU tests (``tests/test_device.py``).
+``nas predict``); everything below reads :func:`current_device`: the builders
+(:func:`nas.builder.build_child`, :func:`~nas.builder.build_supernet`) and the teacher
+loaders put what they build there (:func:`place`), the training loop
+(:class:`nas.train.Trainer`) puts its model there and moves its batches there, an engine
+network (:class:`nas.network.GraphNet`) takes its inputs on its own device, and scoring
+brings predictions back to the CPU. Nothing else picks a device, so a model or a batch
+that skips the setting fails on a GPU with a device mismatch, and does the same on the
+``meta`` device in the CPU tests (``tests/test_device.py``). See ``docs/gpu.md``.
 
 ``precision``: ``fp32`` (the default, bit for bit the results recorded on a CPU), ``bf16``
 or ``fp16`` mixed precision for training through ``torch.autocast`` (Micikevicius et
