@@ -206,14 +206,16 @@ def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, tor
     if not costs and depths:
         edge_cost: torch.Tensor | float = 1.0
     else:
-        edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items())
+        # the cost table lives on the CPU; the weights on the run's device (nas.device)
+        edge_cost = sum((weights[name] * cost.to(weights[name].device)).sum()
+                        for name, cost in costs.items())
         if edges == "mean":
             edge_cost = edge_cost / max(1, len(costs))
     if not depths:
         return torch.as_tensor(edge_cost, dtype=torch.float32)
     fractions = []
     for d in depths:
-        ks = torch.tensor([float(v) for v in d.values])
+        ks = torch.tensor([float(v) for v in d.values], device=weights[d.name].device)
         fractions.append((weights[d.name] * ks).sum() / float(max(d.values)))
     depth_frac = fractions[0] if len(fractions) == 1 else sum(fractions) / len(fractions)
     return depth_frac * edge_cost

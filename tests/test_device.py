@@ -319,3 +319,64 @@ def test_the_python_api_takes_device_and_precision(monkeypatch) -> None:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
         load("no-such-dir", runtime="onnx", device="cuda")
+
+
+def test_a_recipe_stage_with_the_real_teacher_computes_on_the_run_device(tmp_path) -> None:
+    """TinyBERT's general distillation (Jiao et al., 2020, §3.2), the stage with the most
+    parts: the packaged MiniLM teacher loaded into the engine's design, the student with
+    its width maps, and the batches all reach the meta device; the stage stops only at
+    the first loss value read out."""
+    from dataclasses import replace
+
+    from nas.data import load_task
+    from nas.distill.tinybert import _general_train
+    from nas.methods import load_experiment
+    from nas.teacher import resolve_teacher
+    from nas.tokenization import load_tokenizer
+
+    _, config = load_experiment("experiments/tinybert_smoke.yaml")
+    tokenizer = load_tokenizer(resolve_teacher(None))
+    corpus = load_task("sst2", "train").head(8)  # sentences stand in for the text corpus
+    with nd.use_device(torch.device("meta")):
+        with pytest.raises((RuntimeError, NotImplementedError)) as err:
+            _general_train(replace(config.general, batch_size=4), None,
+                           config.student.build_space(2), "random", "uniform", corpus,
+                           tokenizer, tmp_path, "key", {}, False)
+    assert not MISMATCH.search(str(err.value)), err.value
+    assert META_READ.search(str(err.value)), err.value
+
+
+def test_the_differentiable_search_computes_on_the_run_device() -> None:
+    """AdaBERT's search step (Chen et al., 2020, §3): the supernet, the architecture
+    weights α, the efficiency term's cost table and the batches all reach the meta
+    device; the search stops only at the first loss value read out."""
+    import numpy as np
+    from test_differentiable_any_space import tiny_adabert
+
+    from nas.cost import batch_for
+    from nas.distill.losses import kd_loss
+    from searchers.base import SEARCHERS
+    from searchers.supernet_training import KDSupernetTrainer
+
+    space = tiny_adabert()
+    teacher = np.random.default_rng(1).standard_normal((8, 2)).astype(np.float32)
+
+    def batch(i: int) -> dict[str, torch.Tensor]:
+        rows = torch.arange(i * 4, (i + 1) * 4) % 8
+        return {**batch_for(space, 4, 8), "labels": rows % 2, "index": rows}
+
+    def loss(out: Any, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        return kd_loss(out.logits, nd.table_rows(teacher, b["index"], out.logits), b["labels"])
+
+    with nd.use_device(torch.device("meta")):
+        from nas.builder import build_supernet
+
+        trainer = KDSupernetTrainer(
+            build_supernet(space), epochs=1, steps_per_epoch=2,
+            train_batches=lambda epoch, start: [batch(i) for i in range(start, 2)],
+            val_batches=lambda epoch: [batch(5)], task_loss=loss)
+        searcher = SEARCHERS.get("differentiable")(seed=0, derive="argmax")
+        with pytest.raises((RuntimeError, NotImplementedError)) as err:
+            searcher.search(space, trainer)
+    assert not MISMATCH.search(str(err.value)), err.value
+    assert META_READ.search(str(err.value)), err.value
