@@ -380,3 +380,24 @@ def test_the_differentiable_search_computes_on_the_run_device() -> None:
             searcher.search(space, trainer)
     assert not MISMATCH.search(str(err.value)), err.value
     assert META_READ.search(str(err.value)), err.value
+
+
+@pytest.mark.parametrize("method", ["activation", "gradient"])
+def test_importance_sorting_computes_on_the_run_device(method: str) -> None:
+    """The compress recipe's importance scores (heads, neurons, hidden channels) of a
+    teacher loaded on the run's device, from calibration batches kept on the CPU."""
+    from test_bert_subnet import small_hf_teacher
+
+    from nas.compress.importance import importance_scores
+    from nas.cost import batch_for
+    from nas.hf import from_hf
+
+    hf = small_hf_teacher(4)
+    with nd.use_device(torch.device("meta")):
+        space, model = from_hf(hf)
+        assert nd.module_device(model).type == "meta"
+        batch = {**batch_for(space, batch_size=2, seq_len=6), "labels": torch.tensor([0, 1])}
+        with pytest.raises((RuntimeError, NotImplementedError)) as err:
+            importance_scores(model, [batch], method)
+    assert not MISMATCH.search(str(err.value)), err.value
+    assert META_READ.search(str(err.value)), err.value
