@@ -227,10 +227,14 @@ class FinetuneResult:
 
 
 def finetune_key(
-    task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig
+    task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig,
+    precision: str = "fp32",
 ) -> str:
-    """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters)."""
+    """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters,
+    and the training precision when it is not fp32: a bf16 teacher is another teacher;
+    the device is not in it, fp32 on a GPU differing from the CPU only in float sums)."""
     return json_key({
+        **({"precision": precision} if precision != "fp32" else {}),
         "task": task,
         "teacher": teacher_id,
         "data": data_fingerprints,
@@ -343,8 +347,9 @@ def finetune_teacher(
     permutation per epoch), same dropout draws, same weights as an unbroken run.
 
     ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``): where to fine-tune; ``None``: the
-    run's (:func:`nas.device.current_device`, the CPU outside a run). The cache key does
-    not hold it: a teacher fine-tuned on a GPU is found again on the CPU.
+    run's (:func:`nas.device.current_device`, the CPU outside a run), in the run's precision
+    (:func:`nas.device.current_precision`). The cache key holds the precision (when not
+    fp32), not the device: a teacher fine-tuned on a GPU is found again on the CPU.
     """
     if device is not None:
         from nas.device import use_device
@@ -369,7 +374,10 @@ def finetune_teacher(
     if train.kind not in ("single", "pair", "tagging"):
         raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
     train = train.head(config.max_train_examples)
-    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config)
+    from nas.device import current_precision
+
+    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config,
+                       current_precision())
     run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
     out = Path(out_dir) if out_dir is not None else None
     if (run_dir / RESULT_FILE).is_file() and not force:

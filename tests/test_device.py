@@ -401,3 +401,19 @@ def test_importance_sorting_computes_on_the_run_device(method: str) -> None:
             importance_scores(model, [batch], method)
     assert not MISMATCH.search(str(err.value)), err.value
     assert META_READ.search(str(err.value)), err.value
+
+
+def test_mixed_precision_results_are_cached_apart_and_fp32_keys_do_not_move() -> None:
+    from nas.cache import settings_key
+    from nas.teacher import FinetuneConfig, finetune_key
+
+    fp32 = settings_key(a=1)
+    with nd.use_device("cpu", "fp32"):
+        assert settings_key(a=1) == fp32
+    with nd.use_device("cpu", "bf16"):
+        assert settings_key(a=1) != fp32
+    config = FinetuneConfig()
+    assert finetune_key("sst2", "t", ["d"], config) == \
+        finetune_key("sst2", "t", ["d"], config, "fp32")
+    assert finetune_key("sst2", "t", ["d"], config, "bf16") != \
+        finetune_key("sst2", "t", ["d"], config)
