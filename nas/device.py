@@ -204,36 +204,6 @@ def module_device(model: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def _same(a: torch.device, b: torch.device) -> bool:
-    """``cuda`` and ``cuda:0`` name the same GPU when 0 is torch's current one."""
-    if a.type != b.type:
-        return False
-    if a.type != "cuda" or a.index == b.index:
-        return True
-    import torch
-
-    current = torch.cuda.current_device()
-    return (a.index if a.index is not None else current) == \
-        (b.index if b.index is not None else current)
-
-
-class DeviceMismatchError(RuntimeError):
-    """A model's tensor is not on the run's device: a piece of code built or loaded a
-    model and skipped :func:`place` (a bug of the engine, not of the input)."""
-
-
-def check_on_device(model: Any, device: torch.device, what: str = "the model") -> None:
-    """Raise :class:`DeviceMismatchError` naming the first parameter or buffer of
-    ``model`` that is not on ``device``."""
-    named = list(model.named_parameters()) + list(model.named_buffers())
-    for name, tensor in named:
-        if not _same(tensor.device, device):
-            raise DeviceMismatchError(
-                f"{what} ({type(model).__name__}) has {name} on {tensor.device}, but the run's "
-                f"device is {device}: the code that built it must place it "
-                "(nas.device.place)")
-
-
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The forward pass's context for ``precision``: nothing for fp32, else
     ``torch.autocast`` to bf16 or fp16 on ``device``'s type."""
@@ -296,10 +266,8 @@ def describe(device: torch.device) -> str:
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
-__all__ = ["DEVICES", "PRECISIONS", "DeviceError", "DeviceMismatchError", "autocast",
-           "check_device", "check_on_device", "check_precision", "current_device",
-           "current_precision",
-           "describe", "distributed_backend", "is_device_spec", "grad_scaler", "init_distributed",
+__all__ = ["DEVICES", "PRECISIONS", "DeviceError", "autocast", "check_device",
+           "check_precision", "current_device", "current_precision", "describe",
+           "distributed_backend", "grad_scaler", "init_distributed", "is_device_spec",
            "map_tensors", "module_device", "place", "resolve_device", "table_rows",
-           "to_device",
-           "use_device"]
+           "to_device", "use_device"]
