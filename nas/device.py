@@ -113,12 +113,15 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device(text)
 
 
-def current_device() -> torch.device:
-    """The device of the run in progress (:func:`use_device`), the CPU outside one."""
+def current_device(default: torch.device | None = None) -> torch.device:
+    """The device of the run in progress (:func:`use_device`); outside one, ``default``
+    (the CPU when not given)."""
     import torch
 
     device = _CURRENT.get()
-    return device if device is not None else torch.device("cpu")
+    if device is not None:
+        return device
+    return default if default is not None else torch.device("cpu")
 
 
 def current_precision() -> str:

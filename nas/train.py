@@ -47,6 +47,7 @@ from nas.device import (
     current_precision,
     grad_scaler,
     map_tensors,
+    module_device,
     place,
 )
 from nas.errors import NasError
@@ -215,9 +216,10 @@ class Trainer:
     * ``stateful``: name → object with ``state_dict()``/``load_state_dict()``, saved in and
       restored from the checkpoint.
 
-    * ``device``: where to train (default: the run's, :func:`nas.device.current_device`);
-      ``model`` is moved there (extras and frozen models the hooks call are the caller's
-      to place). ``precision``: ``fp32``, ``bf16`` or ``fp16``
+    * ``device``: where to train (default: the run's, :func:`nas.device.current_device`;
+      outside a run, where ``model`` is); ``model`` is moved there (extras and frozen
+      models the hooks call are the caller's to place). ``precision``: ``fp32``, ``bf16``
+      or ``fp16``
       (default: the run's, :func:`nas.device.current_precision`); ``before_step`` hooks
       (an architecture step) run outside autocast.
 
@@ -244,8 +246,9 @@ class Trainer:
             raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
         if optimizer is not None and param_groups is not None:
             raise ValueError("pass optimizer or param_groups, not both")
-        # on the run's device before the optimiser sees its parameters
-        self.device = device if device is not None else current_device()
+        # on the run's device before the optimiser sees its parameters; outside a run
+        # (a script of one's own) the loop follows the model wherever it was put
+        self.device = device if device is not None else current_device(module_device(model))
         place(model, self.device)  # in place: a no-op where it already is (the CPU runs)
         self.model = model
         self.settings = settings

@@ -410,3 +410,9 @@ def test_mixed_precision_results_are_cached_apart_and_fp32_keys_do_not_move() ->
         finetune_key("sst2", "t", ["d"], config, "fp32")
     assert finetune_key("sst2", "t", ["d"], config, "bf16") != \
         finetune_key("sst2", "t", ["d"], config)
+
+
+def test_outside_a_run_the_loop_follows_the_model() -> None:
+    model = _Tiny().to("meta")  # a script's own placement, no run device set
+    trainer = Trainer(model, TrainSettings(), _batches, 4, _loss, progress=False)
+    assert trainer.device.type == "meta" and nd.module_device(model).type == "meta"
