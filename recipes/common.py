@@ -471,9 +471,11 @@ class Recipe(Method):
         GPUs, gloo on the CPU)."""
         from nas.device import describe, init_distributed, use_device
 
-        with use_device(config.device, config.precision) as device:
+        # a plug-in's configuration that is not a MethodConfig runs where auto says
+        precision = getattr(config, "precision", "fp32")
+        with use_device(getattr(config, "device", "auto"), precision) as device:
             init_distributed(device)
-            log.info("device %s, precision %s", describe(device), config.precision)
+            log.info("device %s, precision %s", describe(device), precision)
             return self._run(config, options)
 
     def _run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
