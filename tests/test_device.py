@@ -314,6 +314,7 @@ def test_the_python_api_takes_device_and_precision(monkeypatch) -> None:
         load("no-such-dir", runtime="onnx", device="cuda")
 
 
+@pytest.mark.slow  # loads the real teacher and the data: seconds, not the suite's budget
 def test_a_recipe_stage_with_the_real_teacher_computes_on_the_run_device(tmp_path) -> None:
     """TinyBERT's general distillation (Jiao et al., 2020, §3.2), the stage with the most
     parts: the packaged MiniLM teacher loaded into the engine's design, the student with
