@@ -417,3 +417,19 @@ def test_outside_a_run_the_loop_follows_the_model() -> None:
     model = _Tiny().to("meta")  # a script's own placement, no run device set
     trainer = Trainer(model, TrainSettings(), _batches, 4, _loss, progress=False)
     assert trainer.device.type == "meta" and nd.module_device(model).type == "meta"
+
+
+def test_under_torchrun_the_group_is_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch) -> None:
+    from torch import distributed as dist
+
+    joined: list[str] = []
+    current: list[torch.device] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: joined.append(backend))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: current.append(device))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not nd.init_distributed(torch.device("cpu")) and joined == []  # not torchrun
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert nd.init_distributed(torch.device("cuda", 1))
+    assert nd.init_distributed(torch.device("cpu"))
+    assert joined == ["nccl", "gloo"] and current == [torch.device("cuda", 1)]
