@@ -114,7 +114,7 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
            teacher: str | None = None, final: Mapping[str, Any] | None = None,
            resume: bool = False, progress: bool = True, data_dir: str | None = None,
            workers: int = 1, storage: str | None = None, timeout: float | None = None,
-           **settings: Any) -> SearchResult:
+           device: str = "auto", precision: str = "fp32", **settings: Any) -> SearchResult:
     """Search ``space`` on ``task`` and retrain, score and export what ``final`` chooses.
 
     ``space``: a registered name (a file in ``plugins`` may register it) or a
@@ -124,6 +124,9 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     ``teacher_finetune``, ``space_config``, ``multi_trial``...). The run folder (default
     ``runs/<name>``) is what ``nas report`` and ``nas export --run`` read; ``resume=True``
     continues an interrupted one. Progress bars show in a terminal and in a notebook.
+    ``device`` (``auto``: a CUDA GPU when there is one; ``cpu``, ``cuda``, ``cuda:N``) and
+    ``precision`` (``fp32``, ``bf16``, ``fp16``: mixed-precision training) are the
+    experiment file's ``device:`` and ``precision:`` (:mod:`nas.device`).
     """
     from nas.methods import RunOptions, method_config
 
@@ -134,7 +137,8 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
         "evaluator": ({"name": evaluator} if isinstance(evaluator, str) else dict(evaluator)),
         "objectives": list(objectives), "constraints": dict(constraints or {}),
         "n_trials": n_trials, "seed": seed, "teacher": teacher, "workers": workers,
-        "storage": storage, "timeout": timeout, **settings}
+        "storage": storage, "timeout": timeout, "device": device, "precision": precision,
+        **settings}
     if final is not None:
         data["final"] = dict(final)
     method, config = method_config(data, "nas.search()")

@@ -43,7 +43,10 @@ class ArchParameters(nn.Module):
         out = {}
         for n in self.choices:
             log_p = F.log_softmax(self.logits(n), dim=-1)
+            # drawn on the CPU from the seeded (checkpointed) generator, whatever the device:
+            # the same noise on every device; then beside the logits (nas.device)
             u = torch.rand(log_p.shape, generator=generator).clamp_(1e-10, 1 - 1e-10)
+            u = u.to(log_p.device)
             soft = F.softmax((log_p - torch.log(-torch.log(u))) / tau, dim=-1)
             if hard:
                 index = int(torch.argmax(soft.detach()))

@@ -137,7 +137,7 @@ class MlmCandidates:
         self.tokenizer = tokenizer
         self.m = m
         self.max_seq_len = max_seq_len
-        emb = mlm_model.get_input_embeddings().weight.detach().float().numpy()
+        emb = mlm_model.get_input_embeddings().weight.detach().float().cpu().numpy()
         self.fallback = EmbeddingNeighbours(emb, tokenizer, m, multi_piece)
         allowed = np.zeros(emb.shape[0], dtype=bool)
         allowed[_whole_word_ids(tokenizer)] = True
@@ -163,8 +163,9 @@ class MlmCandidates:
                 for i in single]
         enc = tok(rows, truncation=True, max_length=self.max_seq_len, padding=True,
                   return_tensors="pt")
-        with torch.inference_mode():
-            logits = self.model(**enc).logits  # (W, L, V)
+        with torch.inference_mode():  # on the model's device (the run's: nas.device)
+            device = next(self.model.parameters()).device
+            logits = self.model(**{k: v.to(device) for k, v in enc.items()}).logits.cpu()
         mask_pos = enc["input_ids"] == tok.mask_token_id
         for r, i in enumerate(single):
             where = mask_pos[r].nonzero()
@@ -209,7 +210,7 @@ def make_candidate_source(teacher: str | None, config: AugmentConfig) -> Candida
     if mlm is not None:
         return MlmCandidates(mlm, tok, config.m, config.max_seq_len, config.multi_piece)
     enc = load_teacher(path)
-    emb = enc.get_input_embeddings().weight.detach().float().numpy()
+    emb = enc.get_input_embeddings().weight.detach().float().cpu().numpy()
     return EmbeddingNeighbours(emb, tok, config.m, config.multi_piece)
 
 

@@ -13,20 +13,24 @@ from typing import Any
 
 import torch
 
+from nas.device import place
 from nas.errors import ArchitectureError
 from nas.network import GraphNet
 from nas.space import SearchSpace
 
 
 def build_supernet(space: SearchSpace) -> GraphNet:
-    """The network holding every candidate op of ``space`` at its largest widths."""
-    return GraphNet(space.graph, space.choice_map)
+    """The network holding every candidate op of ``space`` at its largest widths, on the
+    run's device (:func:`nas.device.place`; initialised on the CPU first, so a seed gives
+    the same weights on every device)."""
+    return place(GraphNet(space.graph, space.choice_map))
 
 
 def build_child(space: SearchSpace, arch: Mapping[str, Any] | None = None) -> GraphNet:
-    """The network of one architecture (the default one if ``arch`` is None)."""
+    """The network of one architecture (the default one if ``arch`` is None), on the run's
+    device (initialised on the CPU first, as :func:`build_supernet`)."""
     arch = space.default() if arch is None else space.validate(arch)
-    return GraphNet(space.resolve(arch), resolved=True)
+    return place(GraphNet(space.resolve(arch), resolved=True))
 
 
 @torch.no_grad()

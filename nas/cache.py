@@ -48,8 +48,14 @@ def json_key(obj: Any, digits: int = 16) -> str:
 
 
 def settings_key(**parts: Any) -> str:
-    """A 16-hex cache key of JSON-able settings: ``json_key(parts)``."""
-    return json_key(parts)
+    """A 16-hex cache key of JSON-able settings: ``json_key(parts)``. Under a mixed
+    training precision (:func:`nas.device.current_precision`: bf16, fp16) the precision
+    is one of the parts, since what such a run trains is not what fp32 trains; fp32
+    keys are what they always were. The device is not a part."""
+    from nas.device import current_precision
+
+    precision = current_precision()
+    return json_key(parts if precision == "fp32" else {**parts, "precision": precision})
 
 
 @contextlib.contextmanager

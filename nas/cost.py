@@ -192,6 +192,9 @@ def thop_macs(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> int:
     for cls in (nn.BatchNorm1d, nn.LayerNorm, nn.ReLU, nn.GELU, nn.Tanh, nn.Dropout,
                 nn.MaxPool1d, nn.AvgPool1d, nn.Embedding, nn.Identity):
         custom[cls] = zero
+    from nas.device import module_device, to_device
+
+    batch = to_device(batch, module_device(model))
     keys = list(batch)
     wrapper = _BatchForward(model, keys).eval()
     with torch.no_grad():
@@ -209,6 +212,7 @@ class Latency:
     p90_ms: float
     repeats: int
     threads: int
+    device: str = "cpu"  # where it was measured; a GPU's latency is recorded as such
 
     @property
     def throughput(self) -> float:
@@ -216,19 +220,28 @@ class Latency:
         return self.batch_size / (self.median_ms / 1000.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "throughput_per_s": self.throughput}
+        row = {**asdict(self), "throughput_per_s": self.throughput}
+        if self.device == "cpu":  # the CPU rows keep the fields they always had
+            del row["device"]
+        return row
 
 
 @torch.no_grad()
 def measure_latency(model: nn.Module, batch: Mapping[str, torch.Tensor], warmup: int = 3,
                     repeats: int = 10) -> Latency:
-    """CPU latency of one forward pass: ``warmup`` untimed runs, then the median of ``repeats``."""
+    """Latency of one forward pass on the model's device (the run's: the CPU unless a GPU
+    was chosen, :mod:`nas.device`): ``warmup`` untimed runs, then the median of ``repeats``
+    (timed with CUDA events on a GPU). The batch is moved there before the clock starts."""
+    from nas.device import describe, module_device, to_device
     from nas.timing import time_call
 
     was_training = model.training
     model.eval()
-    timing = time_call(lambda: model(batch), warmup, repeats)
+    device = module_device(model)
+    batch = to_device(batch, device)
+    timing = time_call(lambda: model(batch), warmup, repeats, device=device)
     model.train(was_training)
     ids = next(iter(batch.values()))
     return Latency(ids.shape[0], ids.shape[1], timing.median_ms, timing.p90_ms, repeats,
-                   torch.get_num_threads())
+                   torch.get_num_threads(), device.type if device.type != "cuda" else
+                   describe(device))

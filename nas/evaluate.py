@@ -17,7 +17,8 @@ from nas.errors import NasError
 
 def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
     """Metrics of a classifier (a :class:`~nas.network.GraphNet`) on ``batches`` (each with
-    ``labels``), in eval mode without gradients."""
+    ``labels``), in eval mode without gradients, on the model's device (the GraphNet moves
+    its inputs there); the predictions come back to the CPU to be counted."""
     import torch
 
     from nas.teacher import classification_metrics
@@ -26,8 +27,8 @@ def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
     preds, labels = [], []
     with torch.no_grad():
         for b in batches:
-            preds.append(model(b).logits.argmax(-1))
-            labels.append(b["labels"])
+            preds.append(model(b).logits.argmax(-1).cpu())
+            labels.append(b["labels"].cpu())
     return classification_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy(), metric)
 
 
@@ -115,12 +116,13 @@ def label_indices(model_labels: list[str], data: Any, mapping: dict[str, str],
 
 def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str | None = None,
                    data_dir: str | None = None, batch_size: int = 64,
-                   runtime: str = "torch", label_map: dict[str, str] | None = None
-                   ) -> dict[str, Any]:
+                   runtime: str = "torch", label_map: dict[str, str] | None = None,
+                   device: str = "cpu") -> dict[str, Any]:
     """Metrics of the model saved at ``path`` on ``split`` of ``task`` (default: the
     task's report split, ``test`` when it has one). The model must fit the data: the same
     task when both are built-in, the same number of texts per example, and labels that
-    match by name (``label_map``: the data's name → the model's)."""
+    match by name (``label_map``: the data's name → the model's). ``device``: where the
+    torch runtime computes (:func:`nas.runtime.load`)."""
     import numpy as np
 
     from nas.data import load_task, report_split, resolve_task
@@ -134,7 +136,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     if batch_size < 1:
         raise NasError(f"--batch-size must be ≥ 1, got {batch_size}")
     task = resolve_task(task)  # a file or mapping becomes a registered name
-    model = load(export, runtime=runtime)
+    model = load(export, runtime=runtime, device=device)
     _check_task(export, model.task, task)
     split = split or report_split(task)
     full = load_task(task, split, data_dir)
@@ -150,7 +152,7 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
     for start in range(0, len(data), batch_size):
         texts_a = list(data.texts_a[start:start + batch_size])
         texts_b = list(data.texts_b[start:start + batch_size]) if data.texts_b else None
-        preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).numpy())
+        preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).cpu().numpy())
     metrics = classification_metrics(np.concatenate(preds), np.asarray(labels), data.metric)
     return {"task": task, "split": split, "file": ", ".join(data.sources),
             "examples": len(data), **sample, "metrics": metrics, "export": str(export)}

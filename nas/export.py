@@ -480,6 +480,13 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
                   labels: Sequence[str] | None, tokenizer: str | Path | None | bool,
                   max_length: int, task: str | None, overwrite: bool, random_init: bool,
                   head: Mapping[str, Any] | None = None) -> Path:
+    from nas.device import module_device
+
+    if module_device(child).type != "cpu":
+        import copy
+
+        # a GPU run's model is exported (traced for ONNX, checked) from a copy on the CPU
+        child = copy.deepcopy(child).cpu()
     child.eval()
     n_labels = num_labels_of(child)
     labels = list(labels) if labels else [f"LABEL_{i}" for i in range(n_labels)]

@@ -28,6 +28,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 import torch
@@ -130,6 +131,7 @@ class GraphNet(nn.Module):
         hard: bool = False,
         record: tuple[str, ...] | frozenset[str] = (),
     ) -> ModelOutput:
+        batch = _on_device_of(self, batch)
         fixed: dict[str, Scalar] = dict(arch or {})
         scale: dict[str, torch.Tensor] = {}
         soft: dict[str, torch.Tensor] = {}
@@ -256,3 +258,16 @@ class GraphNet(nn.Module):
             if name in scale:
                 y = y * scale[name]
         return y
+
+
+def _on_device_of(model: nn.Module, batch: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``batch`` with its tensors on ``model``'s device: every engine network takes its
+    inputs where its weights are (the run's device, :mod:`nas.device`), so no caller can
+    feed a CPU batch to a GPU model. A batch already there is returned as it is."""
+    device = next(iter(model.parameters()), None)
+    if device is None:
+        return batch
+    where = device.device
+    if all(v.device == where for v in batch.values() if isinstance(v, torch.Tensor)):
+        return batch
+    return {k: v.to(where) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

@@ -280,6 +280,8 @@ class ExportedModel:
         self.runtime = runtime
         self.network = network
         self._tokenizer: Any = None
+        #: where the torch runtime computes (:func:`load`'s ``device``); ONNX: the CPU
+        self.device = torch.device("cpu")
 
     # ------------------------------------------------------------------ facts
     @property
@@ -383,6 +385,8 @@ class ExportedModel:
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits ``(B, num_labels)`` for a batch of id tensors ``(B, L)``."""
         feed = {k: batch[k] for k in self.inputs if k in batch}
+        if self.runtime == "torch" and self.device.type != "cpu":
+            feed = {k: v.to(self.device) for k, v in feed.items()}
         if self.runtime == "onnx":
             names = [i.name for i in self.network.get_inputs()]
             arrays = {n: feed[n].cpu().numpy().astype("int64") for n in names}
@@ -477,15 +481,33 @@ class ExportedModel:
         return out
 
 
-def load(directory: str | Path, runtime: str = "torch", threads: int | None = None
-         ) -> ExportedModel:
+def load(directory: str | Path, runtime: str = "torch", threads: int | None = None,
+         device: str = "cpu") -> ExportedModel:
     """Load an export directory with the ``torch`` (default) or ``onnx`` runtime.
 
     ``threads`` sets the intra-op threads of either runtime (default: the library's own).
     On a shared machine one thread is often faster than several competing ones.
+    ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``: :mod:`nas.device`) is where the
+    torch runtime computes; the model's logits stay there, :meth:`ExportedModel.predict`
+    returns plain numbers. ONNX Runtime runs on the CPU here.
     """
+    from nas.device import place, resolve_device
+
     if runtime not in RUNTIMES:
         raise ExportError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    where = resolve_device(device)
+    if runtime == "onnx" and where.type != "cpu":
+        raise ExportError(f"device {device}: the onnx runtime runs on the CPU here (no "
+                          "onnxruntime-gpu); use --runtime torch on a GPU")
+    loaded = _load(directory, runtime, threads)
+    if runtime == "torch":
+        loaded.network = place(loaded.network, where)
+        loaded.device = where
+    return loaded
+
+
+def _load(directory: str | Path, runtime: str, threads: int | None) -> ExportedModel:
+    """:func:`load` on the CPU."""
     if threads and runtime == "torch":
         torch.set_num_threads(int(threads))
     directory = Path(directory)
@@ -617,23 +639,27 @@ def _threads(model: ExportedModel) -> int:
 
 def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_len: int = 128,
               repeats: int = 10, warmup: int = 3) -> list[dict[str, Any]]:
-    """CPU latency of one forward pass per batch size: median, p90 and interquartile range
+    """Latency of one forward pass per batch size on the model's device (CPU, or a GPU
+    timed with CUDA events: :func:`nas.timing.time_call`): median, p90 and interquartile range
     over ``repeats`` timed runs after ``warmup`` untimed ones, and throughput (sequences/s at
     the median). ``noisy`` marks a row whose IQR exceeds ``NOISY_IQR`` of the median: the
     machine was busy and the number should not be compared."""
+    from nas.device import to_device
     from nas.timing import time_call
 
     model.check_seq_len(seq_len)
     results = []
-    for bs in batch_sizes:
-        batch = random_batch(model, bs, seq_len)
-        timing = time_call(lambda b=batch: model(b), warmup, repeats)
+    for bs in batch_sizes:  # on the model's device before the clock starts
+        batch = to_device(random_batch(model, bs, seq_len), model.device)
+        timing = time_call(lambda b=batch: model(b), warmup, repeats, device=model.device)
         median, p90 = timing.median_ms, timing.p90_ms
         results.append({"batch_size": bs, "seq_len": seq_len, "runtime": model.runtime,
                         "median_ms": median, "p90_ms": p90, "iqr_ms": timing.iqr_ms,
                         "noisy": timing.iqr_ms > NOISY_IQR * median, "repeats": repeats,
                         "throughput_per_s": bs / (median / 1000.0),
-                        "threads": _threads(model)})
+                        "threads": _threads(model),
+                        **({"device": str(model.device)} if model.device.type != "cpu"
+                           else {})})
     return results
 
 

@@ -123,19 +123,21 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
 def load_teacher(
     name_or_path: str | os.PathLike[str] | None = None, num_labels: int | None = None
 ) -> Any:
-    """Load the teacher in eval mode.
+    """Load the teacher in eval mode, on the run's device (:func:`nas.device.place`).
 
     With ``num_labels`` a sequence classifier (``AutoModelForSequenceClassification``:
     the encoder plus a fresh or fine-tuned head), else the bare encoder (``AutoModel``).
     """
     from transformers import AutoModel, AutoModelForSequenceClassification
 
+    from nas.device import place
+
     name = resolve_teacher(name_or_path)
     if num_labels is None:
         model = _from_pretrained(AutoModel, name)
     else:
         model = _from_pretrained(AutoModelForSequenceClassification, name, num_labels=num_labels)
-    return model.eval()
+    return place(model).eval()
 
 
 def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | None:
@@ -146,6 +148,8 @@ def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | N
     detect from the weight file's tensor names rather than trusting the load.
     """
     from transformers import AutoModelForMaskedLM
+
+    from nas.device import place
 
     name = resolve_teacher(name_or_path)
     path = Path(name)
@@ -158,7 +162,7 @@ def load_mlm_head(name_or_path: str | os.PathLike[str] | None = None) -> Any | N
                 keys.update(f.keys())
         if keys and not any(k.startswith("cls.predictions") or "lm_head" in k for k in keys):
             return None
-    return _from_pretrained(AutoModelForMaskedLM, name).eval()
+    return place(_from_pretrained(AutoModelForMaskedLM, name)).eval()
 
 
 @dataclass
@@ -223,10 +227,14 @@ class FinetuneResult:
 
 
 def finetune_key(
-    task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig
+    task: str, teacher_id: str, data_fingerprints: list[str], config: FinetuneConfig,
+    precision: str = "fp32",
 ) -> str:
-    """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters)."""
+    """The cache key of a fine-tuning run: hash of (teacher, task, data, hyperparameters,
+    and the training precision when it is not fp32: a bf16 teacher is another teacher;
+    the device is not in it, fp32 on a GPU differing from the CPU only in float sums)."""
     return json_key({
+        **({"precision": precision} if precision != "fp32" else {}),
         "task": task,
         "teacher": teacher_id,
         "data": data_fingerprints,
@@ -296,11 +304,13 @@ def classification_metrics(preds: Any, labels: Any, metric: str) -> dict[str, fl
 
 def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
              max_seq_len: int = 128, progress: bool = False) -> dict[str, float]:
-    """Dev-set metrics of a sequence classifier on a :class:`~nas.data.TaskData`."""
+    """Dev-set metrics of a sequence classifier on a :class:`~nas.data.TaskData`; the
+    batches go to the model's device."""
     import torch
     from tqdm.auto import tqdm
 
     from nas.data import iter_batches
+    from nas.device import module_device, to_device
 
     model.eval()
     preds: list[int] = []
@@ -308,6 +318,7 @@ def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
     total = (len(data) + batch_size - 1) // batch_size
     with torch.inference_mode():
         for b in tqdm(batches, total=total, desc="eval", disable=not progress, leave=False):
+            b = to_device(b, module_device(model))
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                            token_type_ids=b["token_type_ids"]).logits
             preds.extend(logits.argmax(-1).tolist())
@@ -324,6 +335,7 @@ def finetune_teacher(
     checkpoint_every: int = 200,
     progress: bool = True,
     force: bool = False,
+    device: str | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``teacher`` on ``task`` (train split), report dev metrics, cache the result.
 
@@ -333,7 +345,18 @@ def finetune_teacher(
     ``checkpoint.safetensors`` (written every ``checkpoint_every`` steps and at each
     epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
     permutation per epoch), same dropout draws, same weights as an unbroken run.
+
+    ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``): where to fine-tune; ``None``: the
+    run's (:func:`nas.device.current_device`, the CPU outside a run), in the run's precision
+    (:func:`nas.device.current_precision`). The cache key holds the precision (when not
+    fp32), not the device: a teacher fine-tuned on a GPU is found again on the CPU.
     """
+    if device is not None:
+        from nas.device import use_device
+
+        with use_device(device):
+            return finetune_teacher(task, teacher, data_dir, out_dir, config, cache_dir,
+                                    checkpoint_every, progress, force)
     from nas.data import load_task, resolve_task  # light: no torch
 
     task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
@@ -351,7 +374,10 @@ def finetune_teacher(
     if train.kind not in ("single", "pair", "tagging"):
         raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
     train = train.head(config.max_train_examples)
-    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config)
+    from nas.device import current_precision
+
+    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config,
+                       current_precision())
     run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
     out = Path(out_dir) if out_dir is not None else None
     if (run_dir / RESULT_FILE).is_file() and not force:

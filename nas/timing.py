@@ -3,6 +3,11 @@
 
 Shared by the cost model (latency of a built child) and the standalone runtime
 (``nas bench``); it imports nothing else from the engine.
+
+On a GPU the host clock would time the kernel launches, not the kernels, which run
+asynchronously: a call on a CUDA device is timed with CUDA events recorded on its stream
+around the call, after the warm-up, and read once the device has synchronised (the
+method of NVIDIA's "How to Implement Performance Metrics in CUDA C/C++", Harris, 2012).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -21,15 +27,20 @@ class Timing:
     iqr_ms: float = 0.0  # third minus first quartile; 0 with fewer than two repeats
 
 
-def time_call(fn: Callable[[], object], warmup: int = 3, repeats: int = 10) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed."""
+def time_call(fn: Callable[[], object], warmup: int = 3, repeats: int = 10,
+              device: Any = None) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed: on the host's
+    wall clock, or with CUDA events when ``device`` (a ``torch.device``) is a GPU."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000.0)
+    if device is not None and getattr(device, "type", None) == "cuda":
+        times = _cuda_times(fn, repeats, device)
+    else:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1000.0)
     times.sort()
     p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
     iqr = 0.0
@@ -37,3 +48,22 @@ def time_call(fn: Callable[[], object], warmup: int = 3, repeats: int = 10) -> T
         q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
         iqr = q3 - q1
     return Timing(statistics.median(times), p90, repeats, iqr)
+
+
+def _cuda_times(fn: Callable[[], object], repeats: int, device: Any) -> list[float]:
+    """Milliseconds of each of ``repeats`` calls of ``fn`` between two CUDA events on
+    ``device``'s current stream (``Event.elapsed_time``), read after one synchronisation."""
+    import torch
+
+    torch.cuda.synchronize(device)  # the warm-up's kernels are not part of the first run
+    pairs = []
+    with torch.cuda.device(device):
+        for _ in range(repeats):
+            start, end = (torch.cuda.Event(enable_timing=True),
+                          torch.cuda.Event(enable_timing=True))
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize(device)
+    return [float(start.elapsed_time(end)) for start, end in pairs]

@@ -16,6 +16,13 @@ interrupted run continues with the very same numbers as an unbroken one.
 Under ``torchrun`` (``torch.distributed`` initialised) the same loop runs data-parallel:
 the model is wrapped in ``DistributedDataParallel``, each rank trains on its slice of
 every global batch, losses are averaged over ranks and rank 0 writes the checkpoints.
+
+The loop runs on the run's device (:mod:`nas.device`): it puts its model there (with
+whatever a recipe wrapped around a built network: fit maps, MLM heads; in place, so
+optimisers made earlier keep their parameters) and moves each batch there. ``precision``
+bf16 or fp16 runs the forward pass and loss under ``torch.autocast`` (fp16 with a
+``GradScaler``, whose state travels in the checkpoint); fp32 adds nothing, so CPU
+results stay bit for bit the same.
 """
 
 from __future__ import annotations
@@ -34,6 +41,15 @@ from torch import distributed as dist
 from torch import nn
 
 from nas.checkpoint import CheckpointError, load_state, save_state
+from nas.device import (
+    autocast,
+    current_device,
+    current_precision,
+    grad_scaler,
+    map_tensors,
+    module_device,
+    place,
+)
 from nas.errors import NasError
 
 log = logging.getLogger("nas.train")
@@ -200,8 +216,15 @@ class Trainer:
     * ``stateful``: name → object with ``state_dict()``/``load_state_dict()``, saved in and
       restored from the checkpoint.
 
-    Under ``torchrun`` initialise the process group first (gloo on CPU; on GPUs NCCL, after
-    ``torch.cuda.set_device(local_rank)``, with the model already on that device). The
+    * ``device``: where to train (default: the run's, :func:`nas.device.current_device`;
+      outside a run, where ``model`` is); ``model`` is moved there (extras and frozen
+      models the hooks call are the caller's to place). ``precision``: ``fp32``, ``bf16``
+      or ``fp16``
+      (default: the run's, :func:`nas.device.current_precision`); ``before_step`` hooks
+      (an architecture step) run outside autocast.
+
+    Under ``torchrun`` initialise the process group first (:func:`nas.device.init_distributed`:
+    gloo on CPU; on GPUs NCCL, after ``torch.cuda.set_device(local_rank)``). The
     batch source yields the same global batches on every rank; ``find_unused_parameters``
     is DDP's (needed when a step leaves parameters unused, as hard Gumbel sampling does).
     """
@@ -217,11 +240,16 @@ class Trainer:
                                         Mapping[str, Any] | None] | None = None,
                  stateful: Mapping[str, Stateful] | None = None,
                  progress: bool = True, desc: str = "train",
-                 find_unused_parameters: bool = False) -> None:
+                 find_unused_parameters: bool = False, device: torch.device | None = None,
+                 precision: str | None = None) -> None:
         if steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
         if optimizer is not None and param_groups is not None:
             raise ValueError("pass optimizer or param_groups, not both")
+        # on the run's device before the optimiser sees its parameters; outside a run
+        # (a script of one's own) the loop follows the model wherever it was put
+        self.device = device if device is not None else current_device(module_device(model))
+        place(model, self.device)  # in place: a no-op where it already is (the CPU runs)
         self.model = model
         self.settings = settings
         self.batches = batches
@@ -257,7 +285,9 @@ class Trainer:
         self.seconds = 0.0
         self._saved_step: int | None = None
         self._clock = 0.0
-        self.device = next(model.parameters()).device
+        self.precision = precision if precision is not None else current_precision()
+        self._autocast = lambda: autocast(self.precision, self.device)
+        self.scaler = grad_scaler(self.precision, self.device)
 
     # -- the loop ------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -313,7 +343,8 @@ class Trainer:
                           group_size: int, epoch: int, index: int) -> dict[str, float]:
         """Loss and backward pass of one batch; returns its logged values (rank average)."""
         local, n_local, n_global = self._local_batch(batch)
-        out = self.loss_fn(net, local)
+        with self._autocast():
+            out = self.loss_fn(net, local)
         loss, info = out if isinstance(out, tuple) else (out, {})
         values = self._reduce({"loss": loss.detach(), **info, **extra}, n_local)
         if not math.isfinite(values["loss"]):
@@ -326,14 +357,21 @@ class Trainer:
         # each accumulated batch by 1/group_size, to get the gradient of the whole-batch mean.
         share = n_local * self.world / n_global if self.world > 1 else 1.0
         scale = share / group_size
-        (loss * scale if scale != 1.0 else loss).backward()
+        loss = loss * scale if scale != 1.0 else loss
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return values
 
     def _optimizer_step(self, group: list[dict[str, float]], bar: Any) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
         if self.settings.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -383,7 +421,7 @@ class Trainer:
         """
         device, n = self.device, _batch_size(batch)
         if self.world == 1:
-            return _map_tensors(batch, lambda t: t.to(device)), n, n
+            return map_tensors(batch, lambda t: t.to(device)), n, n
         base, extra = divmod(n, self.world)
         start = self.rank * base + min(self.rank, extra)
         end = start + base + (self.rank < extra)
@@ -395,7 +433,7 @@ class Trainer:
                                  f"over ranks, got shape {tuple(t.shape)}")
             return t[rows].to(device)
 
-        return _map_tensors(batch, take), end - start, n
+        return map_tensors(batch, take), end - start, n
 
     def _reduce(self, values: Mapping[str, Any], n_local: int) -> dict[str, float]:
         """Logged values as floats, averaged over ranks weighted by their rows."""
@@ -441,6 +479,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "stateful": {name: obj.state_dict() for name, obj in self.stateful.items()},
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             })
         self._saved_step = self.step
 
@@ -464,6 +503,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         for name, obj in self.stateful.items():
             obj.load_state_dict(state["stateful"][name])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
         rng = state["rng"]
         if len(rng) != self.world:
             log.warning("%s was written by %d processes, this run has %d: dropout will not "
@@ -480,16 +521,6 @@ class Trainer:
         log.info("resumed from %s at step %d/%d (epoch %d, batch %d)", path, self.step,
                  self.total_steps, self.epoch + 1, self.batch)
         return True
-
-
-def _map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, Mapping):
-        return {k: _map_tensors(v, fn) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(_map_tensors(v, fn) for v in batch)
-    return batch
 
 
 def _batch_size(batch: Any) -> int:

@@ -42,6 +42,7 @@ from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_ro
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
 from nas.config import check_fields
+from nas.device import table_rows
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
@@ -159,7 +160,7 @@ def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
         return ce
     classifier = model.nodes["readout"].classifier
     layer_logits = [classifier(h) for h in out.records["layer_features"]]
-    probe = torch.from_numpy(np.asarray(probes[:, batch["index"].numpy()], dtype=np.float32))
+    probe = table_rows(probes, batch["index"], out.logits, axis=1)
     kd = probe_distillation_loss(layer_logits, probe, labels, temperature)
     return (1.0 - gamma) * ce + gamma * kd
 

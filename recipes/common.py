@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from nas.config import ConfigError, check_fields
+from nas.device import DEVICES, PRECISIONS, is_device_spec
 from nas.methods import Method, RunOptions, load_experiment
 from nas.rundir import RunDir
 from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows, seed_stage, stage_seed
@@ -85,7 +86,12 @@ class MethodConfig:
     data file or a mapping: :mod:`nas.data.files`), the ``teacher`` (default: the packaged
     MiniLM), the run's ``seed``, the ``data`` caps, the teacher's fine-tuning overrides
     (``teacher_finetune``, a typed :class:`~nas.teacher.FinetuneConfig`: every key is
-    checked before any stage) and ``latency_repeats``."""
+    checked before any stage) and ``latency_repeats``.
+
+    ``device`` (``auto``: a CUDA GPU when there is one, else the CPU; ``cpu``, ``cuda``,
+    ``cuda:N``) is where every stage computes, ``precision`` (``fp32``, ``bf16``, ``fp16``)
+    the training precision: :mod:`nas.device`. Their defaults leave the configuration
+    snapshot as it was before they existed."""
 
     name: str
     task: str | dict
@@ -94,6 +100,8 @@ class MethodConfig:
     data: DataSettings = field(default_factory=DataSettings)
     teacher_finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     latency_repeats: int = 10
+    device: str = "auto"
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         check_fields([("name", bool(str(self.name).strip()), "a non-empty name"),
@@ -103,7 +111,11 @@ class MethodConfig:
                       ("task", bool(self.task if isinstance(self.task, dict)
                                     else str(self.task).strip()),
                        "a task name, a data file or a mapping"),
-                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1")], self)
+                      ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1"),
+                      ("device", is_device_spec(self.device), DEVICES),
+                      ("precision", self.precision in PRECISIONS, " or ".join(PRECISIONS))],
+                     self)
+        self.device = str(self.device).strip().lower()
 
     def finetune_config(self) -> FinetuneConfig:
         return self.teacher_finetune
@@ -117,10 +129,20 @@ def is_plain_name(name: str) -> bool:
                 or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute())
 
 
+#: the run-placement settings and the values that leave a snapshot as it was before them
+_PLACEMENT_DEFAULTS = {"device": "auto", "precision": "fp32"}
+
+
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
     """The run folder's ``config.yaml``: every setting, defaults included, so that a
-    resume can tell whether anything changed."""
-    return {"method": method, **asdict(config)}
+    resume can tell whether anything changed; ``device`` and ``precision`` only when set
+    to other than ``auto`` and ``fp32``, so that a run folder made before they existed
+    resumes."""
+    values = asdict(config)
+    for key, default in _PLACEMENT_DEFAULTS.items():
+        if values.get(key) == default:
+            values.pop(key)
+    return {"method": method, **values}
 
 
 def load_typed(path: str | Path, method_class: type[Method], overrides: Any = ()) -> Any:
@@ -443,6 +465,20 @@ class Recipe(Method):
     context_class: ClassVar[type[TaskContext]] = TaskContext
 
     def run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+        """Every stage on the configuration's ``device`` in its ``precision``
+        (:func:`nas.device.use_device`: what the builders, the teacher, the training loop
+        and scoring read); under ``torchrun`` the process joins its group first (NCCL on
+        GPUs, gloo on the CPU)."""
+        from nas.device import describe, init_distributed, use_device
+
+        # a plug-in's configuration that is not a MethodConfig runs where auto says
+        precision = getattr(config, "precision", "fp32")
+        with use_device(getattr(config, "device", "auto"), precision) as device:
+            init_distributed(device)
+            log.info("device %s, precision %s", describe(device), precision)
+            return self._run(config, options)
+
+    def _run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
         started = time.time()
         options = replace(options, resume=self.resumes(config, options))
         ctx = self.prepared(config, options)
@@ -513,7 +549,8 @@ def environment() -> dict[str, Any]:
     (``None`` outside a git checkout) and version, the libraries' versions and the number
     of torch threads. Float sums reduce in another order with more threads, so a small
     model's score can move with the thread count (MobileBERT's smoke arm: dev 0.5 at one
-    thread, 0.53125 at two): compare results measured at the same count."""
+    thread, 0.53125 at two): compare results measured at the same count. A run on another
+    device than the CPU records it (``device``): a GPU's sums differ again."""
     import subprocess
 
     import transformers
@@ -526,8 +563,12 @@ def environment() -> dict[str, Any]:
                                 text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
+    from nas.device import current_device, describe
+
+    device = current_device()  # a GPU run says which GPU; CPU rows keep their fields
     return {"commit": commit, "engine": nas.__version__, "torch": torch.__version__,
-            "transformers": transformers.__version__, "threads": torch.get_num_threads()}
+            "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+            **({"device": describe(device)} if device.type != "cpu" else {})}
 
 
 # ------------------------------------------------------------ the multi-trial stage

@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
 from nas.augment import AugmentSettings
 from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
+from nas.device import table_rows
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.task import PredictionSettings, evaluate_student, export_student
 from nas.distill.tinybert import GeneralSettings, general_distillation, initial_student
@@ -298,9 +298,7 @@ class TinyBert(Recipe):
             out = net(batch).logits
             if logits is None:
                 return F.cross_entropy(out, batch["labels"])
-            target = torch.from_numpy(np.asarray(logits[batch["index"].numpy()],
-                                                 dtype=np.float32))
-            return prediction_loss(out, target, s.temperature)
+            return prediction_loss(out, table_rows(logits, batch["index"], out), s.temperature)
 
         def dev_score(epoch: int, means: dict[str, float]) -> dict[str, Any]:
             dev = classify(student, ctx.dev_batches, ctx.dev.metric)

@@ -47,6 +47,7 @@ from torch import nn
 from nas.arch_params import ArchParameters
 from nas.architecture import Architecture
 from nas.choices import Categorical, as_number
+from nas.device import place
 from nas.errors import NasError
 from nas.graph import ChoiceRef, plan
 from nas.network import GraphNet, ModelOutput
@@ -206,14 +207,16 @@ def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, tor
     if not costs and depths:
         edge_cost: torch.Tensor | float = 1.0
     else:
-        edge_cost = sum((weights[name] * cost).sum() for name, cost in costs.items())
+        # the cost table lives on the CPU; the weights on the run's device (nas.device)
+        edge_cost = sum((weights[name] * cost.to(weights[name].device)).sum()
+                        for name, cost in costs.items())
         if edges == "mean":
             edge_cost = edge_cost / max(1, len(costs))
     if not depths:
         return torch.as_tensor(edge_cost, dtype=torch.float32)
     fractions = []
     for d in depths:
-        ks = torch.tensor([float(v) for v in d.values])
+        ks = torch.tensor([float(v) for v in d.values], device=weights[d.name].device)
         fractions.append((weights[d.name] * ks).sum() / float(max(d.values)))
     depth_frac = fractions[0] if len(fractions) == 1 else sum(fractions) / len(fractions)
     return depth_frac * edge_cost
@@ -391,7 +394,9 @@ class DifferentiableSearch:
         relaxed = relaxed_choices(space)
         # ``other`` choices keep one value while the supernet trains (widths need none)
         self.fixed = search_values(space)
-        self.alphas = ArchParameters(relaxed, generator=torch.Generator().manual_seed(seed))
+        # drawn on the CPU (the same α on every device), then on the run's device
+        self.alphas = place(ArchParameters(relaxed,
+                                           generator=torch.Generator().manual_seed(seed)))
         self.costs = op_cost_table(space, scale=op_costs)
         self.edge_reduction = "sum" if op_costs == "published" else "mean"
         depth = [c for c in relaxed if c.kind == "depth"]

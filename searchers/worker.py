@@ -149,26 +149,33 @@ def progress(spec: StudySpec) -> Iterator[Callable[[int], None]]:
         bar.close()
 
 
-def _worker_main(spec: StudySpec, parts: PartsFactory, index: int) -> None:
+def _worker_main(spec: StudySpec, parts: PartsFactory, index: int, device: str = "cpu",
+                 precision: str = "fp32") -> None:
     """A worker process: one torch thread, its own search (and sampler) on the shared
-    study."""
+    study, on the device and precision of the run that started it (:mod:`nas.device`)."""
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s worker {index}: %(message)s")
     import torch
 
+    from nas.device import use_device
+
     torch.set_num_threads(1)
-    space, evaluator = parts()
-    work(open_search(spec, space, evaluator.objectives), evaluator, spec)
+    with use_device(torch.device(device), precision):
+        space, evaluator = parts()
+        work(open_search(spec, space, evaluator.objectives), evaluator, spec)
 
 
 def run_workers(spec: StudySpec, parts: PartsFactory, workers: int) -> None:
     """Start ``workers`` processes on the study and wait for them (progress meanwhile)."""
+    from nas.device import current_device, current_precision
+
     context = multiprocessing.get_context("spawn")  # fork after torch threads can hang
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # read when the child imports torch
     worker_spec = StudySpec(**{**asdict(spec), "settings": spec.settings, "progress": False})
     try:
-        procs = [context.Process(target=_worker_main, args=(worker_spec, parts, i),
+        placement = (str(current_device()), current_precision())  # the parent's, by value
+        procs = [context.Process(target=_worker_main, args=(worker_spec, parts, i, *placement),
                                  name=f"nas-worker-{i}") for i in range(workers)]
         for p in procs:
             p.start()

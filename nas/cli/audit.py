@@ -56,8 +56,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or Path("runs") / f"{config.name}_audit")
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, resume=args.resume,
                          progress=not args.no_progress)
-    parts = method.audit_parts(config, options)
-    summary = run_audit(parts, args.candidates, args.seed, args.bootstrap, args.noise_seeds,
-                        select=args.select)
+    from nas.device import use_device
+
+    # on the experiment's device, as `nas run` would be (a method config without one: auto)
+    with use_device(getattr(config, "device", "auto"), getattr(config, "precision", "fp32")):
+        parts = method.audit_parts(config, options)
+        summary = run_audit(parts, args.candidates, args.seed, args.bootstrap,
+                            args.noise_seeds, select=args.select)
     emit(args, summary, "\n".join(audit_lines(summary)) + f"\n\nwritten: {run_dir}/audit.md")
     return 0

@@ -38,6 +38,32 @@ def positive_float(text: str) -> float:
     return value
 
 
+def device_setting(text: str) -> str:
+    """An argparse type: a device setting (``auto``, ``cpu``, ``cuda``, ``cuda:N``:
+    :mod:`nas.device`), checked for spelling; the hardware is checked when it is used."""
+    from nas.device import DEVICES, is_device_spec
+
+    if not is_device_spec(text):
+        raise argparse.ArgumentTypeError(f"expected {DEVICES}, got {text!r}")
+    return text.strip().lower()
+
+
+def add_device_option(parser: argparse.ArgumentParser, default: str | None,
+                      what: str) -> None:
+    """``--device auto|cpu|cuda[:N]`` on a command that runs models (one wording for all)."""
+    shown = f"default {default}" if default else "default: the experiment's `device:`, auto"
+    parser.add_argument("--device", type=device_setting, default=default,
+                        metavar="auto|cpu|cuda[:N]",
+                        help=f"where {what} ({shown}; auto: a CUDA GPU when there is one)")
+
+
+def runtime_device(args: argparse.Namespace) -> str:
+    """``--device`` for an export's runtime: ``auto`` means the CPU under ``--runtime
+    onnx`` (ONNX Runtime runs on the CPU here); an explicit GPU there is refused by
+    :func:`nas.runtime.load`."""
+    return "cpu" if args.device == "auto" and args.runtime == "onnx" else args.device
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)

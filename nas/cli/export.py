@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.cli.common import (
+    add_device_option,
     add_space_config_option,
     arch_from_args,
     check_output,
@@ -23,6 +24,7 @@ from nas.cli.common import (
     non_negative_int,
     parse_space_config,
     positive_int,
+    runtime_device,
 )
 from nas.errors import NasError
 
@@ -76,10 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("text_b", nargs="?", help="second sentence of a pair")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="run with torch (default) or onnxruntime (an onnx export)")
+    add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=cmd_predict)
 
-    p = subparsers.add_parser("bench", help="CPU latency (median, IQR, p90) and throughput")
+    p = subparsers.add_parser("bench", help="latency (median, IQR, p90) and throughput, on the "
+                                            "CPU or, with --device cuda, a GPU")
     p.add_argument("directory", help="an export directory (nas export)")
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
     p.add_argument("--seq-len", type=positive_int, default=128,
@@ -91,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
                         "often fastest)")
+    add_device_option(p, "cpu", "the torch runtime computes; a GPU is timed with CUDA events")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
     p.set_defaults(func=cmd_bench)
 
@@ -182,7 +187,7 @@ def _export_run(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from nas.runtime import load
 
-    model = load(args.directory, args.runtime)
+    model = load(args.directory, args.runtime, device=runtime_device(args))
     texts_b = [args.text_b] if args.text_b is not None else None
     model.check_texts([args.text], texts_b)  # before any warning: a refusal is one line
     if model.random_init:
@@ -213,10 +218,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from nas.runtime import NOISY_IQR, benchmark, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
-    model = load(args.directory, args.runtime, args.threads)
+    model = load(args.directory, args.runtime, args.threads, device=args.device)
     rows = benchmark(model, sizes, args.seq_len, args.repeats, args.warmup)
-    lines = [f"{args.directory} ({args.runtime}, sequence length {args.seq_len}, "
-             f"{rows[0]['threads']} threads):"]
+    where = (f"{rows[0]['threads']} threads" if "device" not in rows[0]
+             else f"{rows[0]['device']}, CUDA events")
+    lines = [f"{args.directory} ({args.runtime}, sequence length {args.seq_len}, {where}):"]
     lines += [f"  batch {r['batch_size']:>4}: median {r['median_ms']:8.2f} ms  IQR "
               f"{r['iqr_ms']:7.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
               f"{r['throughput_per_s']:9.1f} sequences/s" for r in rows]

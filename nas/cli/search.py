@@ -10,7 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit, positive_float, positive_int
+from nas.cli.common import add_device_option, emit, positive_float, positive_int, runtime_device
 from nas.errors import NasError
 
 
@@ -25,6 +25,8 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "(repeatable; checked like the file; the run's config.yaml records "
                         "the result)")
     p.add_argument("--data-dir", help="data folder (default $NAS_DATA_DIR)")
+    add_device_option(p, None, "every stage computes (the same as --set device=...; "
+                               "mixed precision: --set precision=bf16|fp16)")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE|MODULE",
                    help="a Python file or module imported first, e.g. a space of your own "
                         "(my_space.py registers it); repeatable, added to the file's "
@@ -73,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
-    method, config = load_experiment(args.config, args.set, plugins=args.plugin)
+    overrides = [*args.set, *([f"device={args.device}"] if args.device else [])]
+    method, config = load_experiment(args.config, overrides, plugins=args.plugin)
     # an experiment may name its searcher (`searcher: lanas`); --searcher overrides it
     searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
     study = _study_options(args, searcher)
@@ -152,6 +155,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                         "position")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="the runtime that runs the export")
+    add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_evaluate)
 
@@ -161,7 +165,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     result = evaluate_saved(args.path, task=args.task, split=args.split,
                             data_dir=args.data_dir, batch_size=args.batch_size,
-                            runtime=args.runtime, label_map=parse_label_map(args.label_map))
+                            runtime=args.runtime, label_map=parse_label_map(args.label_map),
+                            device=runtime_device(args))
     values = ", ".join(f"{k} {100 * v:.2f}" for k, v in result["metrics"].items())
     count = (f"{result['examples']} of {result['of_examples']} examples: the seeded sample "
              "the run scored" if "of_examples" in result else f"{result['examples']} examples")

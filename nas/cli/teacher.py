@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 
-from nas.cli.common import check_output, non_negative_int, positive_int
+from nas.cli.common import add_device_option, check_output, non_negative_int, positive_int
 from nas.errors import NasError
 
 
@@ -45,6 +45,7 @@ def _finetune(args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir,
             progress=not args.json and not args.no_progress,
             force=args.force,
+            device=args.device,
         )
     except NasError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -130,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.add_argument("-o", "--output", default=None, help="folder to write the fine-tuned model to")
+    add_device_option(p, "auto", "the teacher is fine-tuned")
     p.set_defaults(func=_finetune)
 
     q = sub.add_parser(

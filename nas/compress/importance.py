@@ -236,10 +236,11 @@ def _task_loss(logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch
         if labels is None:
             raise ImportanceError("gradient importance of a regression task needs `labels` "
                                   "in the calibration batches")
-        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+        return F.mse_loss(logits.squeeze(-1), labels.to(logits.device, logits.dtype))
     if labels is None:  # the teacher's own answers stand in for the labels
         labels = logits.detach().argmax(dim=-1)
-    return F.cross_entropy(logits, labels.long(), reduction="sum")
+    # the calibration batches stay on the CPU; the model runs on the run's device
+    return F.cross_entropy(logits, labels.to(logits.device).long(), reduction="sum")
 
 
 def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Importance:

@@ -146,9 +146,10 @@ class TeacherOutputCache:
         import torch
         from tqdm.auto import tqdm
 
+        from nas.device import module_device, to_device
         from nas.distill.probes import pool_hidden_states
 
-        model, _ = self._teacher()
+        model, _ = self._teacher()  # on the run's device (nas.teacher.load_teacher)
         n = len(self.data)
         features: np.ndarray | None = None
         logits: np.ndarray | None = None
@@ -156,16 +157,17 @@ class TeacherOutputCache:
         with torch.inference_mode():
             for part, batch in tqdm(self._batches(range(n)), total=total,
                                     desc="teacher forward", disable=not progress):
+                batch = to_device(batch, module_device(model))
                 out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                             token_type_ids=batch["token_type_ids"], output_hidden_states=True)
                 pooled = pool_hidden_states(out.hidden_states, batch["attention_mask"], pooling)
                 if features is None:
                     features = np.zeros((pooled.shape[0], n, pooled.shape[2]), dtype=np.float16)
-                features[:, part] = pooled.numpy().astype(np.float16)
+                features[:, part] = pooled.cpu().numpy().astype(np.float16)
                 if hasattr(out, "logits"):
                     if logits is None:
                         logits = np.zeros((n, out.logits.shape[-1]), dtype=np.float32)
-                    logits[part] = out.logits.float().numpy()
+                    logits[part] = out.logits.float().cpu().numpy()
         assert features is not None  # noqa: S101 (a task has rows: the readers refuse empty files)
         self.save(f"features-{pooling}", features)
         if logits is not None:

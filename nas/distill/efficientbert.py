@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nas.device import table_rows
 from nas.distill.tinybert import Terms, intermediate_loss, prediction_loss
 from nas.distill.warmup import SpaceFit
 
@@ -53,8 +54,7 @@ class TaskKD:
                 ) -> tuple[torch.Tensor, dict[str, float]]:
         value, info = intermediate_loss(student, teacher, fit, self.mapping, self.terms)
         if self.logits is not None and self.gamma > 0:
-            target = torch.from_numpy(np.asarray(self.logits[batch["index"].numpy()],
-                                                 dtype=np.float32))
+            target = table_rows(self.logits, batch["index"], student.logits)
             pred = prediction_loss(student.logits, target, self.temperature)
             info = {**info, "pred": float(pred.detach())}
             value = value + self.gamma * pred

@@ -193,7 +193,7 @@ def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
         for batch in tqdm(iter_batches(sub, tokenizer, 128, max_seq_len),
                           total=math.ceil(len(sub) / 128), desc="teacher logits",
                           disable=not progress):
-            out[order[batch["index"].numpy()]] = model(batch).logits.float().numpy()
+            out[order[batch["index"].numpy()]] = model(batch).logits.float().cpu().numpy()
     return cache.save("logits", out)
 
 
@@ -233,7 +233,8 @@ class CachedTeacher:
         path = self.folder / f"{self.key(batch, record)}.safetensors"
         if path.is_file():
             self.hits += 1
-            state = load_file(str(path))
+            # beside the batch, on the run's device (nas.device): the student's side
+            state = load_file(str(path), device=str(batch["input_ids"].device))
             records: dict[str, list[torch.Tensor]] = {}
             for name in sorted(k for k in state if k != "logits"):  # "<kind>.<layer:03d>"
                 kind = name.rsplit(".", 1)[0]
@@ -249,8 +250,8 @@ class CachedTeacher:
             for i, t in enumerate(tensors):
                 state[f"{kind}.{i:03d}"] = t.detach().half().contiguous()
         self.folder.mkdir(parents=True, exist_ok=True)
-        with atomic_target(path) as tmp:
-            save_file(state, str(tmp))
+        with atomic_target(path) as tmp:  # written from the host, whatever the device
+            save_file({k: v.cpu() for k, v in state.items()}, str(tmp))
         # the caller gets what a hit would give: every candidate sees the same targets
         return ModelOutput(state["logits"].float(), {
             kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})

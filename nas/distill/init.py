@@ -23,7 +23,8 @@ def teacher_embedding_init(teacher_dir: str | None, dim: int) -> torch.Tensor:
     teacher's scale: ``(vocab, dim)``."""
     from nas.teacher import load_teacher
 
-    weight = load_teacher(teacher_dir).get_input_embeddings().weight.detach().float()
+    # on the CPU, wherever the run computes: the same initial table on every device
+    weight = load_teacher(teacher_dir).get_input_embeddings().weight.detach().float().cpu()
     centred = weight - weight.mean(0, keepdim=True)
     # Exact SVD, not torch.pca_lowrank: the randomised one draws from the global RNG, so
     # the student's initialisation depended on whether the teacher came from the cache.

@@ -350,12 +350,13 @@ class LayerDistillation:
 
     def __init__(self, teacher_dir: Any, state: Mapping[str, torch.Tensor], vocab_size: int,
                  student: Mapping[str, Any]) -> None:
+        from nas.device import place
         from nas.distill.losses import FitMap, layer_map
         from nas.hf import load_teacher_as_design
 
         t_space, t_net = load_teacher_as_design(teacher_dir)
-        self.teacher = MixedVocabMLM(t_net, vocab_size, student["hidden_size"],
-                                     t_space.config["layer_norm_eps"])
+        self.teacher = place(MixedVocabMLM(t_net, vocab_size, student["hidden_size"],
+                                           t_space.config["layer_norm_eps"]))
         self.teacher.load_state_dict(state)
         self.teacher.eval().requires_grad_(False)
         self.mapping = layer_map(student["num_hidden_layers"],
@@ -535,7 +536,7 @@ def evaluate_joint(model: Any, batches: Sequence[dict[str, torch.Tensor]], num_i
     gold_seqs: list[list[str]] = []
     pred_seqs: list[list[str]] = []
     for b in batches:
-        intent, tags = word_tag_logits(model(b).logits, b["first_piece"], num_intents)
+        intent, tags = word_tag_logits(model(b).logits.cpu(), b["first_piece"], num_intents)
         correct += int((intent.argmax(-1) == b["labels"]).sum())
         total += len(b["labels"])
         pred = tags.argmax(-1)
@@ -692,7 +693,8 @@ class JointReader(TaskReader):
         tags: list[np.ndarray] = [np.zeros(0)] * len(data)
         log.info("teacher outputs on %d training examples", len(data))
         for b in self.batches(data):
-            intent, word = word_tag_logits(model(b).logits, b["first_piece"], self.num_intents)
+            intent, word = word_tag_logits(model(b).logits.cpu(), b["first_piece"],
+                                           self.num_intents)  # counted on the CPU
             word = word.masked_fill((b["first_piece"] < 0).unsqueeze(-1), float("nan"))
             for r, i in enumerate(b["index"].tolist()):
                 intents[i] = intent[r].numpy()
@@ -743,7 +745,7 @@ class ClassReader(TaskReader):
         out = np.zeros((len(data), data.num_labels), dtype=np.float32)
         log.info("teacher logits on %d training examples", len(data))
         for b in self.batches(data):
-            out[b["index"].numpy()] = model(b).logits.numpy()
+            out[b["index"].numpy()] = model(b).logits.cpu().numpy()
         return out
 
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], alpha: float,

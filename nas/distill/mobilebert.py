@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nas.device import table_rows
 from nas.distill.losses import (
     feature_map_loss,
     grouped_attention_kl,
@@ -305,8 +306,8 @@ def run_prediction(student: nn.Module, logits: np.ndarray, settings: TrainSettin
     seed_stage(seed, "prediction")
 
     def loss(net: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        target = torch.from_numpy(np.asarray(logits[batch["index"].numpy()], dtype=np.float32))
-        return soft_cross_entropy(net(batch).logits, target, temperature)
+        out = net(batch).logits
+        return soft_cross_entropy(out, table_rows(logits, batch["index"], out), temperature)
 
     return Trainer(student, settings, batches, steps_per_epoch, loss, checkpoint=checkpoint,
                    on_epoch_end=on_epoch_end, progress=progress, desc="prediction").fit()
