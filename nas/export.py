@@ -688,13 +688,15 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     from nas import remote_code
 
     try:
-        remote_code.write(out, graph)
+        tag = remote_code.write(out, graph)
     except ExportError as err:
         if fmt == "hf":
             raise
         log.warning("%s; the export runs with nas predict but not in transformers", err)
     else:
-        config.update(remote_code.hf_keys(labels, head["num_intents"] if head else None))
+        config.update(remote_code.hf_keys(labels, head["num_intents"] if head else None, tag))
+        # the remote code cuts longer inputs to it, as nas predict's tokenizer does
+        config["trained_length"] = int(max_length)
         pad = _pad_id(out, tok_files)
         if pad is not None:
             config["pad_token_id"] = pad
@@ -702,7 +704,9 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         if positions:
             config["max_position_embeddings"] = positions
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    # "format": "pt" is what transformers checks before loading (4.x refuses any other
+    # value); the engine's own mark is a key of its own
+    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt", "nas_format": FORMAT})
     if fmt == "onnx":
         export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000),
                     weights=out / WEIGHTS_FILE, per_token=head is not None)
