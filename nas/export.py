@@ -538,6 +538,9 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     try:
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
                random_init, _check_head(head, labels))
+        from nas.model_card import write_card
+
+        write_card(out)  # a run writes it again with its metrics (recipes/common.py)
         _readable(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
@@ -558,11 +561,12 @@ def _readable(out: Path) -> None:
             path.chmod(mode)
 
 
-def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False
-            ) -> Path:
+def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False,
+            metrics: Mapping[str, Any] | None = None) -> Path:
     """Write a native export ``src`` again in format ``fmt`` (``nas export --run`` on a run
     whose result is its ``export/`` folder): the same graph, weights, labels, tokenizer
-    and task, checked against ``src``'s file list first."""
+    and task, checked against ``src``'s file list first. ``metrics``: the run's
+    ``metrics.json``, for the model card (:mod:`nas.model_card`)."""
     from nas.runtime import load
 
     if fmt not in FORMATS:
@@ -576,10 +580,15 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
                  bool(space.get("fixed", False)), dict(arch))
     settings = config.get("tokenizer") or {}
-    return _export_child(model.network, meta, out_dir, fmt, config["labels"],
-                         Path(src) if settings else False,
-                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
-                         bool(config.get("random_init", False)), config.get("head"))
+    out = _export_child(model.network, meta, out_dir, fmt, config["labels"],
+                        Path(src) if settings else False,
+                        int(settings.get("max_length", 128)), config.get("task"), overwrite,
+                        bool(config.get("random_init", False)), config.get("head"))
+    if metrics is not None:
+        from nas.model_card import write_card
+
+        write_card(out, metrics)
+    return out
 
 
 def _check_head(head: Mapping[str, Any] | None, labels: list[str]) -> dict[str, Any] | None:

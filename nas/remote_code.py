@@ -181,6 +181,10 @@ def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
     """The remote-code files (name → text) that run ``graph``: the configuration, the
     model, the ops it uses and what they import from their project, each file name
     ending in :func:`bundle_tag`; the modeling file imports every one of them."""
+    return _bundle(graph)[0]
+
+
+def _bundle(graph: Mapping[str, Any]) -> tuple[dict[str, str], str]:
     op_modules, sources, roots = _modules(graph)
     tag = _tag(op_modules, sources)
     files: dict[str, str] = {}
@@ -201,7 +205,7 @@ def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
             raise ExportError(f"the module {module} imports {', '.join(bad)}; the exported "
                               "folder may only need torch and transformers, so this model "
                               "cannot be exported with remote code")
-    return files
+    return files, tag
 
 
 def _direct_imports(stems: Iterable[str]) -> str:
@@ -227,10 +231,10 @@ def _ops_stand_in(op_modules: Iterable[str], tag: str) -> str:
 def write(out: Path, graph: Mapping[str, Any]) -> str:
     """Write the remote-code files into ``out``; returns their tag (:func:`bundle_tag`,
     what :func:`hf_keys` names them by)."""
-    files = bundle(graph)
+    files, tag = _bundle(graph)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
-    return bundle_tag(graph)
+    return tag
 
 
 def auto_map(tag: str, joint: bool = False) -> dict[str, str]:
