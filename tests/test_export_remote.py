@@ -55,8 +55,8 @@ STOCK_RUNNER = textwrap.dedent("""
         with torch.no_grad():
             out["logits"][directory] = model(**batch).logits.tolist()
     out["tokenizer"] = type(AutoTokenizer.from_pretrained(texted, trust_remote_code=True)).__name__
-    pipe = pipeline("text-classification", model=texted, trust_remote_code=True)
-    out["pipeline"] = [pipe(text, top_k=None) for text in TEXTS]
+    README_LINE
+    out["pipeline"] = [p(text, top_k=None) for text in TEXTS]
     pair = pipeline("text-classification", model=sys.argv[3], trust_remote_code=True)
     out["pair"] = [pair({"text": a, "text_pair": b}, top_k=None) for a, b in PAIRS]
     out["leaked"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
@@ -70,6 +70,21 @@ TEXTS = ["a gripping, beautifully acted film", "dull and far too long",
 PAIRS = [(("the cat sat down on the mat " * a).strip(), ("a cat was sitting " * b).strip())
          for a, b in ((1, 1), (1, 6), (4, 1), (4, 5))]
 STOCK_RUNNER = f"TEXTS, PAIRS = {TEXTS!r}, {PAIRS!r}\n" + STOCK_RUNNER
+
+
+def readme_pipeline_line() -> str:
+    """The README's loading example (section "Exports that load anywhere"), the line that
+    builds the pipeline, as it stands; the runner uses it verbatim, with the folder's
+    name as the only change."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Exports that load anywhere", 1)[1].split("\n## ", 1)[0]
+    [line] = [x for x in section.splitlines() if x.startswith("p = pipeline(")]
+    folder = '"runs/quickstart/exports/hf"'
+    assert folder in line, line
+    return line.replace(folder, "texted")
+
+
+STOCK_RUNNER = STOCK_RUNNER.replace("README_LINE", readme_pipeline_line())
 
 
 def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
@@ -175,13 +190,14 @@ VERSION_RUNNER = textwrap.dedent("""
     # first, which names remote code, so there the tokenizer needs trust_remote_code too
     trust = {} if transformers.__version__.startswith("4.") else {"trust_remote_code": True}
     out["tokenizer"] = type(AutoTokenizer.from_pretrained(texted, **trust)).__name__
-    pipe = pipeline("text-classification", model=texted, trust_remote_code=True)
-    out["pipeline"] = [pipe(text, top_k=None) for text in TEXTS]
+    README_LINE
+    out["pipeline"] = [p(text, top_k=None) for text in TEXTS]
     pair = pipeline("text-classification", model=paired, trust_remote_code=True)
     out["pair"] = [pair({"text": a, "text_pair": b}, top_k=None) for a, b in PAIRS]
     print(json.dumps(out))
 """)
-VERSION_RUNNER = f"TEXTS, PAIRS = {TEXTS!r}, {PAIRS!r}\n" + VERSION_RUNNER
+VERSION_RUNNER = f"TEXTS, PAIRS = {TEXTS!r}, {PAIRS!r}\n" + VERSION_RUNNER.replace(
+    "README_LINE", readme_pipeline_line())
 
 
 @pytest.mark.slow
