@@ -204,7 +204,8 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
               "- trained length: not recorded"]
     if facts["metrics"]:
         split = facts["report_split"].get("split", "dev")
-        scores = ", ".join(f"{k} {v:.4f}" for k, v in facts["metrics"][split].items())
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in facts["metrics"][split].items()) \
+            or "not in the run's row"
         size = facts["report_split"].get("examples")
         of = facts["report_split"].get("of_examples")
         lines.append(f"- {split}: {scores}" + (f" on {size:,} examples" if size else "")
@@ -217,7 +218,8 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
         if teacher:
             t_scores = ", ".join(f"{k} {v:.4f}" for k, v in
                                  (teacher["metrics"].get(split) or {}).items())
-            lines.append(f"- teacher: {teacher['model']} ({teacher['params']:,} parameters"
+            params = f"{teacher['params']:,}" if teacher.get("params") else "?"
+            lines.append(f"- teacher: {teacher['model']} ({params} parameters"
                          + (f"; {split}: {t_scores}" if t_scores else "") + ")")
     else:
         lines.append("- metrics: not measured (exported outside a run; `nas evaluate DIR` "
@@ -229,10 +231,14 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
                   'tokenizer = AutoTokenizer.from_pretrained(".", trust_remote_code=True)',
                   "# model(**tokenizer(text, return_tensors='pt')) gives intent_logits and "
                   "slot_logits"]
-    else:
+    elif "custom_code" in header["tags"]:  # the remote code cuts long inputs itself
         lines += ["from transformers import pipeline",
                   'clf = pipeline("text-classification", model=".", trust_remote_code=True)',
                   'print(clf("a gorgeous, witty, seductive movie"))']
+    else:  # a stock class reads past the trained length unless the pipeline truncates
+        lines += ["from transformers import pipeline",
+                  'clf = pipeline("text-classification", model=".")',
+                  'print(clf("a gorgeous, witty, seductive movie", truncation=True))']
     lines += ["```", ""]
     return "\n".join(lines)
 

@@ -243,7 +243,7 @@ def auto_map(tag: str, joint: bool = False) -> dict[str, str]:
     out = {}
     for auto, target in names.items():
         module, cls = target.split(".")
-        out[auto] = f"{module}_{tag}.{cls}"
+        out[auto] = f"{module}_{tag}.{cls}" if tag else target
     return out
 
 
