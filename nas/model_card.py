@@ -148,8 +148,8 @@ def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
                                                    "custom_code" if facts["remote_code"]
                                                    else None, "onnx" if facts["onnx"]
                                                    else None) if t]}
-    if row is not None:
-        scores = _numbers(row.get(split)) if split != "dev" else _numbers(row.get("dev"))
+    if row is not None and split is not None:
+        scores = _numbers(row.get(split))
         nas_block["report_split"] = {k: evaluation[k] for k in ("split", "examples",
                                                                   "of_examples", "file")
                                      if k in evaluation}
