@@ -101,8 +101,10 @@ class SearchResult:
                                   overwrite=overwrite)
             return out
         from nas.export import convert
+        from nas.rundir import RunDir
 
-        convert(self.run_dir / "export", directory, format, overwrite=overwrite)
+        convert(self.run_dir / "export", directory, format, overwrite=overwrite,
+                metrics=RunDir(self.run_dir).load_json("metrics.json"))
         return Path(directory)
 
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import torch
 
 from nas.architecture import Architecture
-from nas.errors import ExportError
+from nas.errors import ExportError, NasError
 from nas.graph import to_json
 from nas.hf import CONVERTIBLE, FAMILIES
 from nas.network import GraphNet
@@ -286,10 +286,28 @@ def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None,
             settings["max_length"] = int(max_length)
         if "tokenizer_class" not in settings and "vocab.txt" in files:
             settings["tokenizer_class"] = "BertTokenizer"  # the folder's config names no tokenizer
+        if settings.get("tokenizer_class") == "TokenizersBackend":
+            # transformers 5's name for the generic fast tokenizer (a student vocabulary
+            # saved by nas.tokenization); 4.x knows only its old name, which 5.x still reads
+            settings["tokenizer_class"] = "PreTrainedTokenizerFast"
         path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         if "tokenizer_config.json" not in files:
             files.append("tokenizer_config.json")
+        # what the tokenizer returns, pinned: 4.x and 5.x give a generic fast tokenizer
+        # different defaults, and the ONNX graph takes exactly these inputs
+        settings["model_input_names"] = tokenizer_outputs(out_dir)
+        path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     return files
+
+
+def tokenizer_outputs(directory: Path) -> list[str]:
+    """The id tensors the tokenizer saved in ``directory`` returns for a text."""
+    from nas.tokenization import load_tokenizer
+
+    try:
+        return list(load_tokenizer(directory)("a").keys())
+    except NasError as err:
+        raise ExportError(f"{directory}: the tokenizer does not load ({err})") from None
 
 
 # ---------------------------------------------------------------------------
@@ -297,16 +315,26 @@ def copy_tokenizer(src: Path, out_dir: Path, vocab_size: int | None,
 # ---------------------------------------------------------------------------
 
 
-class _Positional(torch.nn.Module):
-    """A GraphNet called with positional id tensors (what ONNX export traces)."""
+#: What a tokenizer that leaves out one of BERT's three inputs means by it.
+FILLS = {"token_type_ids": torch.zeros_like, "attention_mask": torch.ones_like}
 
-    def __init__(self, model: GraphNet, names: Sequence[str]) -> None:
+
+class _Positional(torch.nn.Module):
+    """A GraphNet called with positional id tensors (what ONNX export traces); a model
+    input that is not among ``names`` is filled from ``input_ids`` (:data:`FILLS`)."""
+
+    def __init__(self, model: GraphNet, names: Sequence[str], fill: Sequence[str] = ()
+                 ) -> None:
         super().__init__()
         self.model = model
         self.names = list(names)
+        self.fill = list(fill)
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.model(dict(zip(self.names, tensors, strict=True))).logits
+        batch = dict(zip(self.names, tensors, strict=True))
+        for name in self.fill:
+            batch[name] = FILLS[name](batch["input_ids"])
+        return self.model(batch).logits
 
 
 def plain_copy(model: GraphNet) -> GraphNet:
@@ -332,9 +360,14 @@ def plain_copy(model: GraphNet) -> GraphNet:
 
 
 def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int,
-                weights: Path | None = None, per_token: bool = False) -> None:
+                weights: Path | None = None, per_token: bool = False,
+                produced: Sequence[str] | None = None) -> list[str]:
     """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17);
     ``per_token``: the output has a sequence axis too (a tagging head, (B, L, C)).
+    ``produced``: what the export's tokenizer returns; a standard input it leaves out
+    (:data:`FILLS`: a student vocabulary gives no ``token_type_ids``) is not a graph
+    input but filled inside, so the graph takes exactly what the tokenizer gives.
+    Returns the graph's input names.
 
     With ``weights`` (the export's ``model.safetensors``) the parameters are not stored a
     second time: each ONNX initializer equal to a tensor of that file becomes external
@@ -342,6 +375,8 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
     tensors, which is what ONNX external data reads), so the export holds its weights once.
     """
     model = plain_copy(model)
+    fill = [n for n in inputs if produced is not None and n in FILLS and n not in produced]
+    inputs = [n for n in inputs if n not in fill]
     batch, length = 2, 7  # odd sizes so no axis is mistaken for a constant
     g = torch.Generator().manual_seed(0)
     example = {"input_ids": torch.randint(0, vocab_size, (batch, length), generator=g),
@@ -356,7 +391,7 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
         # data-dependent shapes (position slices) by tracing; its warnings are noise here.
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _Positional(model, inputs), tuple(example[n] for n in inputs), str(path),
+            _Positional(model, inputs, fill), tuple(example[n] for n in inputs), str(path),
             input_names=list(inputs), output_names=["logits"], dynamic_axes=axes,
             opset_version=17, dynamo=False,
             # unfolded, the initializers are the parameters themselves (shareable below)
@@ -364,6 +399,7 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
         )
     if weights is not None:
         _share_weights(path, weights)
+    return inputs
 
 
 def _share_weights(onnx_path: Path, weights: Path) -> None:
@@ -510,6 +546,9 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     try:
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
                random_init, _check_head(head, labels))
+        from nas.model_card import write_card
+
+        write_card(out)  # a run writes it again with its metrics (recipes/common.py)
         _readable(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
@@ -530,11 +569,12 @@ def _readable(out: Path) -> None:
             path.chmod(mode)
 
 
-def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False
-            ) -> Path:
+def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False,
+            metrics: Mapping[str, Any] | None = None) -> Path:
     """Write a native export ``src`` again in format ``fmt`` (``nas export --run`` on a run
     whose result is its ``export/`` folder): the same graph, weights, labels, tokenizer
-    and task, checked against ``src``'s file list first."""
+    and task, checked against ``src``'s file list first. ``metrics``: the run's
+    ``metrics.json``, for the model card (:mod:`nas.model_card`)."""
     from nas.runtime import load
 
     if fmt not in FORMATS:
@@ -548,10 +588,15 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
                  bool(space.get("fixed", False)), dict(arch))
     settings = config.get("tokenizer") or {}
-    return _export_child(model.network, meta, out_dir, fmt, config["labels"],
-                         Path(src) if settings else False,
-                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
-                         bool(config.get("random_init", False)), config.get("head"))
+    out = _export_child(model.network, meta, out_dir, fmt, config["labels"],
+                        Path(src) if settings else False,
+                        int(settings.get("max_length", 128)), config.get("task"), overwrite,
+                        bool(config.get("random_init", False)), config.get("head"))
+    if metrics is not None:
+        from nas.model_card import write_card
+
+        write_card(out, metrics)
+    return out
 
 
 def _check_head(head: Mapping[str, Any] | None, labels: list[str]) -> dict[str, Any] | None:
@@ -696,13 +741,15 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     from nas import remote_code
 
     try:
-        remote_code.write(out, graph)
+        tag = remote_code.write(out, graph)
     except ExportError as err:
         if fmt == "hf":
             raise
         log.warning("%s; the export runs with nas predict but not in transformers", err)
     else:
-        config.update(remote_code.hf_keys(labels, head["num_intents"] if head else None))
+        config.update(remote_code.hf_keys(labels, head["num_intents"] if head else None, tag))
+        # the remote code cuts longer inputs to it, as nas predict's tokenizer does
+        config["trained_length"] = int(max_length)
         pad = _pad_id(out, tok_files)
         if pad is not None:
             config["pad_token_id"] = pad
@@ -710,10 +757,13 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         if positions:
             config["max_position_embeddings"] = positions
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    # "format": "pt" is what transformers checks before loading (4.x refuses any other
+    # value); the engine's own mark is a key of its own
+    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt", "nas_format": FORMAT})
     if fmt == "onnx":
-        export_onnx(child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000),
-                    weights=out / WEIGHTS_FILE, per_token=head is not None)
+        config["onnx_inputs"] = export_onnx(
+            child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000), weights=out / WEIGHTS_FILE,
+            per_token=head is not None, produced=tokenizer_outputs(out) if tok_files else None)
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")

@@ -10,14 +10,27 @@ those import from the same project) into the folder, each ``nas.x.y`` import rew
 to ``.nas_x_y``. The folder then works where ``torch`` and ``transformers`` are installed
 and this package is not (``tests/test_export_remote.py`` loads it in such a process).
 A user space's ops are bundled the same way from their own module.
+
+Two rules make a folder load on every ``transformers`` the package declares (issue 31):
+
+* the modeling file imports every bundled module itself: ``transformers`` 4.x copies a
+  local folder's remote code into its module cache one level deep (only the modeling
+  file's own relative imports), so a module imported only by an op module was missing;
+* every bundled file name ends in the bundle's tag (:func:`bundle_tag`, a hash of the
+  code): ``transformers`` names the remote modules after the folder (``hf``, the default,
+  for every run), so two exports with different ops once shared ``nas_ops.py`` in one
+  process and the second failed with "unknown op". Equal code gets the same names (and
+  shares its modules), different code different names.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -47,11 +60,16 @@ OPS_PACKAGE = "nas.ops"
 ALLOWED = frozenset({"torch", "transformers", "numpy", "safetensors", "__future__"})
 
 
-def flat_name(module: str) -> str:
-    """The file name a module gets in the flat folder."""
-    if module in (CONFIG_MODULE, MODEL_MODULE):
-        return module.rsplit(".", 1)[1]
-    return module.replace(".", "_")
+#: Hex digits of the bundle's code hash in its file names (48 bits: two different bundles
+#: in one process share a name with odds of about 1e-14).
+TAG_LENGTH = 12
+
+
+def flat_name(module: str, tag: str = "") -> str:
+    """The file (module) name a module gets in the flat folder, ending in ``_tag``."""
+    base = module.rsplit(".", 1)[1] if module in (CONFIG_MODULE, MODEL_MODULE) \
+        else module.replace(".", "_")
+    return f"{base}_{tag}" if tag else base
 
 
 def _used_ops(graph: Mapping[str, Any]) -> set[str]:
@@ -86,9 +104,11 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def _rewrite(module: str, roots: frozenset[str]) -> tuple[str, list[str], set[str]]:
-    """The module's source with its project imports made relative; the project modules
-    it imports; the other top-level packages it imports."""
+def _rewrite(module: str, roots: frozenset[str], tag: str = ""
+             ) -> tuple[str, list[str], set[str]]:
+    """The module's source with its project imports made relative (to the files named
+    with ``tag``); the project modules it imports; the other top-level packages it
+    imports."""
     source, is_package = _source(module)
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -118,7 +138,7 @@ def _rewrite(module: str, roots: frozenset[str]) -> tuple[str, list[str], set[st
                 local.append(target)
             names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "")
                               for a in node.names)
-            text = f"from .{flat_name(target)} import {names}"
+            text = f"from .{flat_name(target, tag)} import {names}"
             edits.append((node.lineno, node.end_lineno or node.lineno, node.col_offset, text))
     for first, last, col, text in sorted(edits, reverse=True):
         indent = lines[first - 1][:col]
@@ -126,27 +146,58 @@ def _rewrite(module: str, roots: frozenset[str]) -> tuple[str, list[str], set[st
     return "".join(lines), local, external
 
 
-def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
-    """The remote-code files (name → text) that run ``graph``: the configuration, the
-    model, the ops it uses and what they import from their project."""
+def _modules(graph: Mapping[str, Any]) -> tuple[list[str], dict[str, str], frozenset[str]]:
+    """The op modules ``graph`` uses, every module the bundle holds (name -> original
+    source) and the project roots whose imports are rewritten."""
     from nas.ops import OPS
 
     op_modules = sorted({OPS.get(op).__module__ for op in _used_ops(graph)})
     roots = frozenset({"nas", *(m.split(".")[0] for m in op_modules)})
-    files: dict[str, str] = {}
-    external: dict[str, set[str]] = {}
+    sources: dict[str, str] = {}
     queue = [CONFIG_MODULE, MODEL_MODULE, "nas.ops.base", *op_modules]
-    seen: set[str] = set()
     while queue:
         module = queue.pop()
-        if module in seen:
+        if module in sources:
             continue
-        seen.add(module)
-        text, local, ext = _rewrite(module, roots)
-        files[flat_name(module) + ".py"] = text
-        external[module] = ext
+        _, local, _ = _rewrite(module, roots)
+        sources[module] = _source(module)[0]
         queue.extend(local)
-    files[flat_name(OPS_PACKAGE) + ".py"] = _ops_stand_in(op_modules)
+    return op_modules, sources, roots
+
+
+def bundle_tag(graph: Mapping[str, Any]) -> str:
+    """The tag every bundled file name of ``graph``'s export ends in: a hash of the code
+    the bundle holds (the modules and which ops register), so equal code gets equal
+    names and different code never shares a module in one process."""
+    return _tag(*_modules(graph)[:2])
+
+
+def _tag(op_modules: list[str], sources: Mapping[str, str]) -> str:
+    digest = hashlib.sha256(json.dumps([op_modules, sorted(sources.items())]).encode())
+    return digest.hexdigest()[:TAG_LENGTH]
+
+
+def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
+    """The remote-code files (name → text) that run ``graph``: the configuration, the
+    model, the ops it uses and what they import from their project, each file name
+    ending in :func:`bundle_tag`; the modeling file imports every one of them."""
+    return _bundle(graph)[0]
+
+
+def _bundle(graph: Mapping[str, Any]) -> tuple[dict[str, str], str]:
+    op_modules, sources, roots = _modules(graph)
+    tag = _tag(op_modules, sources)
+    files: dict[str, str] = {}
+    external: dict[str, set[str]] = {}
+    for module in sorted(sources):
+        text, _, ext = _rewrite(module, roots, tag)
+        files[flat_name(module, tag) + ".py"] = text
+        external[module] = ext
+    files[flat_name(OPS_PACKAGE, tag) + ".py"] = _ops_stand_in(op_modules, tag)
+    model_file = flat_name(MODEL_MODULE, tag) + ".py"
+    files[model_file] += _direct_imports(
+        sorted(Path(f).stem for f in files if f != model_file
+               and f != flat_name(CONFIG_MODULE, tag) + ".py"))
     stdlib = set(sys.stdlib_module_names)
     for module, tops in sorted(external.items()):
         bad = sorted(t for t in tops if t not in stdlib and t not in ALLOWED)
@@ -154,40 +205,62 @@ def bundle(graph: Mapping[str, Any]) -> dict[str, str]:
             raise ExportError(f"the module {module} imports {', '.join(bad)}; the exported "
                               "folder may only need torch and transformers, so this model "
                               "cannot be exported with remote code")
-    return files
+    return files, tag
 
 
-def _ops_stand_in(op_modules: Iterable[str]) -> str:
-    imports = "".join(f"from .{flat_name(m)} import __name__ as _registers_{i}  # noqa: F401\n"
-                      for i, m in enumerate(op_modules))
+def _direct_imports(stems: Iterable[str]) -> str:
+    """The block appended to the modeling file: every bundled module imported from it."""
+    lines = "".join(f"from .{stem} import __name__ as _bundled_{i}  # noqa: F401,E402\n"
+                    for i, stem in enumerate(stems))
+    return ("\n\n# Every bundled module, imported here directly: transformers 4.x copies into its\n"
+            "# module cache only the modeling file's own relative imports (nas.remote_code).\n"
+            + lines)
+
+
+def _ops_stand_in(op_modules: Iterable[str], tag: str) -> str:
+    imports = "".join(f"from .{flat_name(m, tag)} import __name__ as _registers_{i}  "
+                      "# noqa: F401\n" for i, m in enumerate(op_modules))
     return (
         '"""The op registry of this model: the ops it uses register on import (generated by '
         'nas.remote_code)."""\n\n'
-        f"from .{flat_name('nas.ops.base')} import OPS, Context, Op, SelectOp, register_op  "
-        "# noqa: F401\n" + imports
+        f"from .{flat_name('nas.ops.base', tag)} import OPS, Context, Op, SelectOp, "
+        "register_op  # noqa: F401\n" + imports
     )
 
 
-def write(out: Path, graph: Mapping[str, Any]) -> list[str]:
-    """Write the remote-code files into ``out``; returns their names."""
-    files = bundle(graph)
+def write(out: Path, graph: Mapping[str, Any]) -> str:
+    """Write the remote-code files into ``out``; returns their tag (:func:`bundle_tag`,
+    what :func:`hf_keys` names them by)."""
+    files, tag = _bundle(graph)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
-    return sorted(files)
+    return tag
 
 
-def hf_keys(labels: list[str], num_intents: int | None = None) -> dict[str, Any]:
+def auto_map(tag: str, joint: bool = False) -> dict[str, str]:
+    """``config.json``'s ``auto_map`` for the files named with ``tag``."""
+    names = JOINT_AUTO_MAP if joint else AUTO_MAP
+    out = {}
+    for auto, target in names.items():
+        module, cls = target.split(".")
+        out[auto] = f"{module}_{tag}.{cls}" if tag else target
+    return out
+
+
+def hf_keys(labels: list[str], num_intents: int | None = None, tag: str = ""
+            ) -> dict[str, Any]:
     """The ``config.json`` keys that make an export a ``transformers`` model: a sequence
     classifier, or with ``num_intents`` a joint intent + slot model whose ``labels`` are
-    the intents followed by the tags."""
+    the intents followed by the tags; ``tag``: the bundle's (:func:`bundle_tag`)."""
     keys: dict[str, Any] = {
-        "model_type": MODEL_TYPE, "architectures": ARCHITECTURES, "auto_map": AUTO_MAP,
+        "model_type": MODEL_TYPE, "architectures": ARCHITECTURES, "auto_map": auto_map(tag),
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)}}
     if num_intents is not None:
-        keys.update(architectures=JOINT_ARCHITECTURES, auto_map=JOINT_AUTO_MAP,
+        keys.update(architectures=JOINT_ARCHITECTURES, auto_map=auto_map(tag, joint=True),
                     num_intents=int(num_intents))
     return keys
 
 
-__all__ = ["AUTO_MAP", "MODEL_TYPE", "bundle", "hf_keys", "write"]
+__all__ = ["AUTO_MAP", "MODEL_TYPE", "auto_map", "bundle", "bundle_tag", "hf_keys",
+           "write"]

@@ -37,6 +37,8 @@ FORMAT_VERSION = 2  # 2: config.json lists every file with its size and SHA-256
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
+#: The model card (:mod:`nas.model_card`): documentation, left out of the file list.
+CARD_FILE = "README.md"
 RUNTIMES = ("torch", "onnx")
 #: what ``text_input`` in config.json records: one text per example, or a pair
 TEXT_INPUTS = ("single", "pair")
@@ -147,11 +149,13 @@ MANIFEST_KEY = "files"  # native exports; an hf export keeps it under "nas_files
 
 
 def file_manifest(directory: Path) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of every file of an export directory except ``config.json``."""
+    """Size and SHA-256 of every file of an export directory except ``config.json`` and
+    the model card (a card edited for the Hub does not make the weights suspect)."""
     import hashlib
 
     manifest = {}
-    for path in sorted(p for p in directory.iterdir() if p.is_file() and p.name != CONFIG_FILE):
+    for path in sorted(p for p in directory.iterdir()
+                       if p.is_file() and p.name not in (CONFIG_FILE, CARD_FILE)):
         digest = hashlib.sha256()
         with path.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):

@@ -498,6 +498,7 @@ class Recipe(Method):
         # merged with what is on disk now: stages of one run folder may run in separate
         # processes (AdaBERT's searched and random arms) and finish in either order
         run.save_json("metrics.json", {**(run.load_json("metrics.json") or {}), **metrics})
+        write_cards(run)
         run.log("done", **self.done_fields(config, options))
         return metrics
 
@@ -542,6 +543,23 @@ class Recipe(Method):
         """The method's steps after stages 1–2, in its paper's order; returns the metrics
         they add to ``metrics.json`` (``searched``: the method's model)."""
         raise NotImplementedError
+
+
+#: The folders a run exports its searched model into (``nas.distill.task.export_student``
+#: writes the second; the model cards of both carry the run's metrics).
+RESULT_FOLDERS = ("export", "export_hf")
+
+
+def write_cards(run: RunDir) -> None:
+    """The model cards of the run's result folders, written again with ``metrics.json``:
+    a stage exports before the run's metrics (the teacher's row, the report split) are
+    complete (:mod:`nas.model_card`)."""
+    from nas.model_card import write_card
+
+    metrics = run.load_json("metrics.json")
+    for folder in RESULT_FOLDERS:
+        if (run.path / folder / "config.json").is_file():
+            write_card(run.path / folder, metrics)
 
 
 def environment() -> dict[str, Any]:

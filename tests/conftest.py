@@ -148,8 +148,12 @@ def without_this_project(tmp_path: Path):
     import subprocess
     import sys
 
-    def run(script: str, *args: str) -> str:
+    def run(script: str, *args: str, path: str | None = None) -> str:
+        """``path``: a folder of packages that win over the installed ones (another
+        ``transformers``, installed with ``pip install --target``)."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if path is not None:
+            env["PYTHONPATH"] = path
         env["HF_MODULES_CACHE"] = str(tmp_path / "hf_modules")  # where remote code is copied
         done = subprocess.run([sys.executable, "-c", _BLOCK_PROJECT + script, *args],
                               cwd=tmp_path, env=env, capture_output=True, text=True,

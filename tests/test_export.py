@@ -367,7 +367,7 @@ def _subnet_logits(space, supernet, arch, out, tokenizer=False):
 
     child = extract_child(supernet, space, arch).eval()
     export(space, arch, out, model=child, fmt="hf", tokenizer=tokenizer)
-    remote = (out / "modeling_nas_graph.py").is_file()
+    remote = any(out.glob("modeling_nas_graph_*.py"))
     hf = AutoModelForSequenceClassification.from_pretrained(str(out),
                                                             trust_remote_code=remote).eval()
     batch = batch_for(space, 2, 8)

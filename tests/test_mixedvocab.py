@@ -5,6 +5,7 @@ joint intent + slot head, and the smoke run end to end through ``nas run`` and `
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -277,9 +278,42 @@ def test_joint_head_shapes_costs_and_refusals(tmp_path):
     head = {"kind": "joint", "num_intents": 7, "intents": labels[:7], "tags": labels[7:]}
     out = export(space, None, tmp_path / "hf", model=model, fmt="hf", labels=labels, head=head)
     config = json.loads((out / "config.json").read_text())
-    assert config["auto_map"]["AutoModel"] == "modeling_nas_graph.NasGraphForJointIntentSlot"
+    assert re.fullmatch(r"modeling_nas_graph_[0-9a-f]{12}\.NasGraphForJointIntentSlot",
+                        config["auto_map"]["AutoModel"])
     assert config["num_intents"] == 7 and "AutoModelForSequenceClassification" not in \
         config["auto_map"]
+
+
+@pytest.mark.slow  # ONNX tracing: ~9 s on the busy machine; the smoke run's test checks it too
+def test_the_joint_onnx_graph_takes_what_its_tokenizer_gives(tokenizers, tmp_path):
+    """Issue 31: a student vocabulary's tokenizer gives ``input_ids`` and
+    ``attention_mask`` only; the joint model's ONNX graph takes exactly those (token
+    types are filled inside), its tokenizer config pins them and names a class 4.x knows,
+    and the graph answers as the torch model does."""
+    from nas.builder import build_child
+    from nas.export import export
+    from nas.runtime import load
+    from nas.space import get_space
+
+    student = tokenizers[1]
+    space = get_space("mixedvocab", vocab_size=len(student), head="joint", num_labels=3,
+                      num_tags=4, hidden_size=32, num_attention_heads=4,
+                      intermediate_size=48, num_hidden_layers=1)
+    torch.manual_seed(0)
+    labels = ["a", "b", "c", "O", "B-x", "I-x", "B-y"]
+    head = {"kind": "joint", "num_intents": 3, "intents": labels[:3], "tags": labels[3:]}
+    out = export(space, None, tmp_path / "j", model=build_child(space).eval(), fmt="onnx",
+                 labels=labels, head=head, tokenizer=student.name_or_path, max_length=16)
+    settings = json.loads((out / "tokenizer_config.json").read_text())
+    produced = sorted(student("a"))
+    assert sorted(settings["model_input_names"]) == produced == ["attention_mask", "input_ids"]
+    assert settings["tokenizer_class"] != "TokenizersBackend"  # a 5.x-only name
+    onnx_model, torch_model = load(out, "onnx"), load(out)
+    assert sorted(i.name for i in onnx_model.network.get_inputs()) == produced
+    text = ["play the latest song by adele"]
+    assert onnx_model.predict_slots(text)[0]["tags"] == torch_model.predict_slots(text)[0]["tags"]
+    enc = student(text, return_tensors="pt")
+    assert (onnx_model(dict(enc)) - torch_model(dict(enc))).abs().max() <= 1e-4
 
 
 def test_joint_remote_code_splits_the_head_and_scores_both_labels(tmp_path):
@@ -482,6 +516,12 @@ def test_smoke_run_report_export_and_predict(smoke_run, capsys):
     assert json.loads(capsys.readouterr().out)["metrics"] == pytest.approx(scored["metrics"])
     # ONNX on a longer input than it was traced with: the sequence axis is dynamic
     model = load(export, "onnx")
+    # the graph takes exactly what its tokenizer gives (a student vocabulary has no
+    # token_type_ids; issue 31), as stock transformers loads that tokenizer
+    from transformers import AutoTokenizer
+
+    produced = sorted(AutoTokenizer.from_pretrained(str(export), trust_remote_code=True)("a"))
+    assert sorted(i.name for i in model.network.get_inputs()) == produced
     long = model.predict_slots(["add the song to my playlist of the best songs of the year"])
     assert len(long[0]["tags"]) == 13
 

@@ -187,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     restore = _silence(args)
-    with warnings.catch_warnings():
+    from nas.model_card import recorded_command
+
+    with warnings.catch_warnings(), recorded_command(sys.argv[1:] if argv is None else argv):
         warnings.showwarning = one_line_warning
         try:
             return int(args.func(args) or 0)

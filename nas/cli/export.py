@@ -165,7 +165,10 @@ def _export_run(args: argparse.Namespace) -> int:
         from nas.export import convert
 
         out = Path(args.output) if args.output else Path(args.run) / "exports" / args.format
-        convert(searched, out, args.format, overwrite=args.overwrite)
+        from nas.rundir import RunDir
+
+        convert(searched, out, args.format, overwrite=args.overwrite,
+                metrics=RunDir(args.run).load_json("metrics.json"))
         files = sorted(p.name for p in out.iterdir())
         emit(args, {"directory": str(out), "source": str(searched), "format": args.format,
                     "files": files},

@@ -17,13 +17,16 @@ class NasGraphConfig(PretrainedConfig):
     """``graph``: the resolved child graph (node-link JSON, :func:`nas.graph.to_json`);
     ``inputs``: the batch entries the graph reads (``input_ids``, ``attention_mask``...);
     ``num_intents``: for a joint intent + slot head, how many of the labels are intents
-    (the rest are slot tags)."""
+    (the rest are slot tags); ``trained_length``: the length the model was trained (and
+    ``nas predict`` truncates) at, to which the model cuts longer inputs itself."""
 
     model_type = "nas_graph"
 
     def __init__(self, graph: dict[str, Any] | None = None, inputs: list[str] | None = None,
-                 num_intents: int | None = None, **kwargs: Any) -> None:
+                 num_intents: int | None = None, trained_length: int | None = None,
+                 **kwargs: Any) -> None:
         self.graph = graph or {"nodes": [], "edges": []}
+        self.trained_length = trained_length
         self.inputs = list(inputs or ["input_ids", "attention_mask", "token_type_ids"])
         self.num_intents = num_intents
         super().__init__(**kwargs)

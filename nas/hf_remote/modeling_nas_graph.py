@@ -1,9 +1,9 @@
 """An exported child network as a ``transformers`` model (remote code): a sequence
-classifier, or a joint intent + slot model (docs/reference.md#mixed-vocabulary) for a graph ending
-in the ``joint_intent_slot`` head, which ``transformers`` has no class for.
+classifier, or a joint intent + slot model (docs/reference.md#mixed-vocabulary) for a graph ending in the
+``joint_intent_slot`` head, which ``transformers`` has no class for.
 
-The search-free executor of a **resolved** graph (docs/reference.md#efficientbert: the child keeps
-exactly the chosen ops at their widths, under the supernet's parameter names): it builds each op
+The search-free executor of a **resolved** graph (docs/reference.md#efficientbert: the child keeps exactly the
+chosen ops at their widths, under the supernet's parameter names): it builds each op
 of ``config.graph`` once, in topological order, and runs them in that order. Its
 modules are named as :class:`nas.network.GraphNet`'s (``nodes.<node>[.<op>]``,
 ``edges.<src>-><dst>[.<op>]``), so the export's ``model.safetensors`` loads as is.
@@ -48,18 +48,71 @@ def _order(graph: Mapping[str, Any]) -> list[dict[str, Any]]:
     return order
 
 
+def pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """How many tokens of A and of B a pair keeps in ``budget`` tokens (the length less
+    the three special tokens): the ``longest_first`` rule of the ``tokenizers`` library
+    that ``nas predict`` tokenises with (the shorter text whole when the longer one can
+    give up the rest, else half the budget each, the odd token to B's side of the split)."""
+    if len_a + len_b <= budget:
+        return len_a, len_b
+    n1, n2 = sorted((len_a, len_b))
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1 = budget // 2
+        n2 = n1 + budget % 2
+    return (n2, n1) if len_a > len_b else (n1, n2)
+
+
+def truncate(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+             token_type_ids: torch.Tensor, length: int, pad_id: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row cut to ``length`` tokens as the tokenizer cuts it with ``truncation=True``
+    (``[CLS] a [SEP]``: A's first pieces and the ``[SEP]``; a pair: :func:`pair_lengths`),
+    padded to the longest row: what ``nas predict`` feeds the model. A stock ``pipeline``
+    does not truncate unless asked, so without this a text longer than the trained length
+    got another answer than ``nas predict`` gives (issue 31)."""
+    rows = []
+    for r in range(input_ids.shape[0]):
+        real = attention_mask[r] == 1
+        ids, types = input_ids[r][real], token_type_ids[r][real]
+        if len(ids) > length:
+            n_a = int((types == 0).sum()) - 2  # [CLS] a [SEP]
+            n_b = max(int((types == 1).sum()) - 1, 0)  # b [SEP]
+            if n_b == 0:
+                keep = torch.cat([torch.arange(length - 1), torch.tensor([len(ids) - 1])])
+            else:
+                k_a, k_b = pair_lengths(n_a, n_b, length - 3)
+                keep = torch.cat([torch.arange(1 + k_a), torch.tensor([n_a + 1]),
+                                  torch.arange(n_a + 2, n_a + 2 + k_b),
+                                  torch.tensor([len(ids) - 1])])
+            ids, types = ids[keep], types[keep]
+        rows.append((ids, types))
+    width = max(len(ids) for ids, _ in rows)
+    out_ids = torch.full((len(rows), width), pad_id, dtype=input_ids.dtype)
+    out_mask = torch.zeros((len(rows), width), dtype=attention_mask.dtype)
+    out_types = torch.zeros((len(rows), width), dtype=token_type_ids.dtype)
+    for r, (ids, types) in enumerate(rows):
+        out_ids[r, :len(ids)], out_types[r, :len(ids)], out_mask[r, :len(ids)] = ids, types, 1
+    return (out_ids.to(input_ids.device), out_mask.to(input_ids.device),
+            out_types.to(input_ids.device))
+
+
 def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
-                    attention_mask: torch.Tensor, pad_id: int
+                    attention_mask: torch.Tensor, pad_id: int, width: int | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to the same
-    width: what ``nas.tokenization.encode`` gives a graph that embeds B on its own
-    (docs/reference.md#adabert, AdaBERT's second input node), rebuilt from what a ``pipeline``
-    passes."""
-    ids = torch.full_like(input_ids, pad_id)
-    mask = torch.zeros_like(input_ids)
+    """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to ``width``
+    (default the pair's) and cut to it as the tokenizer cuts B alone (its first pieces and
+    the ``[SEP]``): what ``nas.tokenization.encode`` gives a graph that embeds B on its own
+    (docs/reference.md#adabert, AdaBERT's second input node), rebuilt from what a ``pipeline`` passes."""
+    width = input_ids.shape[1] if width is None else width
+    ids = torch.full((input_ids.shape[0], width), pad_id, dtype=input_ids.dtype,
+                     device=input_ids.device)
+    mask = torch.zeros_like(ids)
     for r in range(input_ids.shape[0]):
         b = input_ids[r][(token_type_ids[r] == 1) & (attention_mask[r] == 1)]
-        row = torch.cat([input_ids[r, :1], b])[: input_ids.shape[1]]
+        row = torch.cat([input_ids[r, :1], b])
+        if len(row) > width:
+            row = torch.cat([row[: width - 1], row[-1:]])
         ids[r, : len(row)] = row
         mask[r, : len(row)] = 1
     return ids, mask
@@ -118,11 +171,20 @@ class NasGraphPreTrainedModel(PreTrainedModel):
             batch["attention_mask"] = torch.ones_like(input_ids)
         if token_type_ids is None and input_ids is not None:
             batch["token_type_ids"] = torch.zeros_like(input_ids)
+        pad = getattr(self.config, "pad_token_id", None) or 0  # 5.x configs may lack it
+        joined = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+        limit = self.config.trained_length
+        if limit and input_ids is not None and input_ids.shape[1] > limit:
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"] = truncate(
+                input_ids, batch["attention_mask"], batch["token_type_ids"], limit, pad)
+            for key in ("input_ids_b", "attention_mask_b"):  # given separately: cut to match
+                if batch.get(key) is not None:
+                    batch[key] = batch[key][:, : batch["input_ids"].shape[1]]
         if "input_ids_b" in self.config.inputs and batch.get("input_ids_b") is None and \
                 input_ids is not None and token_type_ids is not None:
+            # B alone is cut from the whole pair, as nas.tokenization.encode tokenises it
             batch["input_ids_b"], batch["attention_mask_b"] = second_sentence(
-                input_ids, token_type_ids, batch["attention_mask"],
-                self.config.pad_token_id or 0)
+                *joined, pad, batch["input_ids"].shape[1])
         missing = [k for k in self.config.inputs if batch.get(k) is None]
         if missing:
             raise ValueError(f"this model reads {missing}, which were not given")
@@ -182,10 +244,10 @@ class JointIntentSlotOutput(ModelOutput):
 
 
 class NasGraphForJointIntentSlot(NasGraphPreTrainedModel):
-    """A joint intent + slot model (docs/reference.md#mixed-vocabulary): the graph's
-    ``joint_intent_slot`` head gives one ``(B, L, I + T)`` tensor, the intent logits repeated at
-    every position followed by each token's tag logits; this class splits it. ``config.id2label``
-    lists the I intents, then the T tags; ``config.num_intents`` is I."""
+    """A joint intent + slot model (docs/reference.md#mixed-vocabulary): the graph's ``joint_intent_slot`` head gives
+    one ``(B, L, I + T)`` tensor, the intent logits repeated at every position followed by
+    each token's tag logits; this class splits it. ``config.id2label`` lists the I intents,
+    then the T tags; ``config.num_intents`` is I."""
 
     def forward(self, input_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
