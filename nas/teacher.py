@@ -335,6 +335,7 @@ def finetune_teacher(
     permutation per epoch), same dropout draws, same weights as an unbroken run.
     """
     from nas.data import load_task, resolve_task  # light: no torch
+    from nas.data.tasks import cap_note
 
     task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
     config = config or FinetuneConfig()
@@ -347,10 +348,16 @@ def finetune_teacher(
     teacher_path = resolve_teacher(teacher)
     tid = teacher_identity(teacher_path)
     train = load_task(task, "train", data_dir)
-    dev = load_task(task, "dev", data_dir).head(config.max_dev_examples)
+    full_dev = load_task(task, "dev", data_dir)
+    dev = full_dev.head(config.max_dev_examples)
     if train.kind not in ("single", "pair", "tagging"):
         raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
-    train = train.head(config.max_train_examples)
+    full_train, train = train, train.head(config.max_train_examples)
+    for split, full, used, key in (("train", full_train, train, "max_train_examples"),
+                                   ("dev", full_dev, dev, "max_dev_examples")):
+        if len(used) < len(full):  # the first rows: a teacher's caps are heads
+            log.info("teacher: %s", cap_note(split, len(full), len(used),
+                                             f"teacher_finetune.{key} (the first rows)"))
     key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config)
     run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
     out = Path(out_dir) if out_dir is not None else None

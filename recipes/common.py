@@ -217,15 +217,19 @@ class TaskContext:
 
         d, data_dir = self.cfg.data, self.options.data_dir
         self.stage(number, "data")
+        cuts: list[str] = []
         self.full_train = load_task(self.task, "train", data_dir)
         self.train = seeded_subset(self.full_train, d.max_train_examples, self.seed, "data",
-                                   "data.max_train_examples")
+                                   "data.max_train_examples", cuts)
         full_dev = load_task(self.task, "dev", data_dir)
         if d.dev_subset == "seeded":
             self.dev = seeded_subset(full_dev, d.max_dev_examples, self.seed, "dev-subset",
-                                     "data.max_dev_examples")
+                                     "data.max_dev_examples", cuts)
         else:
             self.dev = full_dev.head(d.max_dev_examples)
+            if len(self.dev) < len(full_dev):
+                _note_cut(full_dev.split, len(full_dev), len(self.dev),
+                          "data.max_dev_examples (the first rows)", cuts)
             _warn_lost_classes(full_dev, self.dev)
         self.report_split = report_split(self.task)
         if self.report_split == "dev":
@@ -235,7 +239,10 @@ class TaskContext:
             full_report = load_task(self.task, self.report_split, data_dir)
             self.report_rows = len(full_report)
             self.report = seeded_subset(full_report, d.max_report_examples, self.seed,
-                                        REPORT_SAMPLE_STAGE, "data.max_report_examples")
+                                        REPORT_SAMPLE_STAGE, "data.max_report_examples", cuts)
+        sizes = {"train": len(self.train), "dev": len(self.dev),
+                 self.report_split: len(self.report)}  # the report split may be dev
+        self.run.log("data", **sizes, cuts=cuts)
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
@@ -398,22 +405,44 @@ class TaskContext:
                "overlap_with_train": self.overlap}
         if len(self.report) < self.report_rows:
             out["of_examples"] = self.report_rows  # a seeded sample of the split
-        return out
+        return {**out, **trivial_answers(self.report)}
 
     @property
     def metric(self) -> str:
         return self.dev.metric
 
 
-def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str) -> Any:
+def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str,
+                  cuts: list[str] | None = None) -> Any:
     """``n`` rows of ``data`` drawn with the run's seed for ``stage``, in file order; all
     of it when ``n`` is ``None`` or not smaller. The cut is logged with the setting that
-    made it."""
+    made it (and added to ``cuts``, which the run log records)."""
     rows = sample_rows(len(data), n, seed, stage)
     if rows is None:
         return data
-    log.info("%s: %d rows, using %d (%s)", data.split, len(data), n, setting)
+    _note_cut(data.split, len(data), len(rows), setting, cuts)
     return data.subset(rows)
+
+
+def _note_cut(split: str, rows: int, used: int, setting: str, cuts: list[str] | None) -> None:
+    from nas.data.tasks import cap_note
+
+    note = cap_note(split, rows, used, setting)
+    log.info("%s", note)
+    if cuts is not None:
+        cuts.append(note)
+
+
+def trivial_answers(data: Any) -> dict[str, Any]:
+    """What a model that learned nothing scores on ``data``: ``classes`` (chance is one
+    in that many) and ``majority``, the most frequent label and its share (always
+    answering it). The report flags a model within 2 points of either."""
+    if not data.labels:
+        return {}
+    counts = np.bincount(np.asarray(data.labels), minlength=data.num_labels)
+    top = int(np.argmax(counts))
+    return {"classes": data.num_labels,
+            "majority": {"label": data.label_names[top], "share": float(counts[top] / len(data))}}
 
 
 def _warn_lost_classes(full: Any, head: Any) -> None:
