@@ -212,11 +212,24 @@ class TaskContext:
         """Stage 2 (``number``): the training subset, dev (capped), the report split
         (``test`` where the task has one), and their overlap with train (logged, warned
         above 5%)."""
-        from nas.data import load_task, report_split
         from nas.measure import overlap_counts
 
-        d, data_dir = self.cfg.data, self.options.data_dir
         self.stage(number, "data")
+        cuts = self.select_data()
+        sizes = {"train": len(self.train), "dev": len(self.dev),
+                 self.report_split: len(self.report)}  # the report split may be dev
+        self.run.log("data", **sizes, cuts=cuts)
+        self.overlap = overlap_counts(self.task, self.full_train,
+                                      {"dev": self.dev, self.report_split: self.report})
+        self.run.log("overlap", **self.overlap)
+
+    def select_data(self) -> list[str]:
+        """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
+        ``full_train`` and ``report_rows`` before the caps); returns the cuts made, as
+        the run log records them (``nas run --dry-run`` stops here)."""
+        from nas.data import load_task, report_split
+
+        d, data_dir = self.cfg.data, self.options.data_dir
         cuts: list[str] = []
         self.full_train = load_task(self.task, "train", data_dir)
         self.train = seeded_subset(self.full_train, d.max_train_examples, self.seed, "data",
@@ -240,12 +253,7 @@ class TaskContext:
             self.report_rows = len(full_report)
             self.report = seeded_subset(full_report, d.max_report_examples, self.seed,
                                         REPORT_SAMPLE_STAGE, "data.max_report_examples", cuts)
-        sizes = {"train": len(self.train), "dev": len(self.dev),
-                 self.report_split: len(self.report)}  # the report split may be dev
-        self.run.log("data", **sizes, cuts=cuts)
-        self.overlap = overlap_counts(self.task, self.full_train,
-                                      {"dev": self.dev, self.report_split: self.report})
-        self.run.log("overlap", **self.overlap)
+        return cuts
 
     def prepare_batches(self) -> None:
         """The teacher's tokenizer, the dev and report-split batches, and the latency
@@ -518,6 +526,11 @@ class Recipe(Method):
 
     def snapshot(self, config: MethodConfig) -> dict[str, Any]:
         return snapshot(self.name, config)
+
+    def dry_run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+        from recipes.plan import dry_run
+
+        return dry_run(self, config, options)
 
     def resumes(self, config: MethodConfig, options: RunOptions) -> bool:
         """Whether the run folder is opened to resume (``--resume``, by default); the

@@ -235,6 +235,26 @@ def normalise_task(task: Any, base_dir: str | Path | None = None) -> Any:
     return parsed.to_source()
 
 
+def task_for_overrides(task: Any, keys: Sequence[str], base_dir: str | Path | None = None
+                       ) -> Any:
+    """The ``task:`` that ``--set task.KEY=VALUE`` settings (``keys``: the ``KEY`` parts)
+    apply to: a mapping stays itself; a name or a path becomes a mapping, so that
+    ``--set task.train=FILE`` on an experiment whose ``task:`` is ``sst2`` replaces the
+    name with your file. With only column or option keys (``task.label=sentiment``) a
+    path stays the data (``path:``); a registered name has no columns to rename, which
+    is refused in one line."""
+    if not isinstance(task, str):
+        return task
+    fields = [k.split(".")[0] for k in keys]
+    if any(k in (*SPLITS, "dev", "path") for k in fields):
+        return {}  # the data is given anew: the name or path is replaced
+    found = _find(task.strip(), Path(base_dir) if base_dir is not None else None)
+    if found is not None and (found.is_file() or _is_datasets_folder(found)):
+        return {"path": str(found)}
+    raise DataError(f"task.{fields[0]}: the task is {task!r}, a named task whose columns are "
+                    f"set; give your data too (--set task.train=FILE), or --task FILE")
+
+
 # ---------------------------------------------------------------- identity and name
 
 
