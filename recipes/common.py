@@ -513,8 +513,13 @@ class Recipe(Method):
             from searchers.study import check_own_storages
 
             check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
-        run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
-                     resume=options.resume, break_lock=options.break_lock)
+        from nas.data.files import record_task
+
+        recorded = {**self.snapshot(config), **snapshot_extra}
+        # data inside the run folder relative to it, a user's own files as given (absolute)
+        recorded["task"] = record_task(recorded["task"], options.run_dir)
+        run = RunDir(options.run_dir, recorded, resume=options.resume,
+                     break_lock=options.break_lock)
         return replace(config, task=task), run
 
     def prepared(self, config: MethodConfig, options: RunOptions, **snapshot_extra: Any

@@ -373,6 +373,32 @@ def test_the_run_snapshot_records_the_overrides(tmp_path, capsys):
                                 "label": "sentiment"}
 
 
+def test_data_inside_the_run_folder_is_recorded_relative_to_it(tmp_path, capsys):
+    """The storage rule of issue 27 for a task's files: inside the run folder relative (a
+    moved run reads its own copy), a user's own files as given (absolute)."""
+    from nas.data.files import record_task, recorded_task
+    from nas.evaluate import export_dir_of
+
+    run_dir = tmp_path / "run"
+    inside = _csv(run_dir / "data" / "train.csv", _rows(40), header="review,sentiment")
+    outside = _csv(tmp_path / "test.csv", _rows(10, offset=40), header="review,sentiment")
+    code = main(["run", str(ROOT / "examples" / "reviews.yaml"), "--run-dir", str(run_dir),
+                 "--no-progress", "--set", f"task.train={inside}", "--set",
+                 f"task.test={outside}", "--set", f"teacher={tmp_path / 'no-teacher'}"])
+    assert code == 2 and "teacher folder" in capsys.readouterr().err  # stops after opening
+    snapshot = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert snapshot["task"]["train"] == "data/train.csv"
+    assert snapshot["task"]["test"] == str(outside)
+    moved = tmp_path / "moved"
+    run_dir.rename(moved)
+    (moved / "export").mkdir()
+    (moved / "export" / "config.json").write_text("{}")
+    _, task = export_dir_of(moved)  # what nas evaluate RUN_DIR reads
+    assert task["train"] == str((moved / "data" / "train.csv").resolve())
+    assert task["test"] == str(outside) and task["text"] == "review"
+    assert record_task("sst2", moved) == "sst2" == recorded_task("sst2", moved)
+
+
 # ------------------------------------------------------------------ command line
 
 

@@ -255,6 +255,46 @@ def task_for_overrides(task: Any, keys: Sequence[str], base_dir: str | Path | No
                     f"set; give your data too (--set task.train=FILE), or --task FILE")
 
 
+_PATH_KEYS = (*SPLITS, "dev", "path")
+
+
+def record_task(task: Any, run_dir: str | Path) -> Any:
+    """A normalised ``task:`` (absolute paths) as a run folder's ``config.yaml`` records
+    it, by the rule of the run folder's own storage (issue 27): a data file inside the
+    run folder relative to it, so a moved or copied run reads its own copy; a user's
+    data anywhere else as given (absolute). The inverse is :func:`recorded_task`."""
+    folder = Path(run_dir).resolve()
+
+    def record(value: Any) -> Any:
+        if not isinstance(value, str) or not Path(value).is_absolute():
+            return value  # a task name
+        try:
+            return Path(value).relative_to(folder).as_posix()
+        except ValueError:
+            return value
+
+    if isinstance(task, Mapping):
+        return {k: record(v) if k in _PATH_KEYS else v for k, v in task.items()}
+    return record(task)
+
+
+def recorded_task(task: Any, run_dir: str | Path) -> Any:
+    """A ``task:`` read from a run folder's ``config.yaml``, with the paths
+    :func:`record_task` made relative to the folder made absolute again (from wherever
+    the folder is now); names and absolute paths stay as they are."""
+    folder = Path(run_dir)
+
+    def resolve(value: Any) -> Any:
+        if not isinstance(value, str) or Path(value).is_absolute():
+            return value
+        inside = folder / value
+        return str(inside.resolve()) if inside.exists() else value
+
+    if isinstance(task, Mapping):
+        return {k: resolve(v) if k in _PATH_KEYS else v for k, v in task.items()}
+    return resolve(task)
+
+
 # ---------------------------------------------------------------- identity and name
 
 
