@@ -10,7 +10,9 @@ Steps: the SST-2 test sentences (the first ``--sentences``; the file of
 each runtime, one intra-op thread (``load(DIR, runtime, threads=1)``), after one untimed
 pass over the first batch; each pass is timed end to end (tokenising, grouping by length,
 the forward passes, the answers as dictionaries: what a caller gets), and the median of
-``--repeats`` passes is reported as sentences per second. Batch size 1 is the
+``--repeats`` passes is reported as sentences per second of the wall clock and per
+second of the process's CPU time (one thread: what it does with a core to itself, the
+figure to read on a shared machine). Batch size 1 is the
 single-text path's rate without the process start-up of ``nas predict``. The runtimes'
 labels are compared (they agree up to float rounding). Record the printed lines in
 ``benchmarks/RESULTS.md`` and ``docs/exports.md`` with the command and the commit.
@@ -47,15 +49,18 @@ def main() -> None:
         model = load(args.directory, runtime, threads=1)
         for bs in sizes:
             model.predict(texts[:bs], batch_size=bs)  # untimed: first-call costs
-            times = []
+            times, cpu = [], []
             for _ in range(args.repeats):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 answers = model.predict(texts, batch_size=bs)
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
             labels.setdefault(runtime, [a["label"] for a in answers])
             median = statistics.median(times)
+            # per CPU-second: what one thread does when it has a core to itself (the wall
+            # clock rate is lower on a shared machine)
             print(f"{runtime:>5}  batch {bs:>3}: {len(texts) / median:8.1f} sentences/s  "
-                  f"({1000 * median / len(texts):.2f} ms per sentence; passes "
+                  f"{len(texts) / statistics.median(cpu):8.1f} per CPU-s  (passes "
                   f"{', '.join(f'{t:.2f}' for t in times)} s)")
     same = sum(a == b for a, b in zip(labels["torch"], labels["onnx"], strict=True))
     print(f"labels: torch and onnx agree on {same} of {len(texts)}")
