@@ -328,6 +328,7 @@ class FinetunePlan:
     dev: Any
     key: str
     run_dir: Path
+    cuts: list[str] = field(default_factory=list)  # what the caps cut, as logged
 
     @property
     def cached(self) -> bool:
@@ -363,15 +364,16 @@ def finetune_plan(task: str | dict, teacher: str | None = None,
     if full_train.kind not in ("single", "pair", "tagging"):
         raise DataError(f"task {task!r} of kind {full_train.kind!r} cannot be fine-tuned")
     train = full_train.head(config.max_train_examples)
-    for split, full, used, setting in (("train", full_train, train, "max_train_examples"),
-                                       ("dev", full_dev, dev, "max_dev_examples")):
-        if len(used) < len(full):  # the first rows: a teacher's caps are heads
-            log.info("teacher: %s", cap_note(split, len(full), len(used),
-                                             f"teacher_finetune.{setting} (the first rows)"))
+    cuts = [cap_note(split, len(full), len(used), f"teacher_finetune.{setting} (the first rows)")
+            for split, full, used, setting in (("train", full_train, train, "max_train_examples"),
+                                               ("dev", full_dev, dev, "max_dev_examples"))
+            if len(used) < len(full)]  # a teacher's caps are heads
+    for cut in cuts:
+        log.info("teacher: %s", cut)
     key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config)
     run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
     return FinetunePlan(task=task, teacher_path=teacher_path, teacher_id=tid, train=train,
-                        dev=dev, key=key, run_dir=run_dir)
+                        dev=dev, key=key, run_dir=run_dir, cuts=cuts)
 
 
 def finetune_teacher(

@@ -104,7 +104,8 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     timed = teacher_step_seconds(teacher.teacher_path, ctx.train, seq_len)
     seconds = sum(s["steps"] * s["batch_size"] for s in sections) * timed["per_example"]
     teacher_row: dict[str, Any] = {"cached": teacher.cached, "folder": str(teacher.run_dir),
-                                   "train": len(teacher.train), "dev": len(teacher.dev)}
+                                   "train": len(teacher.train), "dev": len(teacher.dev),
+                                   "cuts": teacher.cuts}
     if not teacher.cached:
         steps = teacher.steps(finetune)
         teacher_row["steps"] = steps
@@ -165,6 +166,7 @@ def describe(plan: dict[str, Any]) -> str:
     lines += ["", "teacher: " + (f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
                                  else f"to fine-tune: {teacher['steps']:,} steps on "
                                       f"{teacher['train']:,} examples (dev {teacher['dev']:,})")]
+    lines += [f"  {cut}" for cut in teacher["cuts"]]
     lines += ["", "training sections (epochs × batches of the training subset):"]
     lines += [f"  {s['name']}: {s['steps']:,} steps ({s['epochs']} epoch(s) × "
               f"{s['batches_per_epoch']:,} batches of {s['batch_size']} on {s['examples']:,} "

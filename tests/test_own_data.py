@@ -350,7 +350,9 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, tiny_teacher, monk
     assert steps == {"search": 2 * 8, "retrain": 3 * 8}  # epochs × ⌈256 / 32⌉
     assert plan["trials"] == 2
     assert plan["teacher"] == {"cached": False, "folder": plan["teacher"]["folder"],
-                               "train": 100, "dev": 40, "steps": 8}  # 2 epochs × ⌈100/32⌉
+                               "train": 100, "dev": 40, "steps": 8,  # 2 epochs × ⌈100/32⌉
+                               "cuts": ["train: 360 rows, using 100: teacher_finetune."
+                                        "max_train_examples (the first rows)"]}
     assert plan["estimate"]["seconds"] > 0 and plan["estimate"]["seq_len"] == 32
     assert main(argv) == 0
     text = capsys.readouterr().out
