@@ -27,6 +27,8 @@ from typing import Any
 
 #: examples in the timed teacher step (after one untimed warm-up step)
 TIMED_EXAMPLES = 8
+#: examples whose token counts scale the timed step to another length cap
+LENGTH_SAMPLE = 256
 
 
 class _NoRunFolder:
@@ -109,9 +111,14 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     if not teacher.cached:
         steps = teacher.steps(finetune)
         teacher_row["steps"] = steps
-        # attention grows faster than linearly with length; linear is the low side
-        seconds += (steps * finetune.batch_size * timed["per_example"]
-                    * finetune.max_seq_len / seq_len)
+        # batches are padded to their longest text (dynamic padding): the cost follows
+        # the texts' mean length under each cap, not the caps (linear: the low side, as
+        # attention grows faster with length)
+        lengths = timed.pop("lengths")
+        ratio = (sum(min(n, finetune.max_seq_len) for n in lengths)
+                 / max(1, sum(min(n, seq_len) for n in lengths)))
+        seconds += steps * finetune.batch_size * timed["per_example"] * ratio
+    timed.pop("lengths", None)
     return {"method": method.name, "name": resolved.name,
             "config": method.snapshot(config), "task": task,
             "data": {"train": len(ctx.train), "dev": len(ctx.dev),
@@ -124,15 +131,20 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
 def teacher_step_seconds(teacher_path: str, data: Any, seq_len: int) -> dict[str, Any]:
     """Seconds per training example of one teacher forward and backward pass on the
     first :data:`TIMED_EXAMPLES` training examples at ``seq_len`` tokens (dynamic
-    padding, as the runs batch), after one untimed pass."""
+    padding, as the runs batch), after one untimed pass; ``lengths``: the untruncated
+    token counts of the first :data:`LENGTH_SAMPLE` examples."""
     import torch
 
     from nas.teacher import load_teacher
     from nas.tokenization import encode, load_tokenizer
 
     rows = data.head(TIMED_EXAMPLES)
-    batch = encode(load_tokenizer(teacher_path), rows.texts_a, rows.texts_b, seq_len,
-                   separate_b=False)
+    tokenizer = load_tokenizer(teacher_path)
+    batch = encode(tokenizer, rows.texts_a, rows.texts_b, seq_len, separate_b=False)
+    sample = data.head(LENGTH_SAMPLE)
+    lengths = [len(ids) for ids in tokenizer(
+        list(sample.texts_a), list(sample.texts_b) if sample.texts_b else None,
+        truncation=False)["input_ids"]]
     model = load_teacher(teacher_path, num_labels=max(2, data.num_labels)).train()
     labels = torch.tensor([y % max(2, data.num_labels) for y in rows.labels] or [0])
 
@@ -145,7 +157,7 @@ def teacher_step_seconds(teacher_path: str, data: Any, seq_len: int) -> dict[str
     step()
     elapsed = time.perf_counter() - t0
     return {"per_example": elapsed / batch["input_ids"].shape[0], "seq_len": seq_len,
-            "threads": torch.get_num_threads(), "measured_on": "teacher"}
+            "threads": torch.get_num_threads(), "measured_on": "teacher", "lengths": lengths}
 
 
 def describe(plan: dict[str, Any]) -> str:
@@ -170,7 +182,9 @@ def describe(plan: dict[str, Any]) -> str:
     lines += ["", "training sections (epochs × batches of the training subset):"]
     lines += [f"  {s['name']}: {s['steps']:,} steps ({s['epochs']} epoch(s) × "
               f"{s['batches_per_epoch']:,} batches of {s['batch_size']} on {s['examples']:,} "
-              "examples)" for s in plan["stages"]] or ["  (none found)"]
+              "examples" + (", cut at max_steps" if s["steps"] < s["batches_per_epoch"]
+                            * s["epochs"] else "") + ")"
+              for s in plan["stages"]] or ["  (none found)"]
     if plan.get("trials"):
         lines.append(f"  multi_trial: {plan['trials']} trials, each with its own training "
                      "(not added into the estimate)")
