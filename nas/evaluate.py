@@ -37,9 +37,10 @@ def export_dir_of(path: str | Path) -> tuple[Path, str | dict | None]:
     task may be a file or a ``task:`` mapping (:func:`nas.data.resolve.resolve_task`)."""
     path = Path(path)
     if (path / "config.yaml").is_file():  # a run directory
+        from nas.data.files import recorded_task
         from nas.rundir import RunDir
 
-        task = RunDir(path).config.get("task")
+        task = recorded_task(RunDir(path).config.get("task"), path)
         export = path / "export"
         if not (export / "config.json").is_file():
             raise NasError(f"{path}: the run has no export yet (finish it with "

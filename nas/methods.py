@@ -98,6 +98,13 @@ class Method(abc.ABC):
                           "works for methods that score candidates by a proxy "
                           "(e.g. efficientbert)")
 
+    def dry_run(self, config: Any, options: RunOptions) -> dict[str, Any]:
+        """What :meth:`run` would do, found without training or writing a run folder
+        (``nas run --dry-run``): the resolved configuration, the data sizes, the steps per
+        stage and an estimated wall time. Methods built on the shared run skeleton have it
+        (``recipes.plan``)."""
+        raise ConfigError(f"method {self.name!r} has no dry run")
+
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
         """Method-specific lines and pictures for ``nas report`` (none by default)."""
@@ -105,19 +112,41 @@ class Method(abc.ABC):
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = (),
-                    plugins: Sequence[str] = ()) -> tuple[Method, Any]:
+                    plugins: Sequence[str] = (), task: str | None = None
+                    ) -> tuple[Method, Any]:
     """Read an experiment YAML: the method it names and its typed configuration.
 
-    ``overrides`` are ``KEY=VALUE`` settings (``nas run --set``) applied to the file's
-    mapping before the typed loading, so they pass the same checks. ``task:``, when it
-    names files, has its paths made absolute here (relative ones are looked up in the
+    ``task`` (``nas run --task FILE|DIR|NAME``) replaces the file's ``task:`` (a relative
+    path is the current directory's). ``overrides`` are ``KEY=VALUE`` settings (``nas run
+    --set``) applied to the file's mapping after it and before the typed loading, so they
+    pass the same checks; ``task.KEY`` settings on a task given as a name or a path turn
+    it into a mapping first (:func:`nas.data.files.task_for_overrides`). ``task:``, when
+    it names files, has its paths made absolute here (relative ones are looked up in the
     current directory, then beside the experiment file), so the run's configuration
     snapshot finds the data again from any folder.
     """
-    data = apply_overrides(read_yaml(path), list(overrides), str(path))
+    data = read_yaml(path)
+    base = Path(path).resolve().parent
+    if task is not None:
+        from nas.data.files import normalise_task
+
+        try:
+            data["task"] = normalise_task(task, Path.cwd())
+        except DataError as err:
+            raise ConfigError(f"--task {task}: {err}") from None
+    task_keys = [item.partition("=")[0].strip()[len("task."):] for item in overrides
+                 if item.strip().startswith("task.")]
+    if task_keys and "task" in data:
+        from nas.data.files import task_for_overrides
+
+        try:
+            data["task"] = task_for_overrides(data["task"], task_keys, base)
+        except DataError as err:
+            raise ConfigError(f"--set {err}") from None
+    data = apply_overrides(data, list(overrides), str(path))
     # relative to the file itself: a linked experiment (experiments/search_smoke.yaml)
     # finds its plug-ins and data beside the file it links to
-    return method_config(data, str(path), Path(path).resolve().parent, plugins)
+    return method_config(data, str(path), base, plugins)
 
 
 def method_config(data: dict[str, Any], where: str, base: Path | None = None,

@@ -48,6 +48,43 @@ def _overlap_lines(evaluation: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: A model that scores less than this far above chance or the majority answer has not
+#: learned the task (issue 31: a student at 36% on 3 classes was reported only as
+#: "194.8× faster").
+TRIVIAL_MARGIN = 0.02
+
+
+def _trivial_lines(metrics: dict[str, Any], split: str) -> list[str]:
+    """One warning per model (teacher, searched) whose accuracy on ``split`` is within
+    :data:`TRIVIAL_MARGIN` of chance or of always giving the majority answer, or below
+    them. Runs made before the report split's class counts were recorded get none."""
+    evaluation = metrics.get("evaluation") or {}
+    classes, majority = evaluation.get("classes"), evaluation.get("majority")
+    part = next((p for p in metric_parts(metrics.get("metric", "accuracy"))
+                 if p.endswith("accuracy")), None)
+    if not classes or part is None:
+        return []
+    trivial = [("chance", 1 / classes, f"{classes} classes")]
+    if majority:
+        trivial.append(("the majority answer", majority["share"],
+                        f"always {majority['label']!r}"))
+    lines = []
+    for name, row in (("teacher", metrics["teacher"]),
+                      (metrics.get("searched", {}).get("tag") or "searched",
+                       metrics.get("searched"))):
+        score = ((row or {}).get(split) or {}).get(part)
+        if score is None:
+            continue
+        close = [f"{'below' if score < value - TRIVIAL_MARGIN else 'within 2 points of'} "
+                 f"{what} ({100 * value:.2f}%, {why})"
+                 for what, value, why in trivial if score < value + TRIVIAL_MARGIN]
+        if close:
+            lines.append(f"Warning: {name} scores {100 * score:.2f}% {part} on `{split}`, "
+                         f"{' and '.join(close)}: it has not learned the task; give it more "
+                         "data, more epochs or a larger model before reading its speed-up.")
+    return lines
+
+
 def _models(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     found = [metrics["teacher"]] + ([metrics["searched"]] if "searched" in metrics else [])
     return found + list(metrics.get("random", {}).get("runs", []))
@@ -96,7 +133,8 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
              + (f": a seeded sample of its {evaluation['of_examples']} (data.max_report_examples)"
                 if "of_examples" in evaluation else "")
              + ")" + ("; the searches chose on dev, never on this split." if split != "dev"
-                      else "."), *_overlap_lines(evaluation), "",
+                      else "."), *_overlap_lines(evaluation),
+             *_trivial_lines(metrics, split), "",
              f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",

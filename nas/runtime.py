@@ -24,7 +24,7 @@ problem.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ CARD_FILE = "README.md"
 RUNTIMES = ("torch", "onnx")
 #: what ``text_input`` in config.json records: one text per example, or a pair
 TEXT_INPUTS = ("single", "pair")
+#: Examples per forward pass of :meth:`ExportedModel.predict` (one token length each).
+PREDICT_BATCH_SIZE = 64
 #: A benchmark row whose IQR exceeds this fraction of its median is flagged as noisy.
 NOISY_IQR = 0.10
 
@@ -465,14 +467,77 @@ class ExportedModel:
                         "words": ws, "tags": seq, "slots": slot_spans(ws, seq)})
         return out
 
-    def predict(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None
-                ) -> list[dict[str, Any]]:
-        """``[{"label": name, "probabilities": {name: p}}]``, one per example (a joint
-        intent + slot model: :meth:`predict_slots`, with ``label`` the intent)."""
+    def token_lengths(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None
+                      ) -> list[int]:
+        """Each example's token count as :meth:`encode` (or, for a tagging model,
+        :meth:`predict_slots`) cuts it, before padding: what :meth:`predict` groups by."""
+        length = int(self.tokenizer_settings.get("max_length", 128))
+        if self.head is not None:
+            enc = self.tokenizer([t.split() for t in texts_a], is_split_into_words=True,
+                                 max_length=length, truncation=True)
+        else:
+            enc = self.tokenizer(list(texts_a), list(texts_b) if texts_b is not None else None,
+                                 max_length=length,
+                                 truncation=True if texts_b is None else "longest_first")
+        return [len(ids) for ids in enc["input_ids"]]
+
+    def predict(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None,
+                batch_size: int = PREDICT_BATCH_SIZE) -> list[dict[str, Any]]:
+        """``[{"label": name, "probabilities": {name: p}}]``, one per example, in order (a
+        joint intent + slot model: :meth:`predict_slots`, with ``label`` the intent).
+
+        The way to score many texts: examples run ``batch_size`` at a time, each batch
+        holding texts of one token length (:func:`length_batches`), so no text is padded
+        and every answer is the one the text gets scored alone (AdaBERT's convolutions,
+        for one, see padding: docs/exports.md).
+        """
         self.check_texts(texts_a, texts_b)
+        if not _is_int(batch_size) or batch_size < 1:
+            raise NasError(f"batch size must be a positive integer, got {batch_size!r}")
         if self.head is not None:
             if texts_b is not None:
                 raise ExportError(f"{self.directory}: a tagging model reads one text, not a pair")
+            if not all(t.split() for t in texts_a):
+                raise ExportError("every text needs at least one word to tag")
+        if not texts_a:
+            return []
+        out: list[dict[str, Any]] = [{} for _ in texts_a]
+        for rows in length_batches(self.token_lengths(texts_a, texts_b), batch_size):
+            a = [texts_a[i] for i in rows]
+            b = [texts_b[i] for i in rows] if texts_b is not None else None
+            for i, result in zip(rows, self._predict_batch(a, b), strict=True):
+                out[i] = result
+        return out
+
+    def predict_stream(self, examples: Iterable[tuple[str, str | None]],
+                       batch_size: int = PREDICT_BATCH_SIZE, chunk_size: int | None = None
+                       ) -> Iterator[dict[str, Any]]:
+        """:meth:`predict` over ``(text, second text or None)`` pairs read lazily (a file
+        of any length), yielding each answer in input order; ``chunk_size`` examples
+        (default ``16 * batch_size``) are held at a time, sorted by length within them."""
+        size = chunk_size or 16 * batch_size
+        chunk: list[tuple[str, str | None]] = []
+        for example in examples:
+            chunk.append(example)
+            if len(chunk) >= size:
+                yield from self._predict_chunk(chunk, batch_size)
+                chunk = []
+        if chunk:
+            yield from self._predict_chunk(chunk, batch_size)
+
+    def _predict_chunk(self, chunk: Sequence[tuple[str, str | None]], batch_size: int
+                       ) -> list[dict[str, Any]]:
+        pairs = [b for _, b in chunk]
+        if any(b is None for b in pairs) and any(b is not None for b in pairs):
+            raise NasError("some examples have a second text and some do not; give every "
+                           "example both texts, or none")
+        texts_b = None if pairs[0] is None else [str(b) for b in pairs]
+        return self.predict([a for a, _ in chunk], texts_b, batch_size)
+
+    def _predict_batch(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
+                       ) -> list[dict[str, Any]]:
+        """One forward pass over the texts (padded to the longest), read as answers."""
+        if self.head is not None:
             return [{"label": r["intent"], **r} for r in self.predict_slots(texts_a)]
         logits = self(self.encode(texts_a, texts_b))
         probs = torch.softmax(logits.float(), dim=-1)
@@ -483,6 +548,18 @@ class ExportedModel:
             out.append({"label": labels[best],
                         "probabilities": {labels[i]: float(p) for i, p in enumerate(row)}})
         return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """The indices of ``lengths`` in batches of at most ``batch_size`` that share one
+    length, shortest first, file order within a length: a batch needs no padding, so a
+    model that sees padding (a convolution over the sequence) answers as it does for
+    each text alone, and short texts do not pay for long ones."""
+    by_length: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_length.setdefault(n, []).append(i)
+    return [rows[start:start + batch_size] for _, rows in sorted(by_length.items())
+            for start in range(0, len(rows), batch_size)]
 
 
 def load(directory: str | Path, runtime: str = "torch", threads: int | None = None,
@@ -667,4 +744,5 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     return results
 
 
-__all__ = ["ExportedModel", "benchmark", "build_network", "load", "load_state", "read_config"]
+__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "build_network", "length_batches",
+           "load", "load_state", "read_config"]

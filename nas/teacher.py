@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -325,6 +326,70 @@ def evaluate(model: Any, data: Any, tokenizer: Any, batch_size: int = 64,
     return classification_metrics(preds, data.labels, data.metric)
 
 
+@dataclass
+class FinetunePlan:
+    """What :func:`finetune_teacher` will do, known before it loads a model: the task's
+    name, the teacher, the (capped) splits, the cache key and folder, and whether that
+    folder already holds the result (``nas run --dry-run`` reads it)."""
+
+    task: str
+    teacher_path: str
+    teacher_id: str
+    train: Any
+    dev: Any
+    key: str
+    run_dir: Path
+    cuts: list[str] = field(default_factory=list)  # what the caps cut, as logged
+
+    @property
+    def cached(self) -> bool:
+        return (self.run_dir / RESULT_FILE).is_file()
+
+    def steps(self, config: FinetuneConfig) -> int:
+        """The optimiser steps of the fine-tuning (``epochs`` may be a fraction)."""
+        per_epoch = math.ceil(len(self.train) / config.batch_size)
+        return max(1, int(round(config.epochs * per_epoch)))
+
+
+def finetune_plan(task: str | dict, teacher: str | None = None,
+                  data_dir: str | os.PathLike[str] | None = None,
+                  config: FinetuneConfig | None = None,
+                  cache_dir: str | os.PathLike[str] | None = None) -> FinetunePlan:
+    """The settings checked, the splits read and capped (a cut is logged with its
+    setting), and the cache folder named, without torch."""
+    from nas.data import load_task, resolve_task  # light: no torch
+    from nas.data.tasks import cap_note
+
+    task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
+    config = config or FinetuneConfig()
+    if config.epochs <= 0 or config.batch_size <= 0 or config.max_seq_len < 8:
+        raise NasError(
+            f"epochs and batch_size must be > 0 and max_seq_len >= 8, got epochs={config.epochs}, "
+            f"batch_size={config.batch_size}, max_seq_len={config.max_seq_len}"
+        )
+    teacher_path = resolve_teacher(teacher)
+    tid = teacher_identity(teacher_path)
+    full_train = load_task(task, "train", data_dir)
+    full_dev = load_task(task, "dev", data_dir)
+    dev = full_dev.head(config.max_dev_examples)
+    if full_train.kind not in ("single", "pair", "tagging"):
+        raise DataError(f"task {task!r} of kind {full_train.kind!r} cannot be fine-tuned")
+    train = full_train.head(config.max_train_examples)
+    cuts = [cap_note(split, len(full), len(used), f"teacher_finetune.{setting} (the first rows)")
+            for split, full, used, setting in (("train", full_train, train, "max_train_examples"),
+                                               ("dev", full_dev, dev, "max_dev_examples"))
+            if len(used) < len(full)]  # a teacher's caps are heads
+    for cut in cuts:
+        log.info("teacher: %s", cut)
+    from nas.device import current_precision  # light: no torch
+
+    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config,
+                       current_precision())
+    run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
+    return FinetunePlan(task=task, teacher_path=teacher_path, teacher_id=tid, train=train,
+                        dev=dev, key=key, run_dir=run_dir, cuts=cuts)
+
+
 def finetune_teacher(
     task: str | dict,
     teacher: str | None = None,
@@ -357,28 +422,13 @@ def finetune_teacher(
         with use_device(device):
             return finetune_teacher(task, teacher, data_dir, out_dir, config, cache_dir,
                                     checkpoint_every, progress, force)
-    from nas.data import load_task, resolve_task  # light: no torch
 
-    task = resolve_task(task)  # a data file becomes a registered name; names stay as they are
-    config = config or FinetuneConfig()
-    if config.epochs <= 0 or config.batch_size <= 0 or config.max_seq_len < 8:
-        raise NasError(
-            f"epochs and batch_size must be > 0 and max_seq_len >= 8, got epochs={config.epochs}, "
-            f"batch_size={config.batch_size}, max_seq_len={config.max_seq_len}"
-        )
     t_start = time.time()
-    teacher_path = resolve_teacher(teacher)
-    tid = teacher_identity(teacher_path)
-    train = load_task(task, "train", data_dir)
-    dev = load_task(task, "dev", data_dir).head(config.max_dev_examples)
-    if train.kind not in ("single", "pair", "tagging"):
-        raise DataError(f"task {task!r} of kind {train.kind!r} cannot be fine-tuned")
-    train = train.head(config.max_train_examples)
-    from nas.device import current_precision
-
-    key = finetune_key(task, tid, [train.fingerprint, dev.fingerprint], config,
-                       current_precision())
-    run_dir = cache_root(cache_dir) / "teachers" / f"{task.replace('/', '_')}-{key}"
+    config = config or FinetuneConfig()
+    plan = finetune_plan(task, teacher, data_dir, config, cache_dir)
+    task, teacher_path, tid, key, run_dir = (plan.task, plan.teacher_path, plan.teacher_id,
+                                            plan.key, plan.run_dir)
+    train, dev = plan.train, plan.dev
     out = Path(out_dir) if out_dir is not None else None
     if (run_dir / RESULT_FILE).is_file() and not force:
         log.info("cache hit: %s (%.2fs)", run_dir, time.time() - t_start)

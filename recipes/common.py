@@ -234,20 +234,37 @@ class TaskContext:
         """Stage 2 (``number``): the training subset, dev (capped), the report split
         (``test`` where the task has one), and their overlap with train (logged, warned
         above 5%)."""
-        from nas.data import load_task, report_split
         from nas.measure import overlap_counts
 
-        d, data_dir = self.cfg.data, self.options.data_dir
         self.stage(number, "data")
+        cuts = self.select_data()
+        sizes = {"train": len(self.train), "dev": len(self.dev),
+                 self.report_split: len(self.report)}  # the report split may be dev
+        self.run.log("data", **sizes, cuts=cuts)
+        self.overlap = overlap_counts(self.task, self.full_train,
+                                      {"dev": self.dev, self.report_split: self.report})
+        self.run.log("overlap", **self.overlap)
+
+    def select_data(self) -> list[str]:
+        """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
+        ``full_train`` and ``report_rows`` before the caps); returns the cuts made, as
+        the run log records them (``nas run --dry-run`` stops here)."""
+        from nas.data import load_task, report_split
+
+        d, data_dir = self.cfg.data, self.options.data_dir
+        cuts: list[str] = []
         self.full_train = load_task(self.task, "train", data_dir)
         self.train = seeded_subset(self.full_train, d.max_train_examples, self.seed, "data",
-                                   "data.max_train_examples")
+                                   "data.max_train_examples", cuts)
         full_dev = load_task(self.task, "dev", data_dir)
         if d.dev_subset == "seeded":
             self.dev = seeded_subset(full_dev, d.max_dev_examples, self.seed, "dev-subset",
-                                     "data.max_dev_examples")
+                                     "data.max_dev_examples", cuts)
         else:
             self.dev = full_dev.head(d.max_dev_examples)
+            if len(self.dev) < len(full_dev):
+                _note_cut(full_dev.split, len(full_dev), len(self.dev),
+                          "data.max_dev_examples (the first rows)", cuts)
             _warn_lost_classes(full_dev, self.dev)
         self.report_split = report_split(self.task)
         if self.report_split == "dev":
@@ -257,10 +274,8 @@ class TaskContext:
             full_report = load_task(self.task, self.report_split, data_dir)
             self.report_rows = len(full_report)
             self.report = seeded_subset(full_report, d.max_report_examples, self.seed,
-                                        REPORT_SAMPLE_STAGE, "data.max_report_examples")
-        self.overlap = overlap_counts(self.task, self.full_train,
-                                      {"dev": self.dev, self.report_split: self.report})
-        self.run.log("overlap", **self.overlap)
+                                        REPORT_SAMPLE_STAGE, "data.max_report_examples", cuts)
+        return cuts
 
     def prepare_batches(self) -> None:
         """The teacher's tokenizer, the dev and report-split batches, and the latency
@@ -420,22 +435,44 @@ class TaskContext:
                "overlap_with_train": self.overlap}
         if len(self.report) < self.report_rows:
             out["of_examples"] = self.report_rows  # a seeded sample of the split
-        return out
+        return {**out, **trivial_answers(self.report)}
 
     @property
     def metric(self) -> str:
         return self.dev.metric
 
 
-def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str) -> Any:
+def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str,
+                  cuts: list[str] | None = None) -> Any:
     """``n`` rows of ``data`` drawn with the run's seed for ``stage``, in file order; all
     of it when ``n`` is ``None`` or not smaller. The cut is logged with the setting that
-    made it."""
+    made it (and added to ``cuts``, which the run log records)."""
     rows = sample_rows(len(data), n, seed, stage)
     if rows is None:
         return data
-    log.info("%s: %d rows, using %d (%s)", data.split, len(data), n, setting)
+    _note_cut(data.split, len(data), len(rows), setting, cuts)
     return data.subset(rows)
+
+
+def _note_cut(split: str, rows: int, used: int, setting: str, cuts: list[str] | None) -> None:
+    from nas.data.tasks import cap_note
+
+    note = cap_note(split, rows, used, setting)
+    log.info("%s", note)
+    if cuts is not None:
+        cuts.append(note)
+
+
+def trivial_answers(data: Any) -> dict[str, Any]:
+    """What a model that learned nothing scores on ``data``: ``classes`` (chance is one
+    in that many) and ``majority``, the most frequent label and its share (always
+    answering it). The report flags a model within 2 points of either."""
+    if not data.labels:
+        return {}
+    counts = np.bincount(np.asarray(data.labels), minlength=data.num_labels)
+    top = int(np.argmax(counts))
+    return {"classes": data.num_labels,
+            "majority": {"label": data.label_names[top], "share": float(counts[top] / len(data))}}
 
 
 def _warn_lost_classes(full: Any, head: Any) -> None:
@@ -513,8 +550,13 @@ class Recipe(Method):
             from searchers.study import check_own_storages
 
             check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
-        run = RunDir(options.run_dir, {**self.snapshot(config), **snapshot_extra},
-                     resume=options.resume, break_lock=options.break_lock)
+        from nas.data.files import record_task
+
+        recorded = {**self.snapshot(config), **snapshot_extra}
+        # data inside the run folder relative to it, a user's own files as given (absolute)
+        recorded["task"] = record_task(recorded["task"], options.run_dir)
+        run = RunDir(options.run_dir, recorded, resume=options.resume,
+                     break_lock=options.break_lock)
         return replace(config, task=task), run
 
     def prepared(self, config: MethodConfig, options: RunOptions, **snapshot_extra: Any
@@ -526,6 +568,11 @@ class Recipe(Method):
 
     def snapshot(self, config: MethodConfig) -> dict[str, Any]:
         return snapshot(self.name, config)
+
+    def dry_run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+        from recipes.plan import dry_run
+
+        return dry_run(self, config, options)
 
     def resumes(self, config: MethodConfig, options: RunOptions) -> bool:
         """Whether the run folder is opened to resume (``--resume``, by default); the

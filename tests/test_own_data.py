@@ -294,11 +294,71 @@ def test_set_overrides_any_dotted_key_before_the_typed_checks(tmp_path):
     ("search.gamma=2", r"gamma must be in \[0, 1\], got 2"),
     ("retrain.epochz=1", r"unknown key 'epochz'"),
     ("task=nope.csv", r"adabert_smoke\.yaml: task: nope\.csv: no such file"),
-    ("task.text=review", r"task is 'sst2', not a mapping of settings; set task=VALUE"),
+    ("task.text=review", r"--set task.text: the task is 'sst2', a named task whose columns "
+                         r"are set; give your data too \(--set task.train=FILE\), or --task"),
 ])
 def test_set_gets_the_same_checks_as_the_file(override, match):
     with pytest.raises(ConfigError, match=match):
         load_experiment(ROOT / "experiments" / "adabert_smoke.yaml", [override])
+
+
+def test_task_keys_replace_a_named_task_with_your_files(tmp_path):
+    """Issue 31: --set task.train=FILE on an experiment whose task: is a name replaces the
+    name; column keys alone rename the columns of a task given as a file."""
+    smoke = ROOT / "experiments" / "adabert_smoke.yaml"
+    train = _csv(tmp_path / "mine.csv", _rows(20), header="review,sentiment")
+    _, config = load_experiment(smoke, [f"task.train={train}", "task.text=review",
+                                        "task.label=sentiment"])
+    assert config.task == {"train": str(train), "text": "review", "label": "sentiment"}
+    _, config = load_experiment(smoke, ["task.text=review", "task.label=sentiment"],
+                                task=str(train))
+    assert config.task == {"path": str(train), "text": "review", "label": "sentiment"}
+    assert resolve_task(config.task).startswith("mine-")
+
+
+def test_run_task_replaces_the_file_s_task(tmp_path, monkeypatch):
+    smoke = ROOT / "experiments" / "adabert_smoke.yaml"
+    path = _csv(tmp_path / "reviews.csv", _rows(20))
+    monkeypatch.chdir(tmp_path)
+    _, config = load_experiment(smoke, task="reviews.csv")  # relative to the current folder
+    assert config.task == str(path)
+    assert load_experiment(smoke, task="mrpc")[1].task == "mrpc"
+    with pytest.raises(ConfigError, match=r"--task nope\.csv: task: nope\.csv: no such file"):
+        load_experiment(smoke, task="nope.csv")
+
+
+def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, tiny_teacher, monkeypatch,
+                                                    capsys):
+    """nas run --task FILE --dry-run: the resolved configuration, the sizes and the caps'
+    cuts, the teacher (to fine-tune), the steps per training section and an estimate; no
+    run folder, no teacher in the cache."""
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    path = _csv(tmp_path / "big.csv", _rows(400))
+    run_dir = tmp_path / "run"
+    argv = ["run", str(ROOT / "examples" / "reviews.yaml"), "--task", str(path), "--run-dir",
+            str(run_dir), "--set", f"teacher={tiny_teacher}", "--set",
+            "data.max_train_examples=256", "--set", "teacher_finetune.max_train_examples=100",
+            "--dry-run", "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert not run_dir.exists() and not (tmp_path / "cache" / "teachers").exists()
+    assert plan["config"]["task"] == str(path) and plan["task"].startswith("big-")
+    # 400 rows: 40 carved for validation (val_fraction 0.1), 360 left, 256 used
+    assert plan["data"]["cuts"] == ["train: 360 rows, using 256: data.max_train_examples"]
+    assert plan["data"]["train"] == 256 and plan["data"]["dev"] == 40
+    steps = {s["name"]: s["steps"] for s in plan["stages"]}
+    assert steps == {"search": 2 * 8, "retrain": 3 * 8}  # epochs × ⌈256 / 32⌉
+    assert plan["trials"] == 2
+    assert plan["teacher"] == {"cached": False, "folder": plan["teacher"]["folder"],
+                               "train": 100, "dev": 40, "steps": 8,  # 2 epochs × ⌈100/32⌉
+                               "cuts": ["train: 360 rows, using 100: teacher_finetune."
+                                        "max_train_examples (the first rows)"]}
+    assert plan["estimate"]["seconds"] > 0 and plan["estimate"]["seq_len"] == 32
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "train: 360 rows, using 256: data.max_train_examples" in text
+    assert "  retrain: 24 steps (3 epoch(s) × 8 batches of 32 on 256 examples)" in text
+    assert "estimated wall time: about" in text and "task: " + str(path) in text
 
 
 def test_the_run_snapshot_records_the_overrides(tmp_path, capsys):
@@ -313,6 +373,32 @@ def test_the_run_snapshot_records_the_overrides(tmp_path, capsys):
     assert snapshot["data"]["max_train_examples"] == 100
     assert snapshot["task"] == {"train": str(EXAMPLE_CSV), "text": "review",
                                 "label": "sentiment"}
+
+
+def test_data_inside_the_run_folder_is_recorded_relative_to_it(tmp_path, capsys):
+    """The storage rule of issue 27 for a task's files: inside the run folder relative (a
+    moved run reads its own copy), a user's own files as given (absolute)."""
+    from nas.data.files import record_task, recorded_task
+    from nas.evaluate import export_dir_of
+
+    run_dir = tmp_path / "run"
+    inside = _csv(run_dir / "data" / "train.csv", _rows(40), header="review,sentiment")
+    outside = _csv(tmp_path / "test.csv", _rows(10, offset=40), header="review,sentiment")
+    code = main(["run", str(ROOT / "examples" / "reviews.yaml"), "--run-dir", str(run_dir),
+                 "--no-progress", "--set", f"task.train={inside}", "--set",
+                 f"task.test={outside}", "--set", f"teacher={tmp_path / 'no-teacher'}"])
+    assert code == 2 and "teacher folder" in capsys.readouterr().err  # stops after opening
+    snapshot = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert snapshot["task"]["train"] == "data/train.csv"
+    assert snapshot["task"]["test"] == str(outside)
+    moved = tmp_path / "moved"
+    run_dir.rename(moved)
+    (moved / "export").mkdir()
+    (moved / "export" / "config.json").write_text("{}")
+    _, task = export_dir_of(moved)  # what nas evaluate RUN_DIR reads
+    assert task["train"] == str((moved / "data" / "train.csv").resolve())
+    assert task["test"] == str(outside) and task["text"] == "review"
+    assert record_task("sst2", moved) == "sst2" == recorded_task("sst2", moved)
 
 
 # ------------------------------------------------------------------ command line

@@ -131,8 +131,25 @@ def test_a_dev_head_that_loses_classes_is_warned_about_and_seeded_keeps_them(tmp
 
 
 def test_caps_that_cut_the_data_are_logged_with_their_setting(tmp_path, caplog):
+    """Issue 31: "2,000 rows, using 256: data.max_train_examples", on the console and in
+    the run log; the report split's trivial answers are recorded for the report."""
+    logged: list[tuple[str, dict]] = []
     with caplog.at_level(logging.INFO, logger="nas.recipe"):
-        ctx = _Ctx({"max_train_examples": 50}, tmp_path)
+        ctx = _Ctx({"max_train_examples": 50, "max_dev_examples": 30}, tmp_path)
+        ctx.run.log = lambda stage, **fields: logged.append((stage, fields))
         ctx.prepare_data()
-    assert len(ctx.train) == 50
-    assert "using 50 (data.max_train_examples)" in caplog.text
+    rows = len(ctx.full_train)
+    assert len(ctx.train) == 50 and rows > 1000
+    train_note = f"train: {rows:,} rows, using 50: data.max_train_examples"
+    assert train_note in caplog.text
+    data = dict(logged)["data"]
+    assert data["train"] == 50 and data["dev"] == 30
+    assert data["cuts"][0] == train_note
+    assert data["cuts"][1] == "dev: 700 rows, using 30: data.max_dev_examples (the first rows)"
+    ctx.report, ctx.report_rows, ctx.overlap, ctx.median_tokens = ctx.dev, 30, {}, 8
+    evaluation = ctx.evaluation()
+    assert evaluation["classes"] == 7
+    labels = list(ctx.dev.labels)
+    top = max(set(labels), key=labels.count)
+    assert evaluation["majority"] == {"label": ctx.dev.label_names[top],
+                                      "share": labels.count(top) / 30}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nas.report import write_report
@@ -47,3 +49,37 @@ def test_report_uses_the_report_split_and_names_its_file(tmp_path):
     assert "Scores on `test` (sst2/test_sentences.tsv, 1821 examples)" in text
     assert "| searched | 82.00 |" in text and "| teacher | 90.00 |" in text
     assert "closest to its median length of 22 tokens" in text
+
+
+def _evaluated(tmp_path, searched_acc: float, teacher_acc: float = 0.9, **evaluation):
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path)) / "run"
+    run = RunDir(folder, {"name": "x"})
+    teacher = {**_model(teacher_acc, 0.0, 20_000_000, 10.0), "test": {"accuracy": teacher_acc}}
+    student = {**_model(0.5, 0.0, 100_000, 0.05), "test": {"accuracy": searched_acc}}
+    run.save_json("metrics.json", {
+        "metric": "accuracy", "teacher": teacher, "searched": student,
+        "evaluation": {"split": "test", "file": "mine.csv", "examples": 300, **evaluation}})
+    return write_report(folder)[0]
+
+
+def test_report_flags_a_model_near_chance_or_the_majority_answer(tmp_path):
+    """Issue 31: a student at 36% on 3 classes was reported only as "194.8× faster"."""
+    three = {"classes": 3, "majority": {"label": "neutral", "share": 0.35}}
+    text = _evaluated(tmp_path, 0.345, **three)
+    assert ("Warning: searched scores 34.50% accuracy on `test`, within 2 points of chance "
+            "(33.33%, 3 classes) and within 2 points of the majority answer (35.00%, always "
+            "'neutral'): it has not learned the task") in text
+    assert "Warning: teacher" not in text
+    assert "searched scores 36.00% accuracy on `test`, within 2 points of the majority" in \
+        _evaluated(tmp_path, 0.36, **three)  # 2.67 points above chance, 1 above the majority
+    # always answering the majority class beats it: flagged as below that answer
+    text = _evaluated(tmp_path, 0.55, **{"classes": 2,
+                                         "majority": {"label": "pos", "share": 0.8}})
+    assert ("searched scores 55.00% accuracy on `test`, below the majority answer (80.00%, "
+            "always 'pos')") in text
+    # 2 points above both is a model that learned something: no warning
+    assert "Warning" not in _evaluated(tmp_path, 0.38, **three)
+    # old runs recorded no class counts: no flag, and no failure
+    assert "Warning" not in _evaluated(tmp_path, 0.36)

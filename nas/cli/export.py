@@ -4,12 +4,16 @@
                [--format native|hf|onnx]
     nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx]
     nas predict DIR "text" ["second text"] [--runtime torch|onnx] [--json]
+    nas predict DIR --file texts.txt|data.csv [--text-column C] [--pair-column C2]
+                [--batch-size N] [--json]
     nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -72,14 +76,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("predict", help="label and probabilities of an exported classifier "
-                                       "(a tagging model: intent and slot spans)")
+                                       "(a tagging model: intent and slot spans), for one text "
+                                       "or every text of a file")
     p.add_argument("directory", help="an export directory (nas export)")
-    p.add_argument("text", help="the text to classify or tag")
+    p.add_argument("text", nargs="?", help="the text to classify or tag (or --file)")
     p.add_argument("text_b", nargs="?", help="second sentence of a pair")
+    p.add_argument("--file", metavar="FILE",
+                   help="predict every text of FILE, streamed in file order: one text per line "
+                        "(blank lines skipped), or a .csv, .tsv or .jsonl table; one answer "
+                        "per text on stdout (JSON Lines with --json)")
+    p.add_argument("--text-column", metavar="C",
+                   help="with a table --file: the text column (default: text, else the only "
+                        "column)")
+    p.add_argument("--pair-column", metavar="C2",
+                   help="with a table --file: the second text of a pair (default: text_pair "
+                        "when the model reads pairs)")
+    # default None: nas.runtime.PREDICT_BATCH_SIZE, read when the command runs (the parser
+    # must not import torch)
+    p.add_argument("--batch-size", type=positive_int, metavar="N",
+                   help="texts per forward pass (default 64); each batch holds texts of one "
+                        "token length, so answers do not depend on it")
     p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
                    help="run with torch (default) or onnxruntime (an onnx export)")
     add_device_option(p, "auto", "the torch runtime computes")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    p.add_argument("--threads", type=positive_int,
+                   help="intra-op threads (default: the runtime's own)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (shown on stderr for a --file of more than one batch)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON document (--file: one per line)")
     p.set_defaults(func=cmd_predict)
 
     p = subparsers.add_parser("bench", help="latency (median, IQR, p90) and throughput, on the "
@@ -190,20 +215,86 @@ def _export_run(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from nas.runtime import load
 
-    model = load(args.directory, args.runtime, device=runtime_device(args))
+    if (args.file is None) == (args.text is None):
+        raise NasError("nas predict needs a text or --file FILE (not both); e.g. nas predict "
+                       "DIR \"a fine film\" or nas predict DIR --file texts.txt")
+    if args.file is None and (args.text_column or args.pair_column):
+        raise NasError("--text-column and --pair-column go with --file (a table to read)")
+    model = load(args.directory, args.runtime, args.threads, device=runtime_device(args))
+    if args.file is not None:
+        return _predict_file(args, model)
     texts_b = [args.text_b] if args.text_b is not None else None
     model.check_texts([args.text], texts_b)  # before any warning: a refusal is one line
+    _warn_random(args, model)
+    result = model.predict([args.text], texts_b)[0]
+    emit(args, result, _answer_text(result, one_line=False))
+    return 0
+
+
+def _warn_random(args: argparse.Namespace, model: Any) -> None:
     if model.random_init:
         print(f"warning: {args.directory} holds untrained, randomly initialised weights "
               "(exported with --random-init): its answers mean nothing", file=sys.stderr)
-    result = model.predict([args.text], texts_b)[0]
-    if "slots" in result:  # a joint intent + slot model: the intent, then one line per slot
-        slots = [f"  {s['slot']}: {s['text']}" for s in result["slots"]] or ["  (no slots)"]
-        emit(args, result, "\n".join(
-            [f"intent\t{result['intent']}\t{result['intent_probability']:.4f}", *slots]))
-        return 0
+
+
+def _answer_text(result: dict[str, Any], *, one_line: bool) -> str:
+    """One answer as text: ``label<TAB>name=p  name=p``; a joint intent + slot model's is
+    its intent, then a line per slot (``one_line``: the slots on the same line)."""
+    if "slots" in result:
+        slots = [f"{s['slot']}: {s['text']}" for s in result["slots"]] or ["(no slots)"]
+        head = f"intent\t{result['intent']}\t{result['intent_probability']:.4f}"
+        return (f"{head}\t{'; '.join(slots)}" if one_line
+                else "\n".join([head, *(f"  {s}" for s in slots)]))
     probs = "  ".join(f"{k}={v:.4f}" for k, v in result["probabilities"].items())
-    emit(args, result, f"{result['label']}\t{probs}")
+    return f"{result['label']}\t{probs}"
+
+
+def _predict_file(args: argparse.Namespace, model: Any) -> int:
+    """``nas predict DIR --file F``: every text of F, streamed, one answer per line in
+    file order (JSON Lines under ``--json``, each with its line number and text)."""
+    from tqdm import tqdm
+
+    from nas.runtime import PREDICT_BATCH_SIZE
+    from nas.textfile import columns, count_rows, read_rows
+
+    path = Path(args.file).expanduser()
+    pair_column = args.pair_column
+    if pair_column is None and model.text_input == "pair" and "text_pair" in columns(path):
+        pair_column = "text_pair"
+    rows = read_rows(path, args.text_column, pair_column)
+    first = next(rows, None)
+    if first is None:
+        raise NasError(f"--file {path}: holds no text; give one text per line, or a table "
+                       "with a text column")
+    if model.text_input == "pair" and first.text_pair is None:
+        raise NasError(f"the model in {args.directory} reads a pair of texts; give --file a "
+                       "table (.csv, .tsv, .jsonl) and name the second text with --pair-column")
+    model.check_texts([first.text], None if first.text_pair is None else [first.text_pair])
+    _warn_random(args, model)
+    total = count_rows(path)
+    examples = itertools.chain([first], rows)
+    batch_size = args.batch_size or PREDICT_BATCH_SIZE
+    pending: collections.deque[Any] = collections.deque()  # rows read, answers to come
+
+    def feed() -> Any:
+        for row in examples:
+            pending.append(row)
+            yield row.text, row.text_pair
+
+    bar = tqdm(total=total, unit="text", file=sys.stderr, desc="predict",
+               disable=True if args.no_progress or total <= batch_size else None)
+    try:
+        for result in model.predict_stream(feed(), batch_size):
+            row = pending.popleft()
+            if args.json:
+                extra = {"text_pair": row.text_pair} if row.text_pair is not None else {}
+                print(json.dumps({"line": row.line, "text": row.text, **extra, **result},
+                                 ensure_ascii=False))
+            else:
+                print(_answer_text(result, one_line=True))
+            bar.update()
+    finally:
+        bar.close()
     return 0
 
 

@@ -18,6 +18,14 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                     searcher_names: list[str]) -> None:
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("config", help="experiment YAML, e.g. experiments/adabert_sst2.yaml")
+    p.add_argument("--task", metavar="FILE|DIR|NAME",
+                   help="run on this task instead of the file's task: a data file (CSV, TSV, "
+                        "JSONL, Parquet), a saved datasets folder or a task name; --set "
+                        "task.text=COLUMN and its siblings then name its columns")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved configuration, the data sizes (and what the caps "
+                        "cut), the steps per training stage and an estimated wall time, then "
+                        "exit without training or writing the run folder")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the YAML, any dotted key, the value read as "
@@ -76,7 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
 
     overrides = [*args.set, *([f"device={args.device}"] if args.device else [])]
-    method, config = load_experiment(args.config, overrides, plugins=args.plugin)
+    method, config = load_experiment(args.config, overrides, plugins=args.plugin,
+                                     task=args.task)
     # an experiment may name its searcher (`searcher: lanas`); --searcher overrides it
     searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
     study = _study_options(args, searcher)
@@ -85,6 +94,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
                          study=study, break_lock=args.break_lock)
+    if args.dry_run:
+        from recipes.plan import describe
+
+        plan = method.dry_run(config, options)
+        emit(args, plan, describe(plan))
+        return 0
     metrics = method.run(config, options)
     emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
     return 0

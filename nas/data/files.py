@@ -235,6 +235,66 @@ def normalise_task(task: Any, base_dir: str | Path | None = None) -> Any:
     return parsed.to_source()
 
 
+def task_for_overrides(task: Any, keys: Sequence[str], base_dir: str | Path | None = None
+                       ) -> Any:
+    """The ``task:`` that ``--set task.KEY=VALUE`` settings (``keys``: the ``KEY`` parts)
+    apply to: a mapping stays itself; a name or a path becomes a mapping, so that
+    ``--set task.train=FILE`` on an experiment whose ``task:`` is ``sst2`` replaces the
+    name with your file. With only column or option keys (``task.label=sentiment``) a
+    path stays the data (``path:``); a registered name has no columns to rename, which
+    is refused in one line."""
+    if not isinstance(task, str):
+        return task
+    fields = [k.split(".")[0] for k in keys]
+    if any(k in (*SPLITS, "dev", "path") for k in fields):
+        return {}  # the data is given anew: the name or path is replaced
+    found = _find(task.strip(), Path(base_dir) if base_dir is not None else None)
+    if found is not None and (found.is_file() or _is_datasets_folder(found)):
+        return {"path": str(found)}
+    raise DataError(f"task.{fields[0]}: the task is {task!r}, a named task whose columns are "
+                    f"set; give your data too (--set task.train=FILE), or --task FILE")
+
+
+_PATH_KEYS = (*SPLITS, "dev", "path")
+
+
+def record_task(task: Any, run_dir: str | Path) -> Any:
+    """A normalised ``task:`` (absolute paths) as a run folder's ``config.yaml`` records
+    it, by the rule of the run folder's own storage (issue 27): a data file inside the
+    run folder relative to it, so a moved or copied run reads its own copy; a user's
+    data anywhere else as given (absolute). The inverse is :func:`recorded_task`."""
+    folder = Path(run_dir).resolve()
+
+    def record(value: Any) -> Any:
+        if not isinstance(value, str) or not Path(value).is_absolute():
+            return value  # a task name
+        try:
+            return Path(value).relative_to(folder).as_posix()
+        except ValueError:
+            return value
+
+    if isinstance(task, Mapping):
+        return {k: record(v) if k in _PATH_KEYS else v for k, v in task.items()}
+    return record(task)
+
+
+def recorded_task(task: Any, run_dir: str | Path) -> Any:
+    """A ``task:`` read from a run folder's ``config.yaml``, with the paths
+    :func:`record_task` made relative to the folder made absolute again (from wherever
+    the folder is now); names and absolute paths stay as they are."""
+    folder = Path(run_dir)
+
+    def resolve(value: Any) -> Any:
+        if not isinstance(value, str) or Path(value).is_absolute():
+            return value
+        inside = folder / value
+        return str(inside.resolve()) if inside.exists() else value
+
+    if isinstance(task, Mapping):
+        return {k: resolve(v) if k in _PATH_KEYS else v for k, v in task.items()}
+    return resolve(task)
+
+
 # ---------------------------------------------------------------- identity and name
 
 

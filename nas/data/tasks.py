@@ -232,6 +232,13 @@ class TaskData:
         return self.subset(range(n))
 
 
+def cap_note(split: str, rows: int, used: int, setting: str) -> str:
+    """How a cap cut a split, in the words the run log and the console use (issue 31:
+    a cap must never cut a user's data without a word):
+    ``train: 2,000 rows, using 256: data.max_train_examples``."""
+    return f"{split}: {rows:,} rows, using {used:,}: {setting}"
+
+
 def _hash_strings(parts: Sequence[str]) -> str:
     h = hashlib.sha256()
     for p in parts:

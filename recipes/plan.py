@@ -1,0 +1,208 @@
+"""``nas run --dry-run``: what a run would do, found without doing it (issue 31, item 4).
+
+A dry run resolves the task, reads and caps the data exactly as stage 2 does
+(:meth:`recipes.common.TaskContext.select_data`, so the cuts it reports are the run's),
+asks the teacher cache whether the fine-tuned teacher exists
+(:func:`nas.teacher.finetune_plan`), and counts the steps of every training section of
+the configuration: a section is any part of it with ``epochs`` and ``batch_size``
+(``search``, ``retrain``, a distillation stage...), trained on the training subset. It
+writes no run folder and trains nothing.
+
+The wall-time estimate is rough on purpose and says so: one forward and backward pass
+of the teacher is timed on real training examples at the run's token length, here, at
+the current torch thread count, and every counted step is charged as a teacher-sized
+step of its batch size. A student is smaller than the teacher (its steps are cheaper),
+a supernet or a distillation step that also runs the teacher costs more, and a
+multi-trial stage repeats its per-trial training for each trial (the trial count is
+shown, not guessed into the sum): read the figure as the order of magnitude.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+#: examples in the timed teacher step (after one untimed warm-up step)
+TIMED_EXAMPLES = 8
+#: examples whose token counts scale the timed step to another length cap
+LENGTH_SAMPLE = 256
+
+
+class _NoRunFolder:
+    """The run folder a dry run does not open: log lines go nowhere."""
+
+    def log(self, stage: str, **fields: Any) -> None:
+        pass
+
+
+def training_sections(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted name, section)`` for every part of ``config`` (dataclasses and mappings,
+    nested) that has ``epochs`` and ``batch_size``, in declaration order. The teacher's
+    fine-tuning (``teacher_finetune``) is counted apart."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        items: Mapping[str, Any] = {f.name: getattr(config, f.name)
+                                    for f in dataclasses.fields(config)}
+    elif isinstance(config, Mapping):
+        items = config
+    else:
+        return
+    for name, value in items.items():
+        path = f"{prefix}{name}"
+        if path == "teacher_finetune":
+            continue
+        if _get(value, "epochs") is not None and _get(value, "batch_size") is not None:
+            yield path, value
+        else:
+            yield from training_sections(value, f"{path}.")
+
+
+def _get(section: Any, key: str) -> Any:
+    if isinstance(section, Mapping):
+        return section.get(key)
+    if dataclasses.is_dataclass(section) and not isinstance(section, type):
+        return getattr(section, key, None)
+    return None
+
+
+def section_steps(section: Any, examples: int) -> dict[str, Any]:
+    """The batches one pass of ``section`` trains: ``epochs`` × ⌈examples / batch⌉, cut
+    at ``max_steps`` when set."""
+    epochs, batch = _get(section, "epochs"), int(_get(section, "batch_size"))
+    per_epoch = math.ceil(examples / batch)
+    steps = max(1, int(round(float(epochs) * per_epoch)))
+    cap = _get(section, "max_steps")
+    if isinstance(cap, int) and cap < steps:
+        steps = cap
+    return {"examples": examples, "batch_size": batch, "epochs": epochs,
+            "batches_per_epoch": per_epoch, "steps": steps}
+
+
+def _trials(config: Any) -> int | None:
+    study = _get(config, "multi_trial")
+    n = _get(study, "n_trials") if study is not None else None
+    return int(n) if isinstance(n, int) else None
+
+
+def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
+    """The plan of ``method`` on ``config``: the configuration as the run folder's
+    ``config.yaml`` would record it, the data sizes and cuts, the teacher, the steps of
+    each training section and the rough wall-time estimate (module docstring)."""
+    from nas.data import resolve_task
+    from nas.teacher import finetune_plan
+    from recipes.common import TaskContext
+
+    task = resolve_task(config.task)
+    resolved = dataclasses.replace(config, task=task)
+    ctx = TaskContext(resolved, _NoRunFolder(), options)  # type: ignore[arg-type]
+    cuts = ctx.select_data()
+    finetune = resolved.finetune_config()
+    teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)
+    sections = [{"name": name, **section_steps(section, len(ctx.train))}
+                for name, section in training_sections(resolved)]
+    seq_len = resolved.data.max_seq_len
+    timed = teacher_step_seconds(teacher.teacher_path, ctx.train, seq_len)
+    seconds = sum(s["steps"] * s["batch_size"] for s in sections) * timed["per_example"]
+    teacher_row: dict[str, Any] = {"cached": teacher.cached, "folder": str(teacher.run_dir),
+                                   "train": len(teacher.train), "dev": len(teacher.dev),
+                                   "cuts": teacher.cuts}
+    if not teacher.cached:
+        steps = teacher.steps(finetune)
+        teacher_row["steps"] = steps
+        # batches are padded to their longest text (dynamic padding): the cost follows
+        # the texts' mean length under each cap, not the caps (linear: the low side, as
+        # attention grows faster with length)
+        lengths = timed.pop("lengths")
+        ratio = (sum(min(n, finetune.max_seq_len) for n in lengths)
+                 / max(1, sum(min(n, seq_len) for n in lengths)))
+        seconds += steps * finetune.batch_size * timed["per_example"] * ratio
+    timed.pop("lengths", None)
+    return {"method": method.name, "name": resolved.name,
+            "config": method.snapshot(config), "task": task,
+            "data": {"train": len(ctx.train), "dev": len(ctx.dev),
+                     ctx.report_split: len(ctx.report), "cuts": cuts,
+                     "report_split": ctx.report_split},
+            "teacher": teacher_row, "stages": sections, "trials": _trials(resolved),
+            "estimate": {"seconds": round(seconds, 1), **timed}}
+
+
+def teacher_step_seconds(teacher_path: str, data: Any, seq_len: int) -> dict[str, Any]:
+    """Seconds per training example of one teacher forward and backward pass on the
+    first :data:`TIMED_EXAMPLES` training examples at ``seq_len`` tokens (dynamic
+    padding, as the runs batch), after one untimed pass; ``lengths``: the untruncated
+    token counts of the first :data:`LENGTH_SAMPLE` examples."""
+    import torch
+
+    from nas.teacher import load_teacher
+    from nas.tokenization import encode, load_tokenizer
+
+    rows = data.head(TIMED_EXAMPLES)
+    tokenizer = load_tokenizer(teacher_path)
+    batch = encode(tokenizer, rows.texts_a, rows.texts_b, seq_len, separate_b=False)
+    sample = data.head(LENGTH_SAMPLE)
+    lengths = [len(ids) for ids in tokenizer(
+        list(sample.texts_a), list(sample.texts_b) if sample.texts_b else None,
+        truncation=False)["input_ids"]]
+    model = load_teacher(teacher_path, num_labels=max(2, data.num_labels)).train()
+    labels = torch.tensor([y % max(2, data.num_labels) for y in rows.labels] or [0])
+
+    def step() -> None:
+        model.zero_grad()
+        model(**batch, labels=labels[: batch["input_ids"].shape[0]]).loss.backward()
+
+    step()
+    t0 = time.perf_counter()
+    step()
+    elapsed = time.perf_counter() - t0
+    return {"per_example": elapsed / batch["input_ids"].shape[0], "seq_len": seq_len,
+            "threads": torch.get_num_threads(), "measured_on": "teacher", "lengths": lengths}
+
+
+def describe(plan: dict[str, Any]) -> str:
+    """The plan as the lines ``nas run --dry-run`` prints."""
+    import yaml
+
+    data = plan["data"]
+    lines = [f"dry run of {plan['name']} (method {plan['method']}): nothing trained, no run "
+             "folder written", "", "configuration (as the run's config.yaml records it):"]
+    lines += ["  " + line for line in yaml.safe_dump(plan["config"], sort_keys=False)
+              .rstrip().splitlines()]
+    split = data["report_split"]
+    sizes = f"train {data['train']:,}, dev {data['dev']:,}" + (
+        f", {split} {data[split]:,}" if split != "dev" else "")
+    lines += ["", f"data (task {plan['task']}): {sizes}"]
+    lines += [f"  {cut}" for cut in data["cuts"]] or ["  (no cap cut the data)"]
+    teacher = plan["teacher"]
+    lines += ["", "teacher: " + (f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
+                                 else f"to fine-tune: {teacher['steps']:,} steps on "
+                                      f"{teacher['train']:,} examples (dev {teacher['dev']:,})")]
+    lines += [f"  {cut}" for cut in teacher["cuts"]]
+    lines += ["", "training sections (epochs × batches of the training subset):"]
+    lines += [f"  {s['name']}: {s['steps']:,} steps ({s['epochs']} epoch(s) × "
+              f"{s['batches_per_epoch']:,} batches of {s['batch_size']} on {s['examples']:,} "
+              "examples" + (", cut at max_steps" if s["steps"] < s["batches_per_epoch"]
+                            * s["epochs"] else "") + ")"
+              for s in plan["stages"]] or ["  (none found)"]
+    if plan.get("trials"):
+        lines.append(f"  multi_trial: {plan['trials']} trials, each with its own training "
+                     "(not added into the estimate)")
+    est = plan["estimate"]
+    lines += ["", f"estimated wall time: about {_duration(est['seconds'])} (rough: every step "
+                  f"charged as a teacher step, {1000 * est['per_example']:.1f} ms per example at "
+                  f"{est['seq_len']} tokens measured now on {est['threads']} thread(s); "
+                  "students are cheaper, supernets and trials cost more)"]
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+__all__ = ["describe", "dry_run", "section_steps", "teacher_step_seconds",
+           "training_sections"]
