@@ -1,9 +1,9 @@
 """An exported child network as a ``transformers`` model (remote code): a sequence
-classifier, or a joint intent + slot model (docs/reference.md#mixed-vocabulary) for a graph ending in the
-``joint_intent_slot`` head, which ``transformers`` has no class for.
+classifier, or a joint intent + slot model (docs/reference.md#mixed-vocabulary) for a graph ending
+in the ``joint_intent_slot`` head, which ``transformers`` has no class for.
 
-The search-free executor of a **resolved** graph (docs/reference.md#efficientbert: the child keeps exactly the
-chosen ops at their widths, under the supernet's parameter names): it builds each op
+The search-free executor of a **resolved** graph (docs/reference.md#efficientbert: the child keeps
+exactly the chosen ops at their widths, under the supernet's parameter names): it builds each op
 of ``config.graph`` once, in topological order, and runs them in that order. Its
 modules are named as :class:`nas.network.GraphNet`'s (``nodes.<node>[.<op>]``,
 ``edges.<src>-><dst>[.<op>]``), so the export's ``model.safetensors`` loads as is.
@@ -103,7 +103,8 @@ def second_sentence(input_ids: torch.Tensor, token_type_ids: torch.Tensor,
     """``[CLS] b [SEP]`` of each joined pair ``[CLS] a [SEP] b [SEP]``, padded to ``width``
     (default the pair's) and cut to it as the tokenizer cuts B alone (its first pieces and
     the ``[SEP]``): what ``nas.tokenization.encode`` gives a graph that embeds B on its own
-    (docs/reference.md#adabert, AdaBERT's second input node), rebuilt from what a ``pipeline`` passes."""
+    (docs/reference.md#adabert, AdaBERT's second input node), rebuilt from what a
+    ``pipeline`` passes."""
     width = input_ids.shape[1] if width is None else width
     ids = torch.full((input_ids.shape[0], width), pad_id, dtype=input_ids.dtype,
                      device=input_ids.device)
