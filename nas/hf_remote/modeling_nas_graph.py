@@ -245,7 +245,8 @@ class JointIntentSlotOutput(ModelOutput):
 
 
 class NasGraphForJointIntentSlot(NasGraphPreTrainedModel):
-    """A joint intent + slot model (docs/reference.md#mixed-vocabulary): the graph's ``joint_intent_slot`` head gives
+    """A joint intent + slot model (docs/reference.md#mixed-vocabulary): the graph's
+    ``joint_intent_slot`` head gives
     one ``(B, L, I + T)`` tensor, the intent logits repeated at every position followed by
     each token's tag logits; this class splits it. ``config.id2label`` lists the I intents,
     then the T tags; ``config.num_intents`` is I."""
