@@ -154,7 +154,8 @@ def check_pipeline_answers(got: dict, texted: Path, paired: Path) -> None:
             mine["probabilities"], abs=TOL)
         assert max(theirs, key=lambda d: d["score"])["label"] == mine["label"]
     # a pair model that embeds the second sentence on its own (AdaBERT,
-    # docs/reference.md#adabert): the pipeline passes the joined pair, the remote code cuts B out of it as nas does
+    # docs/reference.md#adabert): the pipeline passes the joined pair, the remote code
+    # cuts B out of it as nas does
     model = load(paired)
     for theirs, (a, b) in zip(got["pair"], PAIRS, strict=True):
         mine = model.predict([a], [b])[0]
