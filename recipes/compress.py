@@ -107,6 +107,8 @@ class CompressContext(SearchContext):
     """Stages 1–2 of method search, then the sort, and the space and supernet made from
     the sorted teacher (module docstring)."""
 
+    cfg: CompressConfig  # the search context's configuration, with the importance section
+
     def make_space(self) -> tuple[Any, dict[str, Any]]:
         """The sort (cached), then ``bert-subnet`` of the teacher's shape with the sorted
         teacher as its supernet."""
@@ -167,7 +169,7 @@ class Compress(Search):
         return "inherited-kd", ({"hidden_weight": settings["hidden_weight"]}
                                 if "hidden_weight" in settings else {})
 
-    def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]
+    def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]  # context_class makes ctx a CompressContext
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 
 

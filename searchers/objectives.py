@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaluators.base import Evaluator
 from evaluators.penalty import PenaltyEvaluator
-from searchers.base import SEARCHERS, SearcherError
+from searchers.base import SEARCHERS, MultiTrialSearcher, SearcherError
 from searchers.settings import StudySettings
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
     ``latency_fn`` (``arch -> ms``, a latency model): the latency objective, ceiling and
     target read it instead of the inner result's measured ``latency_ms``.
     """
-    multi = SEARCHERS.get(searcher).multi_objective
+    cls = SEARCHERS.get(searcher)
+    multi = issubclass(cls, MultiTrialSearcher) and cls.multi_objective
     if settings.extra_objectives and multi:
         return PenaltyEvaluator(inner, space, seq_len=seq_len,
                                 extra_objectives=settings.extra_objectives,
