@@ -132,7 +132,7 @@ class Bench:
     def __init__(self, name: str) -> None:
         self.name = name
         self.setup = SETUPS[name]
-        self.space: PoolSpace = get_space(name)  # type: ignore[assignment]
+        self.space: PoolSpace = get_space(name)  # type: ignore[assignment]  # a tabular space is a PoolSpace
         self.max_params = float(np.median(self.space.metrics["params"]))
         self.allowed = self.space.within({"params": self.max_params})
         self.optimum = self.space.best(self.setup.score, self.allowed)
@@ -217,10 +217,10 @@ class _timed_asks:  # noqa: N801  (used as a context manager)
             finally:
                 into.append(time.perf_counter() - start)
 
-        StudySearch.ask = ask  # type: ignore[method-assign]
+        StudySearch.ask = ask  # type: ignore[method-assign]  # patched for the run
 
     def __exit__(self, *exc: object) -> None:
-        StudySearch.ask = self.original  # type: ignore[method-assign]
+        StudySearch.ask = self.original  # type: ignore[method-assign]  # restored
 
 
 def wilcoxon(a: Sequence[float], b: Sequence[float]) -> float:

@@ -247,9 +247,9 @@ def reseeded(evaluator: Evaluator, seed: int) -> Evaluator | None:
     if not hasattr(evaluator, "seed"):
         return None
     clone = copy.copy(evaluator)
-    clone.seed = seed  # type: ignore[attr-defined]
+    clone.seed = seed
     if getattr(clone, "workdir", None) is not None:
-        clone.workdir = Path(clone.workdir) / f"noise-seed-{seed}"  # type: ignore[attr-defined]
+        clone.workdir = Path(clone.workdir) / f"noise-seed-{seed}"  # type: ignore[attr-defined]  # getattr above
     return clone
 
 
@@ -395,12 +395,12 @@ def summarise(parts: AuditParts, rows: list[dict[str, Any]], n_boot: int, seed: 
         out["arms"][name] = arm
     out["full_mean_seconds"] = float(np.mean([res["full"].seconds for res in results]))
     if noise is not None:
-        scores = {name: [_score(res[name]) for res in usable] for name in parts.arms}
-        scores["full"] = full
+        by_arm = {name: [_score(res[name]) for res in usable] for name in parts.arms}
+        by_arm["full"] = full
         out["seed_noise"] = dict(noise)
-        out["spread_sd"] = {k: float(np.std(v, ddof=1)) for k, v in scores.items()
+        out["spread_sd"] = {k: float(np.std(v, ddof=1)) for k, v in by_arm.items()
                             if len(v) >= 2}
-        out["warnings"] = spread_warnings(scores, noise["sd"])
+        out["warnings"] = spread_warnings(by_arm, noise["sd"])
     if parts.curve_arms is not None:
         inherited, scratch = parts.curve_arms
         reach = []

@@ -105,7 +105,7 @@ class EvalResult:
     """
 
     values: tuple[float, ...] = ()
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # numbers, or a curve (a list)
     costs: dict[str, Any] = field(default_factory=dict)
     status: Status = Status.COMPLETE
     reason: str | None = None
@@ -193,7 +193,7 @@ class ScoringData:
     seq_len: the length FLOPs are counted at.
     """
 
-    val_batches: list[Mapping[str, Any]]
+    val_batches: Sequence[Mapping[str, Any]]
     metric: str = "accuracy"
     latency_batches: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     seq_len: int = 128
@@ -207,7 +207,7 @@ class FullTrainingData(ScoringData):
     init(model): called on the freshly built child (e.g. teacher embeddings), optional.
     """
 
-    test_batches: list[Mapping[str, Any]] | None = None
+    test_batches: Sequence[Mapping[str, Any]] | None = None
     init: Any = None  # Callable[[model], None]
 
 
@@ -223,7 +223,9 @@ class TrialPruned(Exception):  # noqa: N818  (named like optuna.TrialPruned on p
 class Trial(Protocol):
     """What an evaluator may ask of the trial it runs in (Optuna's ``Trial`` subset)."""
 
-    number: int
+    @property
+    def number(self) -> int:
+        """The trial's number in its study (read-only: a wrapper may forward it)."""
 
     def report(self, step: int, value: float) -> None:
         """Record an intermediate objective value (e.g. dev accuracy after epoch ``step``)."""
@@ -346,7 +348,7 @@ class Evaluator(abc.ABC):
     def parts(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """``(required, optional)``: the names of the parts :meth:`from_settings` takes,
         read from its keyword parameters (from ``__init__``'s with the default one)."""
-        own = cls.from_settings.__func__ is not Evaluator.from_settings.__func__  # type: ignore[attr-defined]
+        own = cls.from_settings.__func__ is not Evaluator.from_settings.__func__  # type: ignore[attr-defined]  # bound classmethods
         params = list(inspect.signature(cls.from_settings if own else cls).parameters.values())
         named = [p for p in params[2 if own else 0:]
                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]

@@ -61,6 +61,7 @@ from nas.errors import NasError
 if TYPE_CHECKING:  # torch only when a table is built; listing evaluators stays cheap
     import torch
 
+    from nas.network import GraphNet
     from nas.space import SearchSpace
 
 log = logging.getLogger("nas.blockwise")
@@ -138,7 +139,7 @@ class BlockTable:
         values: dict[str, Any] = {"hidden_size": self.widths[w]}
         for i, c in enumerate(picked):
             option = self.options[c]
-            heads, ffn = ("1", "1") if option == SKIP else option
+            heads, ffn = ("1", "1") if isinstance(option, str) else option  # str: SKIP
             values.update({f"L{i}_keep": int(option != SKIP), f"L{i}_heads": heads,
                            f"L{i}_ffn": ffn})
         return self.space.validate(values)
@@ -249,7 +250,7 @@ def layer_options(space: SearchSpace) -> tuple[Option, ...]:
     return (SKIP, *[(h, f) for h in heads for f in ffn])
 
 
-def _block_errors(supernet: torch.nn.Module, space: SearchSpace, batches: list[dict],
+def _block_errors(supernet: GraphNet, space: SearchSpace, batches: list[dict],
                   states: list[torch.Tensor], widths: Sequence[int],
                   options: Sequence[Option]) -> np.ndarray:
     """``error[w, i, c]`` (see the module docstring). A layer's attention runs once per
@@ -261,7 +262,7 @@ def _block_errors(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     layers = int(space.config["num_hidden_layers"])
     sums = np.zeros((len(widths), layers, len(options)))
     norms = np.zeros((len(widths), layers))
-    base = {f"L{i}_keep": 1 for i in range(layers)}
+    base: dict[str, Any] = {f"L{i}_keep": 1 for i in range(layers)}
     masks = [_mask(b)[..., None] for b in batches]
     with torch.no_grad():
         for w, h in enumerate(widths):
@@ -276,11 +277,11 @@ def _block_errors(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
                 for c, option in enumerate(options):
                     sums[w, i, c] = dropped
                     arch = {**base, "hidden_size": h}
-                    if option != SKIP:
+                    if not isinstance(option, str):  # a kept layer (str: SKIP)
                         arch.update({f"L{i}_heads": option[0], f"L{i}_ffn": option[1]})
                     for j, (b, s, m) in enumerate(zip(batches, states, masks, strict=True)):
                         x, y = s[i][..., :h], s[i + 1][..., :h]
-                        if option == SKIP:
+                        if isinstance(option, str):  # SKIP
                             out = x
                         else:
                             if (option[0], j) not in attn:
@@ -337,7 +338,7 @@ def _block_costs(space: SearchSpace, widths: Sequence[int], options: Sequence[Op
     return costs, base, teacher
 
 
-def block_table(space: SearchSpace, supernet: torch.nn.Module,
+def block_table(space: SearchSpace, supernet: GraphNet,
                 batches: Iterable[Mapping[str, torch.Tensor]], *, task: str | None = None,
                 seed: int = 0, seq_len: int = 128, latency_fn: CostFn | None = None,
                 cache_dir: str | Path | None = None) -> BlockTable:

@@ -65,7 +65,7 @@ def build_evaluator(name: str, settings: Mapping[str, Any] | None, scoring_data:
         if settings:
             raise ConfigError(f"{where}: unknown key {sorted(settings)[0]!r}; "
                               f"{name!r} takes no settings")
-        typed = None
+        typed: Any = None
     else:
         typed = from_dict(settings_type, dict(settings or {}), where)
     required, optional = cls.parts()

@@ -74,7 +74,7 @@ class CostEvaluator(Evaluator):
         return CostSettings
 
     @classmethod
-    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,  # type: ignore[override]  # takes the parts it names; build_evaluator checks them
                       latency_fn: LatencyFn | None = None) -> CostEvaluator:
         """Counts at the task's ``seq_len``."""
         return cls(space, settings.objectives, seq_len=data.seq_len, latency_fn=latency_fn)

@@ -53,7 +53,7 @@ class InheritedEvaluator(Evaluator):
                                      "maximize"),)
 
     @classmethod
-    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,  # type: ignore[override]  # takes the parts it names; build_evaluator checks them
                       supernet: Any) -> InheritedEvaluator:
         """Built by name (:func:`evaluators.build.build_evaluator`): no settings; the
         parts are the space and its trained ``supernet``."""

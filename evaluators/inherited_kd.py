@@ -146,13 +146,13 @@ class InheritedKDEvaluator(TrainingEvaluator):
         hidden = self.hidden_weight > 0
         teacher = self.teacher() if hidden else None
         names = recorded_nodes(child.graph) if hidden else []
-        t_names = recorded_nodes(teacher.graph) if hidden else []
+        t_names = recorded_nodes(teacher.graph) if teacher is not None else []
         record = (HIDDEN,) if hidden else ()
 
         def loss(model: Any, batch: Batch) -> Any:
             out = model(batch, record=record)
             kd = task.logits_loss(out.logits, batch)
-            if not hidden:
+            if teacher is None:  # no hidden-state term
                 return kd
             with torch.no_grad():
                 t_out = teacher(batch, record=record)

@@ -123,7 +123,7 @@ class PenaltyEvaluator(Evaluator):
         return PenaltySettings
 
     @classmethod
-    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: SearchSpace,  # type: ignore[override]  # takes the parts it names; build_evaluator checks them
                       inner: Evaluator, latency_fn: LatencyFn | None = None
                       ) -> PenaltyEvaluator:
         """Wraps the ``inner`` part; counts at the task's ``seq_len``."""

@@ -87,7 +87,7 @@ class TabularEvaluator(Evaluator):
         return TabularSettings
 
     @classmethod
-    def from_settings(cls, settings: Any, data: ScoringData, *, space: PoolSpace,
+    def from_settings(cls, settings: Any, data: ScoringData, *, space: PoolSpace,  # type: ignore[override]  # takes the parts it names; build_evaluator checks them
                       seed: int = 0) -> TabularEvaluator:
         return cls(space, settings.objectives, settings.noise_sd, settings.noise_rel, seed)
 

@@ -145,8 +145,8 @@ class WarmupKDEvaluator(TrainingEvaluator):
         text_steps = 0
         try:
             if self.text_settings is not None:
-                text = Trainer(child, self.text_settings, task.text_batches,  # type: ignore[arg-type]
-                               task.text_steps_per_epoch, task.text_loss,  # type: ignore[arg-type]
+                text = Trainer(child, self.text_settings, task.text_batches,  # type: ignore[arg-type]  # __init__ checked both
+                               task.text_steps_per_epoch, task.text_loss,  # type: ignore[arg-type]  # set with text_settings
                                after_step=lambda step, info: text_curve.append(info["loss"]),
                                progress=self.progress, desc=f"text KD {arch.id}").fit()
                 text_losses, text_steps = [round(h["loss"], 6) for h in text.history], text.steps

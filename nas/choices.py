@@ -41,6 +41,14 @@ def as_number(value: Scalar) -> float | None:
     return None
 
 
+def number(value: Scalar) -> float:
+    """:func:`as_number` of a value known to have one (a value of a numeric choice)."""
+    n = as_number(value)
+    if n is None:
+        raise ValueError(f"{value!r} has no numeric reading")
+    return n
+
+
 #: Feature tables already checked, by identity (a space shares one table among its layers).
 _CHECKED_FEATURES: dict[int, tuple] = {}
 
@@ -136,7 +144,7 @@ class Categorical:
         """The value with the largest numeric reading (the supernet's size for widths)."""
         if not self.numeric:
             return self.values[-1]
-        return max(self.values, key=lambda v: as_number(v))  # type: ignore[arg-type,return-value]
+        return max(self.values, key=number)
 
     def sample(self, rng: np.random.Generator) -> Scalar:
         return self.values[int(rng.integers(len(self.values)))]
@@ -155,7 +163,7 @@ class Categorical:
         if self.features is not None:
             return list(self.features[i])
         if self.numeric:
-            return [as_number(self.values[i])]  # type: ignore[list-item]
+            return [number(self.values[i])]
         return [1.0 if j == i else 0.0 for j in range(len(self.values))]
 
     def decode(self, vector: Sequence[float]) -> Scalar:
@@ -173,7 +181,7 @@ class Categorical:
             return self.values[int(np.argmin(distance))]
         if self.numeric:
             target = float(vector[0])
-            return min(self.values, key=lambda v: abs(as_number(v) - target))  # type: ignore[operator]
+            return min(self.values, key=lambda v: abs(number(v) - target))
         return self.values[int(np.argmax(np.asarray(vector, dtype=float)))]
 
     def describe(self) -> str:

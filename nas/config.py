@@ -38,14 +38,14 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # T: any dataclass
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: "
                           f"{', '.join(sorted(fields))}")
     missing = [n for n, f in fields.items() if n not in data
                and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+               and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{where}: missing key {missing[0]!r} (required: "
                           f"{', '.join(missing)})")
@@ -54,13 +54,13 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     for name, value in data.items():
         values[name] = _check(hints[name], value, f"{where}.{name}")
     try:
-        return cls(**values)  # type: ignore[call-arg]
+        return cls(**values)
     except ValueError as err:  # a dataclass's own range checks (__post_init__)
         raise ConfigError(f"{where}: {err}") from None
 
 
 def _check(hint: Any, value: Any, where: str) -> Any:
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a class, not an instance
         return from_dict(hint, value, where)
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):

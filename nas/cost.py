@@ -17,7 +17,7 @@ on a built network and serve as cross-checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -117,11 +117,11 @@ def count_costs_reference(space: SearchSpace, arch: Mapping[str, Any] | None = N
     for st in steps:
         group = st.attrs.get("group", "other")
         inference = st.attrs.get("role") != "aux"
-        n_params = 0 if st.attrs.get("share") else OPS.get(st.op).count_params(
+        n_params = 0 if st.attrs.get("share") else OPS.get(st.fixed_op).count_params(
             st.in_widths, st.width, st.params)
-        n_macs = OPS.get(st.op).count_macs(st.in_widths, st.width, st.params, seq_len)
+        n_macs = OPS.get(st.fixed_op).count_macs(st.in_widths, st.width, st.params, seq_len)
         for e in st.inputs:
-            op = OPS.get(e.op)
+            op = OPS.get(e.fixed_op)
             n_params += op.count_params([e.in_width], e.out_width, e.params)
             n_macs += op.count_macs([e.in_width], e.out_width, e.params, seq_len)
         params[group] = params.get(group, 0) + n_params
@@ -185,10 +185,11 @@ def thop_macs(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> int:
 
     from nas.ops.transformer import AttentionMatmul, count_attention_matmul
 
-    def zero(module: nn.Module, inputs: Any, output: Any) -> None:
+    def zero(module: Any, inputs: Any, output: Any) -> None:  # Any: thop's total_ops buffer
         module.total_ops += torch.DoubleTensor([0.0])
 
-    custom = {AttentionMatmul: count_attention_matmul}
+    custom: dict[type[nn.Module], Callable[[Any, Any, Any], None]] = {
+        AttentionMatmul: count_attention_matmul}
     for cls in (nn.BatchNorm1d, nn.LayerNorm, nn.ReLU, nn.GELU, nn.Tanh, nn.Dropout,
                 nn.MaxPool1d, nn.AvgPool1d, nn.Embedding, nn.Identity):
         custom[cls] = zero

@@ -86,8 +86,15 @@ class _Fn:
         return _minimal(cls((choice,), ({v: i for i, v in enumerate(domain)},),
                             {(i,): fn(v) for i, v in enumerate(domain)}))
 
+    @property
+    def listed(self) -> Mapping[tuple[int, ...], Any]:
+        """``table``, where the caller has a listed one (a ``None`` table is a bug there)."""
+        if self.table is None:
+            raise ValueError(f"a quantity of {', '.join(self.deps)} has no listed table")
+        return self.table
+
     def at(self, values: Mapping[str, Scalar]) -> Any:
-        return self.table[tuple(  # type: ignore[index]
+        return self.listed[tuple(
             cl[values[c]] for c, cl in zip(self.deps, self.classes, strict=True))]
 
     def is_const(self, value: Any) -> bool:
@@ -105,10 +112,10 @@ class _Fn:
 def _minimal(fn: _Fn) -> _Fn:
     """``fn`` with the classes it cannot tell apart merged, and the choices it does not
     depend on dropped."""
-    values = set(fn.table.values())  # type: ignore[union-attr]
+    values = set(fn.listed.values())
     if len(values) == 1:
         return _Fn.const(values.pop())
-    deps, classes, table = list(fn.deps), list(fn.classes), dict(fn.table)  # type: ignore
+    deps, classes, table = list(fn.deps), list(fn.classes), dict(fn.listed)
     k = 0
     while k < len(deps):
         width = 1 + max(combo[k] for combo in table)
@@ -367,7 +374,7 @@ class _Analysis:
                 return relevant
             for k, i in enumerate(inputs):
                 if k not in relevant:
-                    fixed[k] = next(iter(i.table.values()))  # type: ignore[union-attr]
+                    fixed[k] = next(iter(i.listed.values()))
             deps = self._ordered({c for k in relevant for c in inputs[k].deps})
             classes = self.refine(deps, [inputs[k] for k in relevant])
             if math.prod(1 + max(cl.values()) for cl in classes) > ENUMERATION_LIMIT:
@@ -377,11 +384,11 @@ class _Analysis:
         lookups = []  # per varying input: its table and, per choice, study class -> its class
         for k, i in enumerate(inputs):
             if k in fixed or not i.deps:
-                base[k] = fixed[k] if k in fixed else i.table[()]  # type: ignore[index]
+                base[k] = fixed[k] if k in fixed else i.listed[()]
                 continue
             cols = [(deps.index(d), [cl[r] for r in representatives[deps.index(d)]])
                     for d, cl in zip(i.deps, i.classes, strict=True)]
-            lookups.append((k, i.table, cols))
+            lookups.append((k, i.listed, cols))
         table = {}
         for combo in itertools.product(*(range(len(r)) for r in representatives)):
             args = list(base)
@@ -395,7 +402,7 @@ class _Analysis:
         """Inputs whose change alone can change ``fn``'s value, over the product of each
         input's values (a superset of the combinations that occur); a constant ``_Fn`` if
         none can; ``None`` if that product is too large too."""
-        values = [sorted(set(i.table.values()), key=repr) for i in inputs]  # type: ignore
+        values = [sorted(set(i.listed.values()), key=repr) for i in inputs]
         if math.prod(len(v) for v in values) > ENUMERATION_LIMIT:
             return None
         table = {combo: _call(fn, combo) for combo in itertools.product(*values)}
@@ -650,6 +657,7 @@ class CostTables:
         plain = math.prod(len(self._s.domain(c)) for c in deps) <= ENUMERATION_LIMIT
         classes = self._analysis.refine(deps, known if len(known) == len(members) and
                                          not plain else identity)
+        key: Callable[[Any], Any]
         if all(len(set(cl.values())) == len(cl) for cl in classes):  # plain values
             key = itemgetter(*deps) if deps else (lambda values: ())
         elif len(deps) == 1:

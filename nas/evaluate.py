@@ -9,13 +9,14 @@ same tokenizer settings it was trained with.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nas.errors import NasError
 
 
-def classify(model: Any, batches: list[Any], metric: str) -> dict[str, float]:
+def classify(model: Any, batches: Iterable[Any], metric: str) -> dict[str, float]:
     """Metrics of a classifier (a :class:`~nas.network.GraphNet`) on ``batches`` (each with
     ``labels``), in eval mode without gradients, on the model's device (the GraphNet moves
     its inputs there); the predictions come back to the CPU to be counted."""

@@ -659,8 +659,9 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
            task: str | None, random_init: bool, head: dict[str, Any] | None = None) -> None:
     """``tokenizer``: a folder; ``None``: the default one when it fits; ``False``: none."""
     vocab = _vocab_size(child)
-    tok_src = None if tokenizer is False else \
-        Path(tokenizer) if tokenizer else default_tokenizer_dir()
+    tok_src = (None if tokenizer is False
+               else Path(tokenizer) if isinstance(tokenizer, str | Path) and tokenizer
+               else default_tokenizer_dir())
     tok_files: list[str] = []
     if tok_src is not None:
         try:

@@ -28,7 +28,7 @@ cost model sums the ops of a plan, and the drawings show a resolved graph.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,11 @@ class EdgeStep:
     def key(self) -> str:
         return f"{self.src}->{self.dst}"
 
+    @property
+    def fixed_op(self) -> str:
+        """The op of a step of a fixed plan (a relaxed step has none)."""
+        return _fixed(self.op, self.key)
+
 
 @dataclass
 class NodeStep:
@@ -139,6 +144,28 @@ class NodeStep:
     attrs: dict[str, Any] = field(default_factory=dict)
     #: parameters set through a :class:`ChoiceValue`: parameter name -> choice name
     settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fixed_op(self) -> str:
+        """The op of a step of a fixed plan (a relaxed step has none)."""
+        return _fixed(self.op, self.name)
+
+
+def _fixed(op: str | None, where: str) -> str:
+    if op is None:
+        raise ValueError(f"{where}: a relaxed step has no single op; plan a fixed architecture")
+    return op
+
+
+def _probe(op: str | None, choice: str | None, choices: Mapping[str, Categorical],
+           pick: Callable[[Categorical], str]) -> str:
+    """The op whose output width a position reports: its own, or (relaxed) ``pick`` of its
+    choice's candidates."""
+    if op is not None:
+        return op
+    if choice is None:
+        raise ValueError("an op position names neither an op nor a choice")
+    return pick(choices[choice])
 
 
 def _value_of(ref: Any, values: Mapping[str, Scalar]) -> Any:
@@ -237,14 +264,14 @@ def plan(
         for src, eattrs in kept_in[n]:
             edge_op, edge_choice = op_of(eattrs["op"])
             eparams = _resolve_params(eattrs.get("params", {}), values)
-            probe = edge_op if edge_op is not None else _first_nonzero(choices[edge_choice])
+            probe = _probe(edge_op, edge_choice, choices, _first_nonzero)
             out = OPS.get(probe).out_width([widths[src]], eparams)
             inputs.append(EdgeStep(src, n, eattrs["arg"], edge_op, edge_choice, eparams,
                                    widths[src], out))
         params = _resolve_params(attrs.get("params", {}), values)
         in_widths = [e.out_width for e in inputs]
-        probe = node_op if node_op is not None else choices[node_choice].values[0]
-        widths[n] = OPS.get(str(probe)).out_width(in_widths, params) if (
+        probe = _probe(node_op, node_choice, choices, lambda c: str(c.values[0]))
+        widths[n] = OPS.get(probe).out_width(in_widths, params) if (
             in_widths or "width" in params or not graph.in_degree(n)
         ) else _missing_width(n)
         select = attrs.get("select")

@@ -177,10 +177,11 @@ def op_calls(space: SearchSpace, arch: Mapping[str, Any] | None = None) -> list[
         if st.attrs.get("role") == "aux":
             continue
         for e in st.inputs:
-            calls.append(OpCall(op_key(e.op, [e.in_width], e.out_width, e.params), e.op,
-                                (e.in_width,), e.out_width, e.params))
-        select = st.select_value if issubclass(OPS.get(st.op), SelectOp) else None
-        calls.append(OpCall(op_key(st.op, st.in_widths, st.width, st.params, select), st.op,
+            calls.append(OpCall(op_key(e.fixed_op, [e.in_width], e.out_width, e.params),
+                                e.fixed_op, (e.in_width,), e.out_width, e.params))
+        op = st.fixed_op
+        select = st.select_value if issubclass(OPS.get(op), SelectOp) else None
+        calls.append(OpCall(op_key(op, st.in_widths, st.width, st.params, select), op,
                             tuple(st.in_widths), st.width, st.params,
                             tuple(e.arg for e in st.inputs), select))
     return calls
@@ -447,9 +448,13 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
           for w in call.in_widths]
     ctx = Context(batch_for(space, setting.batch_size, setting.seq_len))
     if isinstance(module, SelectOp):
+        if call.select_value is None:
+            raise ValueError(f"{call.key}: a selector's call names no depth")
+        value = call.select_value
+
         def run() -> Any:
-            return module.forward_value(xs, list(call.args), call.select_value, call.width,
-                                        call.params, ctx)
+            return module.forward_value(xs, list(call.args), value, call.width, call.params,
+                                        ctx)
     else:
         def run() -> Any:
             return module(xs, call.width, call.params, ctx)
@@ -537,7 +542,7 @@ def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -
 def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
                     threads: int = 1, clock: str = "wall",
                     log: Callable[[str], None] | None = None,
-                    calibration: Mapping[str, int] | None = None
+                    calibration: Mapping[str, Any] | None = None
                     ) -> Callable[[Mapping[str, Any]], float]:
     """``arch -> ms`` for ``space`` on this machine, from the cached latency table
     (:func:`default_table_path`, the cache's ``latency`` kind). A table without a fit

@@ -99,7 +99,7 @@ class GraphNet(nn.Module):
     def _make(op: str | None, choice: str | None, in_widths: list[int], out_width: int,
               params: Mapping, choices: Mapping[str, Categorical]) -> nn.Module:
         if choice is None:
-            return _build_op(op, in_widths, out_width, params)  # type: ignore[arg-type]
+            return _build_op(op, in_widths, out_width, params)  # type: ignore[arg-type]  # no choice: op is named
         names = [op] if op is not None else [str(v) for v in choices[choice].values]
         cands = Candidates()
         for name in names:
@@ -168,6 +168,13 @@ class GraphNet(nn.Module):
                 aux[st.name] = state
         return ModelOutput(states[self.outputs[0]], ctx.records, aux)
 
+    def word_embeddings(self) -> torch.Tensor:
+        """The token embedding table ``(vocab, width)``: the ``emb`` node's
+        ``word_embeddings`` weight, which the embedding initialisations and the
+        vocabulary distillation read and set."""
+        emb: Any = self.nodes["emb"]  # an embedding op (ModuleDict items are nn.Module)
+        return emb.word_embeddings.weight
+
     def run_nodes(self, batch: Mapping[str, torch.Tensor], arch: Mapping[str, Scalar],
                   states: Mapping[str, torch.Tensor], nodes: tuple[str, ...] | list[str]
                   ) -> dict[str, torch.Tensor]:
@@ -199,7 +206,7 @@ class GraphNet(nn.Module):
         return out
 
     def _run_edge(self, e: EdgeStep, x: torch.Tensor, soft, scale, ctx) -> torch.Tensor | None:
-        module = self.edges[e.key]
+        module: Any = self.edges[e.key]  # an op, or a ModuleDict of its choice's ops
         if e.choice is None:
             return module([x], e.out_width, e.params, ctx)
         if e.op is not None:
@@ -217,7 +224,7 @@ class GraphNet(nn.Module):
 
     def _run_node(self, st: NodeStep, xs, args, soft, scale, fixed, ctx) -> torch.Tensor:
         share = st.attrs.get("share")
-        module = self.nodes[share if share is not None else st.name]
+        module: Any = self.nodes[share if share is not None else st.name]  # as in _run_edge
         if st.choice is not None:
             if st.op is not None:
                 y = module[st.op](xs, st.width, st.params, ctx)

@@ -37,7 +37,7 @@ import networkx as nx
 import numpy as np
 
 from nas.architecture import Architecture
-from nas.choices import Categorical, as_number
+from nas.choices import Categorical, number
 from nas.errors import NasError, SpaceDefinitionError
 from nas.space import SearchSpace
 
@@ -181,7 +181,7 @@ class PoolSpace(SearchSpace):
             self._coders = []
             for c in self.choices():
                 if c.numeric:
-                    values = [float(as_number(v)) for v in c.values]  # type: ignore[arg-type]
+                    values = [number(v) for v in c.values]
                     low, span = min(values), (max(values) - min(values)) or 1.0
                     self._coders.append((c, [(v - low) / span for v in values]))
                 else:

@@ -108,7 +108,8 @@ class Registry(Generic[T]):
             return
         # Set first: a plug-in that looks a name up while importing must not recurse.
         self._loaded = True
-        eps = metadata.entry_points(group=self.entry_point_group)
+        group = self.entry_point_group  # None: a registry without plug-ins
+        eps = metadata.entry_points(group=group) if group is not None else ()
         self._entry_points_found = len(eps)
         for ep in eps:
             self._loading = ep

@@ -23,14 +23,18 @@ problem.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
 from nas.errors import ExportError, NasError
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 
 FORMAT = "nas-export"
 FORMAT_VERSION = 2  # 2: config.json lists every file with its size and SHA-256
@@ -84,7 +88,7 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     return config
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -199,7 +203,7 @@ def verify_files(directory: Path, config: Mapping[str, Any]) -> None:
                               "(size or SHA-256 differs); re-export")
 
 
-def build_network(config: Mapping[str, Any], source: str = CONFIG_FILE) -> torch.nn.Module:
+def build_network(config: Mapping[str, Any], source: str = CONFIG_FILE) -> GraphNet:
     """The child network of an export config, with freshly initialised weights."""
     from nas.graph import from_json
     from nas.network import GraphNet
@@ -324,7 +328,7 @@ class ExportedModel:
             return "pair"
         from nas.data.tasks import TASKS
 
-        spec = TASKS.get(self.task) if self.task in TASKS else None
+        spec = TASKS.get(self.task) if self.task is not None and self.task in TASKS else None
         return spec.kind if spec is not None and spec.kind in TEXT_INPUTS else None
 
     def check_texts(self, texts_a: Sequence[str], texts_b: Sequence[str] | None) -> None:
@@ -732,7 +736,8 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     results = []
     for bs in batch_sizes:  # on the model's device before the clock starts
         batch = to_device(random_batch(model, bs, seq_len), model.device)
-        timing = time_call(lambda b=batch: model(b), warmup, repeats, device=model.device)
+        timing = time_call(functools.partial(model, batch), warmup, repeats,
+                           device=model.device)
         median, p90 = timing.median_ms, timing.p90_ms
         results.append({"batch_size": bs, "seq_len": seq_len, "runtime": model.runtime,
                         "median_ms": median, "p90_ms": p90, "iqr_ms": timing.iqr_ms,

@@ -203,6 +203,7 @@ def train_student_vocab(
     )
     fast.save_pretrained(str(out))
     # vocab.txt in id order, as BERT tooling expects.
-    ordered = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    (out / "vocab.txt").write_text("".join(t + "\n" for t, _ in ordered), encoding="utf-8")
+    ids = tok.get_vocab()
+    ordered = sorted(ids, key=ids.__getitem__)
+    (out / "vocab.txt").write_text("".join(t + "\n" for t in ordered), encoding="utf-8")
     return out

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import distributed as dist
@@ -51,6 +51,9 @@ from nas.device import (
     place,
 )
 from nas.errors import NasError
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 log = logging.getLogger("nas.train")
 
@@ -183,11 +186,12 @@ class TrainResult:
     training steps, across resumes (``on_epoch_end`` excluded)."""
 
     steps: int
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)  # "val": a dict of metrics
     seconds: float = 0.0
 
 
-LossFn = Callable[[nn.Module, Any], "torch.Tensor | tuple[torch.Tensor, Mapping[str, float]]"]
+#: ``loss(model, batch)``: ``model`` is the trainer's own (any class: a loss may name it)
+LossFn = Callable[[Any, Any], "torch.Tensor | tuple[torch.Tensor, Mapping[str, float]]"]
 BatchSource = Callable[[int, int], Iterable[Any]]
 
 
@@ -281,7 +285,7 @@ class Trainer:
         self.step, self.epoch, self.batch = 0, 0, 0
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, Any]] = []
         self.seconds = 0.0
         self._saved_step: int | None = None
         self._clock = 0.0
@@ -319,7 +323,8 @@ class Trainer:
                     group_size = min(k, self.steps_per_epoch - group_start)
                     extra = self.before_step(self.step, batch) if self.before_step else None
                     last = index + 1 == group_start + group_size
-                    sync = nullcontext() if last or self.world == 1 else net.no_sync()
+                    sync = (nullcontext() if last or self.world == 1  # else _wrap made a DDP
+                            else cast("DistributedDataParallel", net).no_sync())
                     with sync:
                         group.append(self._forward_backward(net, batch, extra or {},
                                                             group_size, epoch, index))

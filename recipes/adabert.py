@@ -168,7 +168,7 @@ def distillation_loss(model: Any, out: Any, batch: Mapping[str, torch.Tensor],
 # --------------------------------------------------------------------- the context
 
 
-class AdaBertContext(TaskContext):
+class AdaBertContext(TaskContext[AdaBertConfig]):
     """Stages 1–2 (teacher, data; :class:`recipes.common.TaskContext`), the teacher's
     probes, the space, and the batches every later stage uses. Pairs are fed as two
     separately tokenised sentences (AdaBERT §3.1)."""
@@ -179,8 +179,8 @@ class AdaBertContext(TaskContext):
     def __init__(self, config: AdaBertConfig, run: RunDir, options: RunOptions) -> None:
         super().__init__(config, run, options, eval_batch_size=config.retrain.batch_size)
 
-    def prepare_data(self) -> None:
-        super().prepare_data()
+    def prepare_data(self, number: int = 2) -> None:
+        super().prepare_data(number)
         self.search_train, self.search_val = self.carve_validation()
 
     def prepare(self) -> AdaBertContext:
@@ -189,7 +189,7 @@ class AdaBertContext(TaskContext):
 
         super().prepare()
         log.info("stage 2/5: teacher probes (cached)")
-        kw = dict(max_seq_len=self.max_seq_len, progress=self.progress)
+        kw: dict[str, Any] = dict(max_seq_len=self.max_seq_len, progress=self.progress)
         model_dir, train = self.teacher.model_dir, self.train
         self.probes = {
             "train": cached_probe_logits(model_dir, train, **kw),
@@ -310,14 +310,14 @@ def open_run(config: AdaBertConfig, run_dir: str | Path, *, data_dir: str | None
 
 
 @register_method("adabert")
-class AdaBert(Recipe):
+class AdaBert(Recipe[AdaBertConfig]):
     """``method: adabert`` — the differentiable search, or a multi-trial baseline."""
 
     config_class = AdaBertConfig
     context_class = AdaBertContext
     searchers = ("differentiable", "random", "lanas", "tpe", "nsga2", "gp")
 
-    def snapshot(self, config: AdaBertConfig) -> dict[str, Any]:  # type: ignore[override]
+    def snapshot(self, config: AdaBertConfig) -> dict[str, Any]:
         """Augmentation, when off (the default), is left out of ``config.yaml``, so that
         runs started before the option existed still resume."""
         values = super().snapshot(config)
@@ -326,15 +326,15 @@ class AdaBert(Recipe):
         return values
 
     def searcher_of(self, config: AdaBertConfig, options: RunOptions) -> str:
-        return self.check_searcher(options.searcher or config.searcher)  # type: ignore
+        return self.check_searcher(options.searcher or config.searcher)  # type: ignore[return-value]  # a searching method's default is a name
 
-    def resumes(self, config: AdaBertConfig, options: RunOptions) -> bool:  # type: ignore
+    def resumes(self, config: AdaBertConfig, options: RunOptions) -> bool:
         # the random baseline adds a stage to an existing run: no --resume needed for that
         return options.resume or (self.searcher_of(config, options) == "random"
                                   and (Path(options.run_dir) / "config.yaml").is_file())
 
     def done_fields(self, config: AdaBertConfig, options: RunOptions) -> dict[str, Any]:
-        return {"searcher": self.searcher_of(config, options)}  # type: ignore[arg-type]
+        return {"searcher": self.searcher_of(config, options)}
 
     def stages(self, ctx: AdaBertContext) -> dict[str, Any]:
         from searchers.base import SEARCHERS
@@ -358,7 +358,7 @@ class AdaBert(Recipe):
         trainer = AdaBertSupernetTrainer(ctx)
         ctx.stage(3, "%s search, %d epochs × %d steps", name, s.epochs,
                   trainer.steps_per_epoch)
-        searcher = SEARCHERS.get(name)(
+        searcher = SEARCHERS.one_shot(name)(
             seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
             arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
             arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,

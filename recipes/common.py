@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -121,6 +121,13 @@ class MethodConfig:
         return self.teacher_finetune
 
 
+#: A method's configuration class: the context and the recipe of a method are typed by it,
+#: so that its stages read their own sections (``ctx.cfg.search``) with their types.
+ConfigT = TypeVar("ConfigT", bound=MethodConfig)
+#: A context, returned as its own class by :meth:`TaskContext.prepare`.
+ContextT = TypeVar("ContextT", bound="TaskContext[Any]")
+
+
 def is_plain_name(name: str) -> bool:
     """Whether ``name`` names one folder inside ``runs/`` (the default run folder is
     ``runs/NAME``): a name with a path separator, ``..`` or an absolute path would put
@@ -156,7 +163,7 @@ def load_typed(path: str | Path, method_class: type[Method], overrides: Any = ()
 # --------------------------------------------------------------------- the context
 
 
-class TaskContext:
+class TaskContext(Generic[ConfigT]):
     """Stages 1–2 of every method and what the later stages share.
 
     :meth:`prepare` fine-tunes (or finds) the teacher, reads the splits, takes the
@@ -173,9 +180,10 @@ class TaskContext:
     #: how many stages the method logs ("stage 2/8: data")
     stage_count: ClassVar[int] = 0
 
-    def __init__(self, config: MethodConfig, run: RunDir, options: RunOptions,
+    def __init__(self, config: ConfigT, run: RunDir, options: RunOptions,
                  eval_batch_size: int = 32) -> None:
-        self.cfg, self.run, self.options = config, run, options
+        self.cfg: ConfigT = config
+        self.run, self.options = run, options
         self.eval_batch_size = eval_batch_size
         self.seconds: dict[str, float] = {}
         self._teacher_logits: dict[str, np.ndarray] = {}
@@ -209,7 +217,7 @@ class TaskContext:
         return " and ".join(dict.fromkeys(["dev", self.report_split]))
 
     # -- stages 1 and 2 -----------------------------------------------------------------
-    def prepare(self) -> TaskContext:
+    def prepare(self: ContextT) -> ContextT:
         self.prepare_teacher()
         self.prepare_data()
         self.prepare_batches()
@@ -490,7 +498,7 @@ def _warn_lost_classes(full: Any, head: Any) -> None:
 # ------------------------------------------------------------------------- the run
 
 
-class Recipe(Method):
+class Recipe(Method, Generic[ConfigT]):
     """A method whose run is the shared skeleton around its :meth:`stages`.
 
     A subclass sets ``config_class`` (a :class:`MethodConfig` subclass), optionally
@@ -499,9 +507,9 @@ class Recipe(Method):
     the teacher's row, ``metrics.json`` and the log — is done here the same way for all.
     """
 
-    context_class: ClassVar[type[TaskContext]] = TaskContext
+    context_class: ClassVar[type[TaskContext[Any]]] = TaskContext
 
-    def run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+    def run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         """Every stage on the configuration's ``device`` in its ``precision``
         (:func:`nas.device.use_device`: what the builders, the teacher, the training loop
         and scoring read); under ``torchrun`` the process joins its group first (NCCL on
@@ -515,7 +523,7 @@ class Recipe(Method):
             log.info("device %s, precision %s", describe(device), precision)
             return self._run(config, options)
 
-    def _run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+    def _run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         started = time.time()
         options = replace(options, resume=self.resumes(config, options))
         ctx = self.prepared(config, options)
@@ -539,8 +547,8 @@ class Recipe(Method):
         run.log("done", **self.done_fields(config, options))
         return metrics
 
-    def open(self, config: MethodConfig, options: RunOptions,
-             **snapshot_extra: Any) -> tuple[MethodConfig, RunDir]:
+    def open(self, config: ConfigT, options: RunOptions,
+             **snapshot_extra: Any) -> tuple[ConfigT, RunDir]:
         """The task's files read and checked, then the run folder (locked, with the
         configuration snapshot); returns the configuration with the task as a name."""
         from nas.data import resolve_task
@@ -559,30 +567,31 @@ class Recipe(Method):
                      break_lock=options.break_lock)
         return replace(config, task=task), run
 
-    def prepared(self, config: MethodConfig, options: RunOptions, **snapshot_extra: Any
+    def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:
         """The run opened and stages 1–2 done: the method's context (also for scripts
         and ``nas audit``, which go on with single stages)."""
         config, run = self.open(config, options, **snapshot_extra)
         return self.context(config, run, options).prepare()
 
-    def snapshot(self, config: MethodConfig) -> dict[str, Any]:
+    def snapshot(self, config: ConfigT) -> dict[str, Any]:
         return snapshot(self.name, config)
 
-    def dry_run(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+    def dry_run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         from recipes.plan import dry_run
 
         return dry_run(self, config, options)
 
-    def resumes(self, config: MethodConfig, options: RunOptions) -> bool:
+    def resumes(self, config: ConfigT, options: RunOptions) -> bool:
         """Whether the run folder is opened to resume (``--resume``, by default); the
         stages see the decision as ``ctx.options.resume``."""
         return options.resume
 
-    def context(self, config: MethodConfig, run: RunDir, options: RunOptions) -> TaskContext:
+    def context(self, config: ConfigT, run: RunDir, options: RunOptions
+                ) -> TaskContext[ConfigT]:
         return self.context_class(config, run, options)
 
-    def done_fields(self, config: MethodConfig, options: RunOptions) -> dict[str, Any]:
+    def done_fields(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         """Extra fields of the log's ``done`` line."""
         return {}
 

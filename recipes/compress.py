@@ -161,6 +161,7 @@ class CompressContext(SearchContext):
     """Stages 1–2 of method search, then the sort, and the space and supernet made from
     the sorted teacher (module docstring)."""
 
+    cfg: CompressConfig  # the search context's configuration, with the importance section
     #: the sorted teacher's blockwise table, built on first use (:meth:`block_table`)
     _table: Any = None
 
@@ -265,7 +266,7 @@ class Compress(Search):
         return "inherited-kd", ({"hidden_weight": settings["hidden_weight"]}
                                 if "hidden_weight" in settings else {})
 
-    def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]
+    def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]  # context_class makes ctx a CompressContext
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 
     def audit_parts(self, config: CompressConfig, options: RunOptions) -> Any:

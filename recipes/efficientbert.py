@@ -46,7 +46,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -232,7 +232,7 @@ class EfficientBertConfig(MethodConfig):
 # --------------------------------------------------------------------- the context
 
 
-class EfficientBertContext(TaskContext):
+class EfficientBertContext(TaskContext[EfficientBertConfig]):
     """Stages 1–2 (:class:`recipes.common.TaskContext`: teacher, data, batches) and what
     the later stages share: the search-train and held-out parts of the training subset
     (and the proxy's subset of the first), the space and its budget, the frozen teacher
@@ -280,9 +280,9 @@ class EfficientBertContext(TaskContext):
         from nas.cost import count_costs
 
         b = self.cfg.budget
-        if b.max_params is not None:
-            return float(b.max_params)
-        arch = load_for_space(self.space, b.reference)  # type: ignore[arg-type]
+        if b.max_params is not None or b.reference is None:  # one is set (BudgetSettings)
+            return float(cast(float, b.max_params))
+        arch = load_for_space(self.space, b.reference)
         return float(count_costs(self.space, arch, self.max_seq_len).params)
 
     # -- teacher -----------------------------------------------------------------------
@@ -356,7 +356,7 @@ class EfficientBertContext(TaskContext):
 
         if not hasattr(self, "_text"):
             self._text = warmup_corpus(self.space, self.cfg.warmup, self.tokenizer,
-                                       self.cfg.task, self.full_train, self.options.data_dir)
+                                       self.task, self.full_train, self.options.data_dir)
         return self._text
 
     def retrain_evaluator(self, warm: Any, workdir: Path | None = None) -> Any:
@@ -437,7 +437,7 @@ class Stage3Trainer:
 
 
 @register_method("efficientbert")
-class EfficientBert(Recipe):
+class EfficientBert(Recipe[EfficientBertConfig]):
     """``method: efficientbert`` — warm-up, coarse-to-fine search, retrain, export."""
 
     config_class = EfficientBertConfig
@@ -450,7 +450,7 @@ class EfficientBert(Recipe):
         arch = ctx.space.default()  # the seed architecture (docs/reference.md#efficientbert)
         stages: dict[str, Any] = {}
         for name in ("stage1", "stage2"):
-            found = self.search_stage(ctx, warm, name, arch, searcher)  # type: ignore[arg-type]
+            found = self.search_stage(ctx, warm, name, arch, searcher)  # type: ignore[arg-type]  # default: a name
             if found is not None:
                 stages[name] = found
                 arch = ctx.space.validate(found["best"])
@@ -564,7 +564,7 @@ class EfficientBert(Recipe):
         trainer = Stage3Trainer(ctx, warm)
         scorer = InheritedEvaluator(ctx.space, InheritedTask(
             supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
-        searcher = SEARCHERS.get("sampled-supernet")(  # type: ignore[call-arg]
+        searcher = SEARCHERS.one_shot("sampled-supernet")(
             seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
             max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
             record=trainer.terms.records, evaluator=scorer)
@@ -653,8 +653,8 @@ class EfficientBert(Recipe):
         stand-alone full-KD retrain, candidates drawn within the budget."""
         from evaluators.audit import AuditParts
 
-        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]
-        ctx = self.context(config, run, options).prepare()
+        config, run = self.open(config, options, audit=True)
+        ctx = EfficientBertContext(config, run, options).prepare()
         warm = self.warmup(ctx)
         arms = {"warm-up": ctx.proxy_evaluator(warm, inherit=True, record_curve=True),
                 "no warm-up": ctx.proxy_evaluator(warm, inherit=False, record_curve=True)}

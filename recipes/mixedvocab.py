@@ -274,12 +274,14 @@ def load_config(path: str | Path, overrides: Any = ()) -> MixedVocabConfig:
 # --------------------------------------------------------------------- the context
 
 
-class MixedVocabContext(TaskContext):
+class MixedVocabContext(TaskContext[MixedVocabConfig]):
     """What the stages share: the data (stage 1; the teacher is fine-tuned later, in stage
     5, with the student's head), the pre-trained teacher's tokenizer and identity, the
     unlabeled text, and (from stage 2) the student's tokenizer."""
 
     stage_count = 8
+    #: the student's tokenizer, set by the vocabulary stage (stage 2)
+    student_tokenizer: Any
 
     def prepare(self) -> MixedVocabContext:
         from nas.teacher import resolve_teacher, teacher_identity
@@ -315,7 +317,7 @@ class MixedVocabContext(TaskContext):
 
 
 @register_method("mixedvocab")
-class MixedVocab(Recipe):
+class MixedVocab(Recipe[MixedVocabConfig]):
     """``method: mixedvocab`` — mixed-vocabulary distillation of a fixed student shape."""
 
     config_class = MixedVocabConfig
@@ -445,10 +447,11 @@ class MixedVocab(Recipe):
             if s.init == "stage1":
                 assert stage1_state is not None  # noqa: S101 - stage I ran for this init
                 with torch.no_grad():
-                    student.nodes["emb"].word_embeddings.weight.copy_(
+                    student.word_embeddings().copy_(
                         stage1_state["student_embeddings.weight"])
-            distill = (mv.LayerDistillation(ctx.teacher_dir, stage1_state, vocab["size"],
-                                         space.config) if s.distill_layers else None)
+            distill = (mv.LayerDistillation(
+                ctx.teacher_dir, stage1_state,  # type: ignore[arg-type]  # stage I ran: stage_one runs it with distill_layers
+                vocab["size"], space.config) if s.distill_layers else None)
             model = mv.StudentMLM(student, space.config["layer_norm_eps"],
                                distill.fits if distill else None).train()
             segmenter = mv.MixedSegmenter(ctx.teacher_tokenizer, ctx.student_tokenizer, 1.0,
@@ -631,7 +634,7 @@ class MixedVocab(Recipe):
         ctx.stage(8, "export (native + onnx, with the student vocabulary)")
         labels, head = mv.export_labels(ctx.train)
         export(space, None, run.path / "export", model=student, fmt="onnx", labels=labels,
-               tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=cfg.task,
+               tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=ctx.task,
                overwrite=True, head=head)
         run.save_json("student.json", row)
         run.log("student", dev=row["dev"], params=row["params"], teacher_dev=t_row["dev"])

@@ -224,7 +224,7 @@ def load_config(path: str | Path, overrides: Any = ()) -> MobileBertConfig:
 # --------------------------------------------------------------------- the context
 
 
-class MobileBertContext(TaskContext):
+class MobileBertContext(TaskContext[MobileBertConfig]):
     """Stages 1–2 (:class:`recipes.common.TaskContext`) plus the student's parts:
     initialisation from the teacher and the transfer's batch sources."""
 
@@ -261,7 +261,7 @@ class MobileBertContext(TaskContext):
         if self.cfg.student.init == "teacher-pca":
             if not hasattr(self, "_pca"):
                 self._pca = teacher_embedding_init(self.teacher.model_dir,
-                                                   model.nodes["emb"].word_embeddings.weight.shape[1])
+                                                   model.word_embeddings().shape[1])
             init_embeddings(model, self._pca)
         copy_from_teacher(model, self.task_teacher()[1])
 
@@ -303,7 +303,7 @@ class MobileBertContext(TaskContext):
 
 
 @register_method("mobilebert")
-class MobileBert(Recipe):
+class MobileBert(Recipe[MobileBertConfig]):
     """``method: mobilebert`` — progressive knowledge transfer into a bottleneck student,
     optionally after a grid search under a parameter budget."""
 

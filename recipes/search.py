@@ -298,7 +298,7 @@ def load_config(path: str | Path, overrides: Any = ()) -> SearchConfig:
 # --------------------------------------------------------------------- the context
 
 
-class SearchContext(TaskContext):
+class SearchContext(TaskContext[SearchConfig]):
     """Stages 1–2 plus the space (built for the task's labels and the teacher's
     vocabulary), the held-out part that scores candidates, and the training pieces every
     evaluator shares."""
@@ -437,7 +437,7 @@ def _as_dict(settings: Any) -> dict[str, Any]:
 
 
 @register_method("search")
-class Search(Recipe):
+class Search(Recipe[SearchConfig]):
     """``method: search`` — any space, any searcher, any evaluator (module docstring)."""
 
     config_class = SearchConfig

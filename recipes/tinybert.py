@@ -151,7 +151,7 @@ def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
 # --------------------------------------------------------------------- the context
 
 
-class TinyBertContext(TaskContext):
+class TinyBertContext(TaskContext[TinyBertConfig]):
     """Stages 1–2 (:class:`recipes.common.TaskContext`) and the student's space."""
 
     stage_count = 8
@@ -194,7 +194,7 @@ class TinyBertContext(TaskContext):
 
 
 @register_method("tinybert")
-class TinyBert(Recipe):
+class TinyBert(Recipe[TinyBertConfig]):
     """``method: tinybert`` — general and task distillation of a fixed student shape."""
 
     config_class = TinyBertConfig
@@ -223,7 +223,7 @@ class TinyBert(Recipe):
         cfg = ctx.cfg
         weights, record = general_distillation(
             cfg.general, teacher=cfg.teacher, space=ctx.space, space_name=cfg.student.space,
-            init=cfg.student.init, layer_mapping=cfg.layer_mapping, task=cfg.task,
+            init=cfg.student.init, layer_mapping=cfg.layer_mapping, task=ctx.task,
             task_train=ctx.full_train, data_dir=ctx.options.data_dir, progress=ctx.progress)
         ctx.run.log("general", **{k: v for k, v in record.items() if k != "history"})
         return {"enabled": True, "weights": str(weights), **record}

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the space machinery imports torch, and Optuna is slow to im
     import torch
     from optuna.samplers import BaseSampler
 
+    from nas.network import GraphNet
     from nas.space import SearchSpace
     from searchers.optuna_bridge import SpaceBridge
 
@@ -168,13 +169,15 @@ class SupernetTrainer(Protocol):
         and progress bar through it.
     """
 
-    supernet: torch.nn.Module
     epochs: int
     steps_per_epoch: int
 
+    @property
+    def supernet(self) -> GraphNet: ...  # read-only here: a recipe's own class may hold it
+
     def task_loss(self, output: Any, batch: Batch) -> torch.Tensor: ...
 
-    def train_batches(self, epoch: int, start_batch: int = 0) -> Iterable[Batch]: ...
+    def train_batches(self, epoch: int, start_batch: int, /) -> Iterable[Batch]: ...
 
     def val_batches(self, epoch: int) -> Sequence[Batch]: ...
 
@@ -290,6 +293,14 @@ class SearcherRegistry(Registry[SearcherClass]):
             for module in modules:
                 importlib.import_module(module)
         return super().get(name)
+
+    def one_shot(self, name: str) -> Callable[..., OneShotSearcher]:
+        """The one-shot searcher class ``name`` (its options are its own); a
+        :class:`SearcherError` when ``name`` is a multi-trial searcher."""
+        cls = self.get(name)
+        if not issubclass(cls, OneShotSearcher):
+            raise SearcherError(f"searcher {name!r} is {cls.kind}; a one-shot searcher is needed")
+        return cls
 
     def kind_of(self, name: str) -> str:
         if not self._registered(name) and name in self._declared:

@@ -39,14 +39,14 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from nas.arch_params import ArchParameters
 from nas.architecture import Architecture
-from nas.choices import Categorical, as_number
+from nas.choices import Categorical, Scalar, number
 from nas.device import place
 from nas.errors import NasError
 from nas.graph import ChoiceRef, plan
@@ -219,7 +219,7 @@ def efficiency_loss(weights: Mapping[str, torch.Tensor], costs: Mapping[str, tor
         ks = torch.tensor([float(v) for v in d.values], device=weights[d.name].device)
         fractions.append((weights[d.name] * ks).sum() / float(max(d.values)))
     depth_frac = fractions[0] if len(fractions) == 1 else sum(fractions) / len(fractions)
-    return depth_frac * edge_cost
+    return torch.as_tensor(depth_frac * edge_cost)  # a tensor already: as_tensor keeps it
 
 
 def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
@@ -228,7 +228,7 @@ def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
     per node the ``keep`` strongest incoming edges by their best non-zero op, each with that op;
     others zero."""
     values: dict[str, Any] = {}
-    by_node: dict[str, list[tuple[float, str, str]]] = {}
+    by_node: dict[str, list[tuple[float, str, str | None]]] = {}
     for _, v, e in space.graph.edges(data=True):
         ref = e["op"]
         if not isinstance(ref, ChoiceRef) or ref.choice in values:
@@ -244,8 +244,8 @@ def derive_cell_architecture(space: SearchSpace, alphas: ArchParameters,
         values[ref.choice] = None
     for candidates in by_node.values():
         candidates.sort(key=lambda t: -t[0])
-        for rank, (_, name, op) in enumerate(candidates):
-            values[name] = op if rank < keep else "zero"
+        for rank, (_, name, strongest) in enumerate(candidates):
+            values[name] = strongest if rank < keep else "zero"
     for c in space.choices():
         if c.kind == "depth":
             values[c.name] = c.values[int(torch.argmax(alphas.logits(c.name).detach()))]
@@ -274,10 +274,11 @@ def _preferences(space: SearchSpace, alphas: ArchParameters
             order = sorted(range(len(c)), key=lambda i: (-logp[i], i))
             ranked = [(logp[order[0]] - logp[i], c.values[i]) for i in order]
         elif c.kind == "width" and c.numeric:
-            values = sorted(c.values, key=lambda v: -as_number(v))  # type: ignore[operator]
+            values = sorted(c.values, key=lambda v: -number(v))
             ranked = [(float(r), v) for r, v in enumerate(values)]
         else:
-            values = [c.default, *(v for v in c.values if v != c.default)]
+            default = cast(Scalar, c.default)  # a Categorical sets it when constructed
+            values = [default, *(v for v in c.values if v != default)]
             ranked = [(float(r), v) for r, v in enumerate(values)]
         prefs.append((c, ranked))
     return prefs

@@ -150,7 +150,7 @@ class LaNASSampler(PartitionSampler):
 
     def build(self, study: Study, x: np.ndarray, used: Sequence[FrozenTrial]) -> PartitionTree:
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
-        y = np.array([sign * float(t.value) for t in used])  # type: ignore[arg-type]
+        y = np.array([sign * float(t.value) for t in used])  # type: ignore[arg-type]  # complete trials have a value
         m = len(used)
         height = self.height or 1 + sum(m > t for t in self.height_thresholds)
         return build_tree(x, y, [t.number for t in used], height=height,

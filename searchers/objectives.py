@@ -38,7 +38,8 @@ def study_evaluator(inner: Evaluator, space: SearchSpace, settings: StudySetting
     if isinstance(searcher, MultiTrialSearcher):
         multi, searcher = searcher.multi_objective, searcher.name
     else:
-        multi = SEARCHERS.get(searcher).multi_objective
+        cls = SEARCHERS.get(searcher)
+        multi = issubclass(cls, MultiTrialSearcher) and cls.multi_objective
     if settings.extra_objectives and multi:
         return PenaltyEvaluator(inner, space, seq_len=seq_len,
                                 extra_objectives=settings.extra_objectives,

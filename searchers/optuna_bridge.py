@@ -38,7 +38,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -75,7 +75,7 @@ class Param:
 
     def __post_init__(self) -> None:
         if self.joint:  # label -> combination, for decoding without a linear search
-            labels = self.distribution.choices  # type: ignore[attr-defined]
+            labels = cast(CategoricalDistribution, self.distribution).choices  # a joint one
             object.__setattr__(self, "_index", {v: i for i, v in enumerate(labels)})
 
     @property
@@ -328,13 +328,14 @@ class SpaceBridge:
 
     def suggest(self, trial: optuna.trial.Trial) -> dict[str, Any]:
         """Ask ``trial`` for every parameter (its sampler decides, or fixed values win)."""
-        values = {}
+        values: dict[str, Any] = {}
         for p in self.params:
             d = p.distribution
             if isinstance(d, IntDistribution):
                 values[p.name] = trial.suggest_int(p.name, d.low, d.high, step=d.step)
-            else:
-                values[p.name] = trial.suggest_categorical(p.name, d.choices)  # type: ignore[attr-defined]
+            else:  # the one other kind a parameter has
+                choices = cast(CategoricalDistribution, d).choices
+                values[p.name] = trial.suggest_categorical(p.name, choices)
         return values
 
     def architecture(self, params: Mapping[str, Any]) -> Architecture:

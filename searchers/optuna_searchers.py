@@ -33,7 +33,7 @@ import abc
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import optuna
@@ -87,7 +87,7 @@ class PerTrialSeed(BaseSampler):
             return self._live[trial.number]
 
     def reseed_rng(self) -> None:
-        self.seed = int(np.random.SeedSequence().entropy % 2**32)
+        self.seed = int(cast(int, np.random.SeedSequence().entropy) % 2**32)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict:
         return self._for(study, trial).infer_relative_search_space(study, trial)
@@ -175,7 +175,7 @@ class PoolRandomSampler(BaseSampler):
             row = pool.row_of_id(arch_id)
             if row is not None:
                 free[row] = False
-        rows = np.flatnonzero(free if free.any() else allowed)
+        rows = np.flatnonzero(free if free.any() or allowed is None else allowed)
         if not len(rows):
             return {}
         row = int(rows[self.rng.integers(len(rows))])
@@ -250,7 +250,7 @@ class PartitionSearcher(MultiTrialSearcher):
     sampler_class: ClassVar[type[PartitionSampler]]
 
     def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
-        space = {} if bridge is None else {
+        space: dict[str, Any] = {} if bridge is None else {
             "search_space": bridge.distributions, "encodings": bridge.encoding_tables(),
             "constraint": bridge.feasible if bridge.budget.active else None}
         try:

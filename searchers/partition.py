@@ -99,7 +99,7 @@ class Encoding:
         if name in self.tables:
             return self.tables[name][values.astype(int)]
         x = values.astype(np.float64)
-        return (np.log(x) if self.space[name].log else x)[:, None]  # type: ignore[attr-defined]
+        return (np.log(x) if self.space[name].log else x)[:, None]  # type: ignore[attr-defined]  # numeric: Int/FloatDistribution
 
     def as_drawn(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """One parameter set in :meth:`draw`'s form (one row; categoricals by index)."""
@@ -268,6 +268,12 @@ class Node:
     def leaf(self) -> bool:
         return self.good is None
 
+    def children(self) -> tuple[Node, Node]:
+        """``(good, bad)`` of a split node (a split sets both)."""
+        if self.good is None or self.bad is None:
+            raise ValueError("a leaf has no children")
+        return self.good, self.bad
+
     @property
     def n(self) -> int:
         return len(self.rows)
@@ -298,7 +304,8 @@ class PartitionTree:
             if node.leaf:
                 out.append(node)
             else:
-                stack += [node.bad, node.good]  # type: ignore[list-item]
+                good, bad = node.children()
+                stack += [bad, good]
         return out
 
     def select(self, cp: float) -> Path:
@@ -306,8 +313,7 @@ class PartitionTree:
         split (LaNAS; LaMOO with the hypervolume as the value): ``(node, went_good)``."""
         path, node = [], self.root
         while not node.leaf:
-            good, bad = node.good, node.bad
-            assert good is not None and bad is not None  # noqa: S101 (split nodes have both)
+            good, bad = node.children()
 
             def ucb(child: Node, parent: Node = node) -> float:
                 return child.value + 2.0 * cp * math.sqrt(2.0 * math.log(parent.n) / child.n)
@@ -339,7 +345,8 @@ class PartitionTree:
         """The leaf a raw encoded vector falls into by the classifiers."""
         xs, node = self.standardise(x), self.root
         while not node.leaf:
-            node = node.good if float(xs @ node.w + node.b) > 0 else node.bad  # type: ignore[operator,assignment]
+            good, bad = node.children()
+            node = good if float(xs @ node.w + node.b) > 0 else bad
         return node
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from optuna.distributions import BaseDistribution
@@ -78,7 +78,8 @@ class PartitionSampler(BaseSampler):
                 raise self.error(f"{type(self).__name__}: {name} must be {rule}, got "
                                  f"{value!r}")
         self._fixed_space = dict(search_space) if search_space is not None else None
-        self._seed = int(np.random.SeedSequence(seed).entropy % 2**32) if seed is None else seed
+        self._seed = seed if seed is not None else \
+            int(cast(int, np.random.SeedSequence().entropy) % 2**32)  # an int when unseeded
         self.n_startup_trials = n_startup_trials
         self.rebuild_every = rebuild_every
         self.leaf_size = leaf_size
@@ -112,7 +113,7 @@ class PartitionSampler(BaseSampler):
 
     # -- BaseSampler -------------------------------------------------------------
     def reseed_rng(self) -> None:
-        self._seed = int(np.random.SeedSequence().entropy % 2**32)
+        self._seed = int(cast(int, np.random.SeedSequence().entropy) % 2**32)
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
@@ -219,4 +220,4 @@ class PartitionSampler(BaseSampler):
                     continue
                 if self.constraint is None or self.constraint(params):
                     return params
-        return repeat or first  # type: ignore[return-value]
+        return repeat or first  # type: ignore[return-value]  # max_draws >= 1: first is set

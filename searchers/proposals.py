@@ -383,7 +383,7 @@ class StudySearch:
                 f"candidate {candidate.id}: {len(result.values)} value(s) told for the "
                 f"objectives {[o.name for o in self.objectives]}; open the search with the "
                 "evaluator's objectives")
-        attrs = {"metrics": result.metrics or None, "reason": result.reason,
+        attrs: dict[str, Any] = {"metrics": result.metrics or None, "reason": result.reason,
                  "seconds": round(result.seconds, 3), "intermediate": result.intermediate or None}
         if result.costs:  # the counted costs, and what the evaluation measured
             attrs["costs"] = {**(asked.user_attrs.get("costs") or {}), **result.costs}

@@ -38,7 +38,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -51,6 +51,9 @@ from optuna.storages import (
 )
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
+
+if TYPE_CHECKING:
+    from optuna.storages._heartbeat import BaseHeartbeat
 
 from nas.errors import NasError
 
@@ -408,11 +411,12 @@ def heartbeat(study: optuna.Study, trial_number: int) -> Iterator[None]:
         return
     tid = trial_id(study, trial_number)
     stop = threading.Event()
+    beating = cast("BaseHeartbeat", storage)  # it has a heartbeat interval: Optuna's mixin
 
     def beat() -> None:
         while True:
             with contextlib.suppress(Exception):  # a lost beat is what staleness detects
-                storage.record_heartbeat(tid)
+                beating.record_heartbeat(tid)
             if stop.wait(interval):
                 return
 

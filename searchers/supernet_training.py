@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from searchers.base import Batch, SearcherError, SearchProcedure, run_steps
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 
 TrainBatches = Callable[[int, int], Iterable[Batch]]
 ValBatches = Callable[[int], Sequence[Batch]]
@@ -46,7 +49,7 @@ class KDSupernetTrainer:
         runs.
     """
 
-    def __init__(self, supernet: torch.nn.Module, *, epochs: int, steps_per_epoch: int,
+    def __init__(self, supernet: GraphNet, *, epochs: int, steps_per_epoch: int,
                  train_batches: TrainBatches, val_batches: ValBatches, task_loss: TaskLoss,
                  checkpoint: str | Path | None = None, progress: bool = False,
                  on_epoch: Callable[[int, dict[str, float]], None] | None = None,

@@ -88,13 +88,14 @@ def _weights_path(evaluator: Evaluator, arch: Any, run_dir: str | Path) -> str |
     """Where the evaluator (or one it wraps) wrote the trained weights of ``arch``:
     relative to the study's run folder when inside it (a copied or moved folder exports
     its own files), else absolute."""
-    while evaluator is not None:
-        finder = getattr(evaluator, "weights_path", None)
+    current: Evaluator | None = evaluator  # then the evaluators it wraps (``inner``)
+    while current is not None:
+        finder = getattr(current, "weights_path", None)
         if finder is not None:
             path = finder(arch)
             return record_path(path, run_dir) if path is not None and Path(path).is_file() \
                 else None
-        evaluator = getattr(evaluator, "inner", None)
+        current = getattr(current, "inner", None)
     return None
 
 

@@ -169,6 +169,11 @@ def _grow(kind: str, height: int, ops: int) -> frozenset[Expr]:
     return frozenset(out)
 
 
+def _affine(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``t·wᵀ + b``: a probe's linear map."""
+    return t @ w.T + b
+
+
 class _Probe:
     """The fixed random input and linear weights of the functional hash (float64, seeded):
     hidden width 16, inner widths 16 and 8 (the cut of a binary op between the linears
@@ -193,8 +198,8 @@ class _Probe:
         outs = []
         with torch.no_grad():
             for (w1, b1, w2, b2), memo in zip(self.linears, self.memos, strict=True):
-                outs.append(evaluate(e, self.x, lambda t, w=w1, b=b1: t @ w.T + b,
-                                     lambda t, w=w2, b=b2: t @ w.T + b, memo=memo))
+                outs.append(evaluate(e, self.x, functools.partial(_affine, w=w1, b=b1),
+                                     functools.partial(_affine, w=w2, b=b2), memo=memo))
         # rounded, and -0.0 made 0.0, so that one function computed two ways hashes alike
         y = torch.round(torch.cat([o.reshape(-1) for o in outs]), decimals=6) + 0.0
         return hashlib.sha256(y.numpy().tobytes()).hexdigest()[:16]

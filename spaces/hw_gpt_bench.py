@@ -82,7 +82,9 @@ def _load(folder: Path) -> PoolSpace:
         raise malformed(NAME, table, "expected a non-empty JSON list of rows")
 
     def read_rows() -> tuple[list[dict], dict[str, list[float]]]:
-        rows, metrics = [], {"perplexity": [], "accuracy": [], "params": [], "latency_s": []}
+        rows: list[dict] = []
+        metrics: dict[str, list[float]] = {"perplexity": [], "accuracy": [], "params": [],
+                                           "latency_s": []}
         for entry in entries:
             rows.append(_architecture(entry))
             metrics["perplexity"].append(float(entry["perplexity"]))

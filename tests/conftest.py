@@ -1,14 +1,82 @@
 """Shared test set-up: give the whole test run one cache, and run each smoke experiment at
 most once. The data sets are read from ``$NAS_DATA_DIR`` (never copied into the repository),
 which the README's test command sets; without it, a test that needs data fails with the
-engine's one-line error naming the variable."""
+engine's one-line error naming the variable.
+
+Under pytest-xdist (``-n 2 --dist loadgroup``) each worker is a test run of its own: its
+own cache (``tmp_path_factory`` is per worker, and a teacher's fine-tune is not written
+under a lock, so two workers must not share one), its own copy of Hugging Face's
+remote-code modules, and one torch thread (the workers are the parallelism). The test
+files that use smoke runs go to one worker (:class:`_SmokeGroup`), so that each smoke
+experiment still runs once."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+#: this process's xdist worker ("gw0", "gw1", ...), or None in a plain run
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER is not None:
+    # one thread per worker, for torch here (read when torch is first imported) and for
+    # the subprocesses that tests start (which inherit the environment)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    # transformers copies an export's remote code into HF_MODULES_CACHE under the export
+    # folder's name ("export", "out"...): two workers loading equally named folders would
+    # write the same module file while the other imports it
+    os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix=f"nas-hf-modules-{XDIST_WORKER}-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if XDIST_WORKER is not None:
+        import torch
+
+        torch.set_num_threads(1)  # in case a plug-in imported torch before this file
+    elif config.pluginmanager.hasplugin("xdist"):  # the controller schedules
+        config.pluginmanager.register(_SmokeGroup(config.rootpath), "nas-smoke-group")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if XDIST_WORKER is not None:
+        shutil.rmtree(os.environ["HF_MODULES_CACHE"], ignore_errors=True)
+
+
+class _SmokeGroup:
+    """xdist plug-in: with ``--dist loadgroup``, every test of a file that reads smoke runs
+    (``smoke_runs``) is scheduled on one worker, so that each smoke experiment still runs
+    once (and its teacher is fine-tuned once). The files are grouped by a scheduler of
+    their own because xdist 3.8 groups ``xdist_group`` marks by rewriting a node id that
+    pytest 9 no longer reads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._reads: dict[str, bool] = {}
+
+    def reads_smoke_runs(self, nodeid: str) -> bool:
+        path = nodeid.split("::", 1)[0]
+        if path not in self._reads:
+            file = self.root / path
+            self._reads[path] = file.is_file() and "smoke_runs" in file.read_text("utf-8")
+        return self._reads[path]
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadGroupScheduling
+
+        plugin = self
+
+        class SmokeFirst(LoadGroupScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return "smoke" if plugin.reads_smoke_runs(nodeid) else \
+                    super()._split_scope(nodeid)
+
+        return SmokeFirst(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -26,11 +26,11 @@ from nas.tokenization import load_tokenizer
 
 
 @pytest.fixture(scope="module")
-def tok():  # type: ignore[no-untyped-def]
+def tok():
     return load_tokenizer(resolve_teacher(None))
 
 
-def test_embedding_neighbours_find_the_closest_words(tok) -> None:  # type: ignore[no-untyped-def]
+def test_embedding_neighbours_find_the_closest_words(tok) -> None:
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(tok.vocab_size, 8)).astype(np.float32)
     good, great, fine = tok.convert_tokens_to_ids(["good", "great", "fine"])
@@ -63,7 +63,7 @@ def test_augment_sentence_probability_and_seed() -> None:
         AugmentConfig(p_t=1.5)
 
 
-def test_split_words_keeps_case_and_splits_punctuation(tok) -> None:  # type: ignore[no-untyped-def]
+def test_split_words_keeps_case_and_splits_punctuation(tok) -> None:
     assert split_words(tok, "Hello, World!") == ["Hello", ",", "World", "!"]
 
 

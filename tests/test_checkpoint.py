@@ -38,9 +38,9 @@ def _same(a: object, b: object) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(map(_same, a, b))  # type: ignore[arg-type]
+        return len(a) == len(b) and all(map(_same, a, b))  # type: ignore[arg-type]  # b: a list or tuple too
     if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)  # type: ignore[arg-type]
+        return math.isnan(b)  # type: ignore[arg-type]  # b: a float too (same type)
     return a == b
 
 

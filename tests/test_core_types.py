@@ -64,7 +64,7 @@ def test_architecture_is_canonical_immutable_and_has_a_stable_id():
     # the id is the SHA-1 of "space:canonical json": stable across processes and machines
     assert a.id == hashlib.sha1(b'demo:{"a":"x","b":2}', usedforsecurity=False).hexdigest()[:12]
     with pytest.raises(TypeError):
-        a["a"] = "y"  # type: ignore[index]
+        a["a"] = "y"  # type: ignore[index]  # a frozen mapping, written on purpose
     assert a.replace(b=3)["b"] == 3 and a["b"] == 2
 
 

@@ -18,7 +18,7 @@ from nas.errors import NasError
 LN2, LN3 = math.log(2.0), math.log(3.0)
 
 
-def t(x) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def t(x) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float64)
 
 

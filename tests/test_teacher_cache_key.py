@@ -19,6 +19,6 @@ def test_yaml_int_and_cli_float_share_a_cache_key():
 
 def test_wrong_types_are_named():
     with pytest.raises(NasError, match="epochs must be a number, got 'two'"):
-        FinetuneConfig(epochs="two")  # type: ignore[arg-type]
+        FinetuneConfig(epochs="two")  # type: ignore[arg-type]  # the wrong type on purpose
     with pytest.raises(NasError, match="batch_size must be an integer, got 32.5"):
-        FinetuneConfig(batch_size=32.5)  # type: ignore[arg-type]
+        FinetuneConfig(batch_size=32.5)  # type: ignore[arg-type]  # the wrong type on purpose

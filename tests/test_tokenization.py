@@ -14,11 +14,11 @@ from nas.tokenization import ASCII_ALPHABET, encode, load_tokenizer, train_stude
 
 
 @pytest.fixture(scope="module")
-def teacher_tok():  # type: ignore[no-untyped-def]
+def teacher_tok():
     return load_tokenizer(resolve_teacher(None))  # the packaged MiniLM, offline
 
 
-def test_teacher_tokenizer_single_and_pair(teacher_tok) -> None:  # type: ignore[no-untyped-def]
+def test_teacher_tokenizer_single_and_pair(teacher_tok) -> None:
     enc = encode(teacher_tok, ["a fine film", "bad"], max_length=16)
     assert enc["input_ids"].shape == (2, 5)  # dynamic padding to the longest row
     assert teacher_tok.convert_ids_to_tokens(enc["input_ids"][0].tolist()) == [
@@ -33,7 +33,7 @@ def test_teacher_tokenizer_single_and_pair(teacher_tok) -> None:  # type: ignore
         encode(teacher_tok, ["a", "b"], ["c"])
 
 
-def test_truncation_respects_max_length(teacher_tok) -> None:  # type: ignore[no-untyped-def]
+def test_truncation_respects_max_length(teacher_tok) -> None:
     enc = encode(teacher_tok, ["word " * 100], ["other " * 100], max_length=32)
     assert enc["input_ids"].shape[1] == 32
 
@@ -62,7 +62,7 @@ def test_student_vocab_covers_all_ascii(tmp_path: Path) -> None:
         " ", "")
 
 
-def test_snips_tags_align_to_first_pieces(teacher_tok) -> None:  # type: ignore[no-untyped-def]
+def test_snips_tags_align_to_first_pieces(teacher_tok) -> None:
     from nas.data import iter_batches, load_task
     from nas.tokenization import encode_tagged
 

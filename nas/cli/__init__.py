@@ -13,7 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from nas.errors import NasError
 
@@ -92,7 +92,12 @@ def _silence(args: argparse.Namespace) -> Callable[[], None]:
         logging.disable(logging.INFO)
         undo.append(lambda: logging.disable(previous))
     undo.append(_silence_libraries())
-    return lambda: [f() for f in reversed(undo)] and None
+
+    def undo_all() -> None:
+        for f in reversed(undo):
+            f()
+
+    return undo_all
 
 
 #: What libraries imported during the command read at import time to stay quiet.
@@ -111,7 +116,7 @@ def _silence_libraries() -> Callable[[], None]:
     saved = {k: os.environ.get(k) for k in _QUIET_ENV}
     before = {m: m in sys.modules for m in ("transformers", "huggingface_hub", "datasets")}
     os.environ.update(_QUIET_ENV)
-    states: dict[str, object] = {}
+    states: dict[str, Any] = {}
     if before["huggingface_hub"]:
         from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
 
@@ -143,12 +148,13 @@ def _silence_libraries() -> Callable[[], None]:
             # every later command in this process would be told bars cannot be enabled
             import importlib
 
-            value = None if saved["HF_HUB_DISABLE_PROGRESS_BARS"] is None else \
-                saved["HF_HUB_DISABLE_PROGRESS_BARS"].upper() in ("1", "ON", "YES", "TRUE")
+            hub_value = saved["HF_HUB_DISABLE_PROGRESS_BARS"]
+            flag = None if hub_value is None else \
+                hub_value.upper() in ("1", "ON", "YES", "TRUE")
             for name in ("huggingface_hub.constants", "huggingface_hub.utils.tqdm"):
                 module = importlib.import_module(name)
                 if hasattr(module, "HF_HUB_DISABLE_PROGRESS_BARS"):
-                    module.HF_HUB_DISABLE_PROGRESS_BARS = value
+                    module.HF_HUB_DISABLE_PROGRESS_BARS = flag  # type: ignore[attr-defined]  # hasattr above
         if "huggingface_hub" in sys.modules:
             from huggingface_hub.utils import enable_progress_bars
 

@@ -67,17 +67,17 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if args.latency_model:
         from nas.latency import LatencyModel
 
-        model = LatencyModel.load(args.latency_table, args.latency_clock)
-        pred = model.explain(space, arch, args.batch_size, args.seq_len, args.threads)
+        latency_model = LatencyModel.load(args.latency_table, args.latency_clock)
+        pred = latency_model.explain(space, arch, args.batch_size, args.seq_len, args.threads)
         data["latency_predicted"] = {"ms": pred.latency_ms, "batch_size": args.batch_size,
                                      "threads": args.threads, "op_calls": pred.calls,
                                      "estimated_op_calls": pred.estimated_calls,
-                                     "clock": model.table.clock,
-                                     "table": str(model.path)}
+                                     "clock": latency_model.table.clock,
+                                     "table": str(latency_model.path)}
         estimated = (f"; {pred.estimated_calls} of {pred.calls} op calls estimated"
                      if pred.estimated_calls else "")
         lines.append(f"  CPU latency  predicted {pred.latency_ms:.1f} ms "
-                     f"({pred.setting.describe()}, {model.table.clock} clock, latency model"
+                     f"({pred.setting.describe()}, {latency_model.table.clock} clock, latency model"
                      f"{estimated})")
     emit(args, data, "\n".join(lines))
     return 0

@@ -100,13 +100,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     model = LatencyModel.load(args.table, args.clock)
     t = model.table
     m = t.machine
-    data = {"table": str(model.path), "machine": m, "clock": t.clock,
-            "ops": {k: len(v) for k, v in t.ops.items()},
-            "fits": {s: sorted(by) for s, by in t.fits.items()}}
+    ops = {k: len(v) for k, v in t.ops.items()}
+    fits = {s: sorted(by) for s, by in t.fits.items()}
+    data = {"table": str(model.path), "machine": m, "clock": t.clock, "ops": ops, "fits": fits}
     lines = [f"latency table {model.path}",
              f"  machine: {m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}, "
              f"threads {m.get('threads')}; {t.clock} clock"]
-    lines += [f"  {k}: {n} op keys" for k, n in data["ops"].items()]
-    lines += [f"  {s}: {', '.join(by)}" for s, by in data["fits"].items()]
+    lines += [f"  {k}: {n} op keys" for k, n in ops.items()]
+    lines += [f"  {s}: {', '.join(by)}" for s, by in fits.items()]
     emit(args, data, "\n".join(lines))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from nas.cli.common import (
     add_space_config_option,
@@ -54,7 +55,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from nas.errors import NasError
     from nas.space import get_space, list_spaces
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_spaces(args.pattern):
         try:
             space = get_space(name)

@@ -40,10 +40,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 from torch.nn import functional as F
 
 from nas.errors import NasError
@@ -106,7 +109,7 @@ def _layout(model: nn.Module) -> _Layout:
     if graph is None or "emb" not in graph or "L0_attn" not in graph:
         raise ImportanceError("importance sorting needs a teacher in the `bert` design "
                               "(nas.hf.load_teacher_as_design) or the bert-subnet supernet")
-    names = our_to_hf_names(model, "bert")
+    names = our_to_hf_names(cast("GraphNet", model), "bert")  # it has a graph (just checked)
     unmapped = [n for n in model.state_dict() if n not in names]
     if unmapped:
         raise ImportanceError(f"the teacher has tensors with no BERT name ({unmapped[:3]}); "
@@ -284,7 +287,8 @@ def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Import
             h.remove()
         for name, p in model.named_parameters():
             p.requires_grad_(flags[name])
-    return Importance(*(s.float().cpu() for s in scores), "gradient")
+    heads, neurons, hidden = (s.float().cpu() for s in scores)
+    return Importance(heads, neurons, hidden, "gradient")
 
 
 # ---------------------------------------------------------------------------
@@ -346,9 +350,9 @@ def permute_teacher(model: nn.Module, orders: Mapping[str, torch.Tensor]) -> nn.
             if kind == "H":
                 index = orders["hidden"]
             elif kind == "A":
-                index = head_rows[int(layer[1])]  # type: ignore[index]
+                index = head_rows[int(layer[1])]  # type: ignore[index]  # A and F live in encoder layers
             elif kind == "F":
-                index = orders["neurons"][int(layer[1])]  # type: ignore[index]
+                index = orders["neurons"][int(layer[1])]  # type: ignore[index]  # as A above
             else:
                 continue
             t = t.index_select(dim, index.to(t.device))

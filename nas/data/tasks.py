@@ -210,7 +210,7 @@ class TaskData:
         """The examples at ``indices`` (in that order), with a fingerprint that says so."""
         idx = [int(i) for i in indices]
 
-        def pick(seq):  # type: ignore[no-untyped-def]
+        def pick(seq):
             return None if seq is None else tuple(seq[i] for i in idx)
 
         digest = hashlib.sha256(np.asarray(idx, dtype=np.int64).tobytes()).hexdigest()[:16]

@@ -95,7 +95,7 @@ class TeacherOutputCache:
         self.path.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.file(name), array)
         meta_path = self.path / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {
+        meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.is_file() else {
             "teacher": self.teacher, "teacher_id": self.teacher_id, "task": self.data.task,
             "split": self.data.split, "examples": len(self.data),
             "data_fingerprint": self.data.fingerprint, "max_seq_len": self.max_seq_len,

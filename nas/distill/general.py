@@ -29,7 +29,7 @@ log = logging.getLogger("nas.distill")
 
 def token_lengths(tokenizer: Any, data: Any, max_seq_len: int) -> np.ndarray:
     """Tokens per example of a :class:`~nas.data.TaskData` (pairs joined), capped."""
-    out = []
+    out: list[int] = []
     step = 4096
     for start in range(0, len(data), step):
         a = list(data.texts_a[start:start + step])

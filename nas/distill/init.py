@@ -37,7 +37,7 @@ def init_embeddings(model: Any, table: torch.Tensor) -> None:
     """Copy ``table`` into the leading columns of the word embeddings of ``model``'s
     ``emb`` node (a :class:`~nas.network.GraphNet` of any family)."""
     with torch.no_grad():
-        emb = model.nodes["emb"].word_embeddings.weight
+        emb = model.word_embeddings()
         emb[:, : table.shape[1]].copy_(table[: emb.shape[0]])
 
 

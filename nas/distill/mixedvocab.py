@@ -42,7 +42,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from nas.seeding import stage_seed
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 
 log = logging.getLogger("nas.mixedvocab")
 
@@ -261,7 +264,7 @@ class MixedVocabMLM(nn.Module):
     output embeddings), so the stage trains exactly the table stage II starts from.
     """
 
-    def __init__(self, teacher: nn.Module, student_vocab_size: int, student_dim: int,
+    def __init__(self, teacher: GraphNet, student_vocab_size: int, student_dim: int,
                  eps: float = 1e-12) -> None:
         super().__init__()
         self.teacher = teacher
@@ -274,7 +277,7 @@ class MixedVocabMLM(nn.Module):
         self.student_head = MLMHead(d_t, student_vocab_size, eps)
 
     def teacher_table(self) -> torch.Tensor:
-        return self.teacher.nodes["emb"].word_embeddings.weight  # (V_T, d_T)
+        return self.teacher.word_embeddings()  # (V_T, d_T)
 
     def student_table(self) -> torch.Tensor:
         return self.up(self.student_embeddings.weight)  # (V_S, d_T)
@@ -306,7 +309,7 @@ class StudentMLM(nn.Module):
     embeddings, on student-vocabulary input only; ``fits`` (width maps d_S → d_T per mapped layer)
     when layer-wise distillation is on."""
 
-    def __init__(self, student: nn.Module, eps: float = 1e-12,
+    def __init__(self, student: GraphNet, eps: float = 1e-12,
                  fits: nn.ModuleList | None = None) -> None:
         super().__init__()
         self.student = student
@@ -315,7 +318,7 @@ class StudentMLM(nn.Module):
         self.fits = fits if fits is not None else nn.ModuleList()
 
     def table(self) -> torch.Tensor:
-        return self.student.nodes["emb"].word_embeddings.weight  # (V_S, d_S)
+        return self.student.word_embeddings()  # (V_S, d_S)
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any,
                                                                  dict[str, float]]:
@@ -372,8 +375,9 @@ class LayerDistillation:
 
         with torch.no_grad():
             t = self.teacher.encode(as_teacher_specials(batch, segmenter)).records
-        return sum(fit_mse(out.records["hidden_states"][m], t["hidden_states"][g - 1], fits[m])
-                   for m, g in enumerate(self.mapping))
+        total = sum(fit_mse(out.records["hidden_states"][m], t["hidden_states"][g - 1], fits[m])
+                    for m, g in enumerate(self.mapping))
+        return cast(torch.Tensor, total)  # a tensor: the mapping is never empty
 
 
 @torch.no_grad()
@@ -487,7 +491,7 @@ def step_logger(stage: str, every: int = 50) -> Callable[[int, dict[str, float]]
 
 
 def tagged_batches(segmenter: MixedSegmenter, data: Any, batch_size: int,
-                   order: Sequence[int] | None = None, start: int = 0,
+                   order: Sequence[int] | np.ndarray | None = None, start: int = 0,
                    extra: Callable[[np.ndarray, dict[str, Any]], None] | None = None
                    ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches of a tagging task through a single-vocabulary segmenter (``p_student`` 0
@@ -652,6 +656,10 @@ class TaskReader:
     def batches(self, data: Any, batch_size: int = 64) -> Iterator[dict[str, torch.Tensor]]:
         raise NotImplementedError
 
+    def score(self, model: Any, batches: Sequence[Any], metric: str) -> dict[str, float]:
+        """``model``'s metrics on ``batches`` (``metric`` first)."""
+        raise NotImplementedError
+
     def latency_batches(self, data: Any) -> dict[int, dict[str, torch.Tensor]]:
         """The inputs latency is measured on: batch 1 and 32 of the ``data`` examples
         closest to its median number of words."""
@@ -773,7 +781,7 @@ def model_row(model: Any, space: Any, reader: TaskReader, dev: Any, report: Any,
     inputs = reader.latency_batches(report)
     row = {"dev": reader.score(model, list(reader.batches(dev)), dev.metric),
            "params": counted.params,
-           "embedding_params": int(model.nodes["emb"].word_embeddings.weight.numel()),
+           "embedding_params": int(model.word_embeddings().numel()),
            "flops": counted.flops, "seq_len": counted.seq_len,
            "latency": {f"batch{bs}": measure_latency(model, b, repeats=repeats).to_dict()
                        for bs, b in inputs.items()}}

@@ -159,11 +159,12 @@ def check_pair(student_config: Mapping[str, Any], arch: Mapping[str, Any],
             raise NasError(f"student {mine}={v[mine]} but the teacher has {teacher_config[theirs]}"
                            f": progressive transfer maps layer to layer and feature map to "
                            f"feature map; set the student's {mine} to {teacher_config[theirs]}")
-    heads, theirs = int(v["num_attention_heads"]), int(teacher_config["num_attention_heads"])
-    if theirs % heads:
+    heads = int(v["num_attention_heads"])
+    teacher_heads = int(teacher_config["num_attention_heads"])
+    if teacher_heads % heads:
         raise NasError(f"student num_attention_heads={heads} does not divide the teacher's "
-                       f"{theirs}: attention transfer compares each student head with a group "
-                       f"of teacher heads; use a divisor of {theirs}")
+                       f"{teacher_heads}: attention transfer compares each student head with "
+                       f"a group of teacher heads; use a divisor of {teacher_heads}")
 
 
 # ------------------------------------------------------------------------- losses
@@ -279,7 +280,8 @@ def run_transfer(student: nn.Module, teacher: nn.Module, stages: Sequence[Stage]
                          progress=progress, desc=f"transfer {stage.name}").fit()
         if final is not None:
             save_weights(student, final)
-            checkpoint.unlink(missing_ok=True)
+            if checkpoint is not None:  # both are None or both set (by workdir)
+                checkpoint.unlink(missing_ok=True)
         if on_stage is not None:
             on_stage(stage, result)
     for p in student.parameters():

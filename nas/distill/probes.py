@@ -14,6 +14,7 @@ both faster and more reproducible than SGD on a CPU.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,7 +131,7 @@ def train_probes(
     return ProbeSet(weight.detach(), bias.detach(), mean, std)
 
 
-def probe_accuracy(probe_logits: np.ndarray, labels: np.ndarray | list[int]) -> list[float]:
+def probe_accuracy(probe_logits: np.ndarray, labels: np.ndarray | Sequence[int]) -> list[float]:
     """Accuracy of each probe (P,) from its logits (P, N, C): a sanity read-out."""
     y = np.asarray(labels)
     return [float((probe_logits[i].argmax(-1) == y).mean()) for i in range(probe_logits.shape[0])]

@@ -10,12 +10,15 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from nas.config import check_fields
 from nas.train import TrainSettings
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 
 log = logging.getLogger("nas.distill")
 
@@ -65,7 +68,7 @@ def evaluate_student(ctx: Any, space: Any, arch: Any, model: torch.nn.Module,
     return row
 
 
-def export_student(ctx: Any, space: Any, arch: Any, model: torch.nn.Module,
+def export_student(ctx: Any, space: Any, arch: Any, model: GraphNet,
                    folders: Mapping[str, str]) -> None:
     """Export the student into ``RUN/<folder>`` for each ``folder → format`` (``native``,
     ``hf``: a stock ``transformers`` model where the family allows), with the teacher's

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -64,6 +64,17 @@ class FitMaps(nn.Module):
         self.hidden = FitMap(student_dim, teacher_dim)
 
 
+class Fits(Protocol):
+    """The width maps :func:`intermediate_loss` reads: :class:`FitMaps`, or the warm-up's
+    :class:`~nas.distill.warmup.SpaceFit` (the space's own fit layer, no embedding map)."""
+
+    @property
+    def embedding(self) -> nn.Module | None: ...
+
+    @property
+    def hidden(self) -> nn.Module: ...
+
+
 class DistillStudent(nn.Module):
     """The student with its fit maps: what the intermediate stages train (one state dict,
     so a checkpoint carries both)."""
@@ -77,7 +88,7 @@ class DistillStudent(nn.Module):
         return self.student(batch, record=tuple(record))
 
 
-def intermediate_loss(student: ModelOutput, teacher: ModelOutput, fits: FitMaps,
+def intermediate_loss(student: ModelOutput, teacher: ModelOutput, fits: Fits,
                       mapping: Sequence[int], terms: Terms
                       ) -> tuple[torch.Tensor, dict[str, float]]:
     """Σ of the enabled terms, and each term's value for the log.

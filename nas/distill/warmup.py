@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from nas.errors import NasError
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
 
+if TYPE_CHECKING:
+    from nas.network import GraphNet
+
 log = logging.getLogger("nas.warmup")
 
 #: Bump when the warm-up changes, so that cached supernets are not reused.
@@ -52,12 +55,12 @@ WARMUP_TERMS = Terms(embedding=False, attention=True, hidden=True)
 # ------------------------------------------------------------------------ fit layer
 
 
-def fit_edge(net: nn.Module) -> str:
+def fit_edge(net: GraphNet) -> str:
     """The key of the edge into a net's aux ``fit`` node (the width map to the teacher)."""
-    graph = net.graph  # type: ignore[attr-defined]
+    graph = net.graph
     aux = [n for n, a in graph.nodes(data=True) if a.get("role") == "aux"]
     edges = [f"{src}->{dst}" for dst in aux for src, _ in graph.in_edges(dst)]
-    found = [k for k in edges if k in net.edges]  # type: ignore[attr-defined]
+    found = [k for k in edges if k in net.edges]
     if len(found) != 1:
         raise NasError(f"the warm-up needs exactly one learned fit edge into an aux node of the "
                        f"space's graph; found {found or 'none'}; give the space a 'fit' aux node")
@@ -71,9 +74,10 @@ class SpaceFit(nn.Module):
 
     embedding = None  # the warm-up has no embedding loss
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: GraphNet) -> None:
         super().__init__()
-        self.hidden = net.edges[fit_edge(net)].dense  # type: ignore[attr-defined,index]
+        edge: Any = net.edges[fit_edge(net)]  # the fit edge's linear op
+        self.hidden: nn.Linear = edge.dense
 
     @property
     def out_features(self) -> int:
@@ -90,7 +94,7 @@ def kd_loss(net: nn.Module, batch: Mapping[str, torch.Tensor], teacher: nn.Modul
         t = teacher(batch, record=terms.records)
     kwargs = {"arch": arch} if arch is not None else {}
     s = net(batch, record=terms.records, **kwargs)
-    loss, info = intermediate_loss(s, t, fit, mapping, terms)  # type: ignore[arg-type]
+    loss, info = intermediate_loss(s, t, fit, mapping, terms)
     return loss, info, s, (t if with_logits else None)
 
 
@@ -265,7 +269,7 @@ def _train(space: Any, arch: Any, teacher_dir: str, settings: WarmupSettings, co
     if s.embedding_init == "teacher-pca":
         from nas.distill.init import init_embeddings, teacher_embedding_init
 
-        width = supernet.nodes["emb"].word_embeddings.weight.shape[1]
+        width = supernet.word_embeddings().shape[1]
         init_embeddings(supernet, teacher_embedding_init(teacher_dir, width))
     fit = SpaceFit(supernet)
     mapping = layer_map(space.config["layers"], teacher_space.config["num_hidden_layers"])

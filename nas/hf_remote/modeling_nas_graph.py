@@ -196,7 +196,8 @@ class NasGraphPreTrainedModel(PreTrainedModel):
                 continue
             xs, args = [], []
             for e in st["inputs"]:
-                module = self.edges[f"{e['source']}->{e['target']}"]
+                # an op, or a ModuleDict of its choice's ops
+                module: Any = self.edges[f"{e['source']}->{e['target']}"]
                 if e.get("choice") is not None:
                     module = module[e["op"]]
                 xs.append(module([states[e["source"]]], e["out_width"], e["params"], ctx))

@@ -110,7 +110,7 @@ class Op(nn.Module):
         return 0
 
     # -- computation -----------------------------------------------------------
-    def forward(  # type: ignore[override]
+    def forward(
         self, xs: list[torch.Tensor], out_width: int, p: Mapping[str, Any], ctx: Context
     ) -> torch.Tensor:
         raise NotImplementedError

@@ -25,7 +25,7 @@ def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], doc: str) -> t
     class _Unary(Op):
         __doc__ = doc
 
-        def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+        def forward(self, xs, out_width, p, ctx):
             return fn(xs[0])
 
     _Unary.__name__ = _Unary.__qualname__ = f"{name.title().replace('_', '')}Op"
@@ -64,7 +64,7 @@ class Zero(Op):
 
     is_zero = True
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         return torch.zeros_like(xs[0])
 
 
@@ -84,10 +84,10 @@ class _Binary(Op):
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return min(in_widths)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         a, b = cut(xs[0], xs[1])
         return type(self).fn(a, b)
 
@@ -119,7 +119,7 @@ class First(Op):
 
     used_args = (0,)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         return xs[0]
 
 
@@ -138,10 +138,10 @@ class Sum(Op):
     """Sum of all incoming edges (a DARTS intermediate node). No input: zeros."""
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["width"]) if not in_widths else max(in_widths)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         if not xs:  # every incoming edge is 'zero' in this architecture
             ref = ctx.reference()
             return ref.new_zeros((*ref.shape[:2], out_width), dtype=torch.get_default_dtype())
@@ -203,14 +203,14 @@ class ResidualNorm(Op):
         self.norm = make_norm(p.get("norm", "layer_norm"), out_width, p.get("eps", 1e-12))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return in_widths[0]
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return norm_params(out_width)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         return self.norm(xs[0] + xs[1])
 
 
@@ -227,14 +227,14 @@ class AttentionSum(Op):
         self.weight = nn.Parameter(torch.zeros(int(p["inputs"])))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return max(in_widths)
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return int(p["inputs"])
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         w = torch.softmax(self.weight[: len(xs)], dim=0)
         return sum(wi * x for wi, x in zip(w, xs, strict=True))
 
@@ -257,19 +257,19 @@ class Linear(Op):
         self.dense = nn.Linear(in_widths[0], out_width, bias=p.get("bias", True))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["out"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return in_widths[0] * out_width + (out_width if p.get("bias", True) else 0)
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         tokens = 1 if p.get("pooled") else seq_len
         return tokens * in_widths[0] * out_width
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         return linear_slice(self.dense, xs[0], out_width)
 
 

@@ -24,14 +24,14 @@ class _ConvOp(Op):
         self.bn = nn.BatchNorm1d(out_width)
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return in_widths[0] * out_width * cls.kernel + 2 * out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         return seq_len * in_widths[0] * out_width * cls.kernel
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = F.relu(xs[0]).transpose(1, 2)  # (B, C, L)
         c_in = x.shape[1]
         if out_width == self.conv.out_channels and c_in == self.conv.in_channels:
@@ -69,7 +69,7 @@ DilConv7 = _conv("dil_conv_7", 7, 2)
 class MaxPool3(Op):
     """Max pooling over 3 positions, stride 1, same padding."""
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = xs[0].transpose(1, 2)
         return F.max_pool1d(x, 3, 1, 1).transpose(1, 2)
 
@@ -78,7 +78,7 @@ class MaxPool3(Op):
 class AvgPool3(Op):
     """Average pooling over 3 positions, stride 1, same padding (padding not counted)."""
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = xs[0].transpose(1, 2)
         return F.avg_pool1d(x, 3, 1, 1, count_include_pad=False).transpose(1, 2)
 

@@ -264,7 +264,7 @@ class FFNExpression(Op):
         self.linear2 = nn.Linear(inner, out_width)
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         if int(p["inner"]) > in_widths[0]:
             raise SpaceDefinitionError(
                 f"ffn_expression: inner width {p['inner']} exceeds the input width "
@@ -272,16 +272,16 @@ class FFNExpression(Op):
         return in_widths[0]
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         inner = int(p["inner"])
         return in_widths[0] * inner + inner + inner * out_width + out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         inner = int(p["inner"])
         return seq_len * (in_widths[0] * inner + inner * out_width)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         e = parse_cached(str(p["expr"]))
         inner = int(p["inner"])
         return evaluate(e, xs[0], lambda h: linear_slice(self.linear1, h, inner),

@@ -48,14 +48,14 @@ class _NormNode(Op):
         self.norm = make_norm(self.kind, out_width, float(p.get("eps", 1e-12)))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return max(in_widths)
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return norm_params(out_width)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         total = xs[0]
         for x in xs[1:]:
             total = total + x
@@ -98,10 +98,10 @@ class _PickInput(Op):
     pick: int = 0
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return max(in_widths)
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = xs[0] if len(xs) == 1 else xs[self.pick]
         if x.shape[-1] < out_width:  # (B, L, w) -> (B, L, out_width)
             x = F.pad(x, (0, out_width - x.shape[-1]))
@@ -161,21 +161,21 @@ class MultiHeadAttention(Op):
         self.matmul = AttentionMatmul()
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["out"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         qk_in, v_in = in_widths
         return 2 * (qk_in * out_width + out_width) + v_in * out_width + out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         qk_in, v_in = in_widths
         projections = seq_len * (2 * qk_in + v_in) * out_width
         return projections + 2 * seq_len * seq_len * out_width  # QKᵀ and probs·V
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         qk, v_in = xs  # (B, L, C_qk), (B, L, C_v)
         b, length, _ = qk.shape
         heads = int(p["heads"])
@@ -206,7 +206,7 @@ class ElasticPoolerClassifier(PoolerClassifier):
     to the active input width, which ``pooler_classifier`` does not do.
     """
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         cls_state = xs[0][:, 0]  # (B, C)
         c = cls_state.shape[-1]
         if hasattr(self, "pooler"):

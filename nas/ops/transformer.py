@@ -60,11 +60,11 @@ class Embedding(Op):
         return bool(p.get("trigram")) or int(p["embedding_size"]) != int(p["out"])
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["out"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         e = int(p["embedding_size"])
         n = int(p["vocab_size"]) * e
         if cls._projects(p):
@@ -76,12 +76,12 @@ class Embedding(Op):
         return n
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         if not cls._projects(p):
             return 0
         return seq_len * int(p["embedding_size"]) * (3 if p.get("trigram") else 1) * out_width
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         key = p.get("key", "input_ids")
         ids = ctx.batch[key]  # (B, L)
         given = ctx.batch.get("inputs_embeds") if key == "input_ids" else None
@@ -133,8 +133,9 @@ class AttentionMatmul(nn.Module):
         return probs @ v, scores  # (B, A, L, d), (B, A, L, L)
 
 
-def count_attention_matmul(module: nn.Module, inputs: tuple, output: Any) -> None:
-    """thop hook: B·A·L·L·d for QKᵀ plus the same for the product with V."""
+def count_attention_matmul(module: Any, inputs: tuple, output: Any) -> None:
+    """thop hook: B·A·L·L·d for QKᵀ plus the same for the product with V. ``module``
+    carries the ``total_ops`` buffer that thop registers (unknown to nn.Module's type)."""
     q, k = inputs[0], inputs[1]
     b, a, lq, d = q.shape
     module.total_ops += torch.DoubleTensor([2 * b * a * lq * k.shape[2] * d])
@@ -205,17 +206,17 @@ class BertAttention(Op):
         self.output = AttentionOutput(n, out_width, norm, p.get("eps", 1e-12))
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         h, n = in_widths[0], active_heads(in_widths[0], p) * int(p["head_size"])
         return 3 * (h * n + n) + n * out_width + out_width + norm_params(out_width)
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         h, n = in_widths[0], active_heads(in_widths[0], p) * int(p["head_size"])
         projections = seq_len * (3 * h * n + n * out_width)
         return projections + 2 * seq_len * seq_len * n
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = xs[0]
         context = self.self(x, active_heads(x.shape[-1], p), int(p["head_size"]), ctx)
         o = self.output
@@ -242,20 +243,20 @@ class PoolerClassifier(Op):
         self.classifier = nn.Linear(h, int(p["num_labels"]))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["num_labels"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         h = in_widths[0]
         return (h * h + h if p.get("pooler", True) else 0) + h * out_width + out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         h = in_widths[0]
         return (h * h if p.get("pooler", True) else 0) + h * out_width
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         if p.get("pooling", "cls") == "mean":
             mask = pair_mask(ctx)
             x = xs[0]
@@ -294,21 +295,21 @@ class JointIntentSlot(Op):
         self.tagger = nn.Linear(h, int(p["num_tags"]))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["num_labels"]) + int(p["num_tags"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         h = in_widths[0]
         return (h * h + h if p.get("pooler", True) else 0) + h * out_width + out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         h = in_widths[0]
         return ((h * h if p.get("pooler", True) else 0) + h * int(p["num_labels"])
                 + seq_len * h * int(p["num_tags"]))
 
-    def forward(self, xs, out_width, p, ctx):  # type: ignore[override]
+    def forward(self, xs, out_width, p, ctx):
         x = xs[0]  # (B, L, H)
         cls_state = x[:, 0]
         if hasattr(self, "pooler"):
@@ -339,18 +340,18 @@ class AttentiveReadout(SelectOp):
         self.classifier = nn.Linear(in_widths[0], int(p["num_labels"]))
 
     @classmethod
-    def out_width(cls, in_widths, p):  # type: ignore[override]
+    def out_width(cls, in_widths, p):
         return int(p["num_labels"])
 
     @classmethod
-    def count_params(cls, in_widths, out_width, p):  # type: ignore[override]
+    def count_params(cls, in_widths, out_width, p):
         return int(p["layers"]) + in_widths[0] * out_width + out_width
 
     @classmethod
-    def count_macs(cls, in_widths, out_width, p, seq_len):  # type: ignore[override]
+    def count_macs(cls, in_widths, out_width, p, seq_len):
         return in_widths[0] * out_width
 
-    def forward_value(self, xs, args, value, out_width, p, ctx):  # type: ignore[override]
+    def forward_value(self, xs, args, value, out_width, p, ctx):
         used = [x for x, a in zip(xs, args, strict=True) if a <= value]
         mask = pair_mask(ctx)
         pooled = []
@@ -372,7 +373,7 @@ class AttentiveReadout(SelectOp):
 class SelectLast(SelectOp):
     """The output of the last active block of a stack: input ``value`` of args 1..N_max."""
 
-    def forward_value(self, xs, args, value, out_width, p, ctx):  # type: ignore[override]
+    def forward_value(self, xs, args, value, out_width, p, ctx):
         for x, a in zip(xs, args, strict=True):
             if a == value:
                 return x
