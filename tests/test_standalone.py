@@ -27,15 +27,18 @@ NOT_YET_CHECKED: set[str] = set()
 DATA_DEFAULT = re.compile(r"NAS_DATA_DIR=\$\{NAS_DATA_DIR:-[^}]*\}")
 
 # The names are assembled so that this file does not cite them itself.
-_SPEC, _STYLE, _SHARED = "SP" + "EC", "STY" + "LE", "sha" + "red"
+_SPEC, _STYLE, _SHARED, _WORK = "SP" + "EC", "STY" + "LE", "sha" + "red", "wo" + "rk"
 #: What a stand-alone repository never contains, with what to write instead.
 FORBIDDEN = [
     (re.compile(rf"\b{_SPEC}\b"), "the outside method specification: cite the paper or "
                                   "docs/reference.md#<section>"),
     (re.compile(rf"\b{_STYLE}\.md\b"), "the outside style guide: name the public codebase "
                                        "whose pattern is meant"),
-    (re.compile(rf"\.\./{_SHARED}\b|/work/{_SHARED}\b|\b{_SHARED}/data\b"),
+    (re.compile(rf"\.\./{_SHARED}\b|/{_WORK}/{_SHARED}\b|\b{_SHARED}/data\b"),
      "a data folder outside the repository: write $NAS_DATA_DIR"),
+    (re.compile(rf"(?<![\w.~-])/{_WORK}/"),
+     "a folder of the development machine: write a path relative to the repository "
+     "(runs/..., as the commands make it)"),
 ]
 
 #: ``reference.md#<section>``, then any further ``, #<section>`` of the same citation (which
@@ -106,7 +109,8 @@ def test_every_reference_link_names_a_section_of_the_reference():
 def test_the_checks_catch_what_they_are_for():
     """The patterns match the citations they exist to keep out, and the anchors follow the
     headings, so neither test above passes by matching nothing."""
-    bad = [f"(see {_SPEC} §3)", f"{_STYLE}.md pattern 6", f"NAS_DATA_DIR=../{_SHARED}/data"]
+    bad = [f"(see {_SPEC} §3)", f"{_STYLE}.md pattern 6", f"NAS_DATA_DIR=../{_SHARED}/data",
+           f"--run-dir /{_WORK}/runs/x"]
     assert all(any(p.search(b) for p, _ in FORBIDDEN) for b in bad)
     assert not any(p.search("SPECIAL_TOKENS, docs/reference.md#costs, shared weights")
                    for p, _ in FORBIDDEN)
