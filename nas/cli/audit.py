@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "--select latency-spread, over its predicted batch-1 latency) with the "
                     "method's proxies (EfficientBERT: with and without warm-up; compress: "
                     "inherited-kd and the blockwise table) and with its full retrain; "
-                    "report Kendall τ and Spearman ρ with bootstrap 95%% intervals, a scatter "
+                    "report Kendall τ and Spearman ρ with bootstrap 95% intervals, a scatter "
                     "plot and the steps an inherited candidate needs to reach the scratch "
                     "candidate's final KD loss.")
     p.add_argument("config", help="experiment YAML, e.g. experiments/efficientbert_sst2.yaml")
