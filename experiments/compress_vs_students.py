@@ -1,0 +1,105 @@
+"""Plot a compress run's retrained front against the five methods' recorded students
+(issue 30, item 5, first bullet): accuracy on SST-2's clean test sentences against the
+batch-1 speed-up over the teacher each was distilled from, one thread.
+
+The compress points are read from the run folder (``final/<tag>/result.json``, the mean
+over the final seeds, and ``teacher.json``): speed-ups are the run's own batch-1 latency
+of the teacher over each model's, timed in the same run. The students' numbers are the
+recorded results of their method pages (each row names its page and commit); each
+student's speed-up was measured against the same one-epoch MiniLM-L6-H384 teacher
+(89.84 on the same sentences) in its own run.
+
+    python experiments/compress_vs_students.py runs/compress_sst2 \\
+        --out docs/img/compress_vs_students.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+#: The five methods' students as recorded: (label, clean test accuracy %, batch-1
+#: speed-up over the teacher, page, commit). EfficientBERT's students are left out:
+#: their batch-1 latency against the teacher is not recorded.
+STUDENTS: list[tuple[str, float, float, str, str]] = [
+    ("AdaBERT, searched cell", 81.33, 32.9, "docs/adabert.md", "ec5105a"),
+    ("AdaBERT + augmentation x2", 82.87, 32.9, "docs/adabert.md", "35c462d"),
+    ("TinyBERT-4 (L4 H312)", 81.27, 2.4, "docs/tinybert.md", "3ffe15f"),
+    ("TinyBERT L4 H120 (3 seeds)", 79.97, 3.6, "docs/tinybert.md", "585c9a4"),
+    ("MobileBERT, grid-searched", 83.86, 2.2, "docs/mobilebert.md", "66b89d8"),
+    ("MobileBERT 11.6M, all at once", 86.30, 0.9, "docs/mobilebert.md", "71a90d5"),
+    ("Mixed vocabulary", 79.46, 2.2, "docs/mixedvocab.md", "42ae9d5"),
+]
+TEACHER_ACCURACY = 89.84  # the students' teacher on the same sentences (docs/adabert.md)
+
+
+def batch1_ms(latency: dict[str, Any]) -> float:
+    return float(latency["batch1"]["median_ms"])
+
+
+def compress_points(run_dir: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The run's teacher (test accuracy %, batch-1 ms) and one row per final model."""
+    teacher = json.loads((run_dir / "teacher.json").read_text(encoding="utf-8"))
+    t_ms = batch1_ms(teacher["latency"])
+    rows = []
+    for result in sorted((run_dir / "final").glob("*/result.json")):
+        row = json.loads(result.read_text(encoding="utf-8"))
+        seeds = row["seeds"]
+        ms = sum(batch1_ms(s["latency"]) for s in seeds) / len(seeds)
+        rows.append({"tag": row["tag"], "arch_id": row["arch_id"],
+                     "test": 100 * row["test_mean"], "test_sd": 100 * row["test_std"],
+                     "seeds": len(seeds), "params": seeds[0]["params"], "ms": ms,
+                     "speedup": t_ms / ms})
+    return {"test": 100 * teacher["test"]["accuracy"], "ms": t_ms}, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("docs/img/compress_vs_students.png"))
+    args = parser.parse_args(argv)
+    teacher, rows = compress_points(args.run_dir)
+    print(f"compress teacher: test {teacher['test']:.2f}, batch 1 {teacher['ms']:.2f} ms")
+    print("| model | params | test acc (mean ± sd) | seeds | batch-1 ms | speed-up |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| compress {r['tag']} ({r['arch_id']}) | {r['params'] / 1e6:.2f}M | "
+              f"{r['test']:.2f} ± {r['test_sd']:.2f} | {r['seeds']} | {r['ms']:.2f} | "
+              f"{r['speedup']:.1f}x |")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    ax.scatter([s[2] for s in STUDENTS], [s[1] for s in STUDENTS], marker="s",
+               color="tab:gray", label=f"the five methods' students (teacher {TEACHER_ACCURACY})")
+    for label, acc, speed, _, _ in STUDENTS:
+        ax.annotate(label, (speed, acc), fontsize=7, xytext=(4, -3),
+                    textcoords="offset points")
+    ax.errorbar([r["speedup"] for r in rows], [r["test"] for r in rows],
+                yerr=[r["test_sd"] for r in rows], fmt="o", color="tab:red",
+                label=f"compress, retrained front (teacher {teacher['test']:.2f})")
+    for r in rows:
+        ax.annotate(r["tag"], (r["speedup"], r["test"]), fontsize=7, xytext=(-10, -12),
+                    textcoords="offset points", color="tab:red")
+    ax.axhline(teacher["test"], color="tab:red", lw=0.8, ls="--")
+    ax.axhline(TEACHER_ACCURACY, color="tab:gray", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlim(0.7, 60)
+    ax.set_xlabel("batch-1 speed-up over the teacher (one thread, log scale)")
+    ax.set_ylabel("SST-2 clean test accuracy (%)")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
