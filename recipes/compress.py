@@ -280,7 +280,7 @@ class Compress(Search):
         from evaluators.audit import AuditParts
         from nas.latency import space_predictor
 
-        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]
+        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]  # open() returns the base config type
         ctx = self.context(config, run, options).prepare()
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
         cfg = ctx.cfg

@@ -96,7 +96,7 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
 
     task = resolve_task(config.task)
     resolved = dataclasses.replace(config, task=task)
-    ctx = TaskContext(resolved, _NoRunFolder(), options)  # type: ignore[arg-type]
+    ctx = TaskContext(resolved, _NoRunFolder(), options)  # type: ignore[arg-type]  # a stand-in RunDir: only .log is called
     cuts = ctx.select_data()
     finetune = resolved.finetune_config()
     teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)

@@ -58,7 +58,7 @@ class QueuedSearcher(MultiTrialSearcher):
     def __init__(self, name: str) -> None:
         super().__init__()
         # an instance's own name: the registry's class-level name does not apply here
-        self.name = name  # type: ignore[misc]
+        self.name = name  # type: ignore[misc]  # a ClassVar on the class, set per instance here
 
     def sampler(self, seed: int, bridge: SpaceBridge | None = None) -> BaseSampler:
         return _QueueOnly(self.name)
