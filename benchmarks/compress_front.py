@@ -74,9 +74,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from evaluators.blockwise import SKIP, BlockTable, BlockwiseEvaluator  # noqa: E402
-from evaluators.blockwise_knapsack import Pick, knapsack  # noqa: E402
-from nas.architecture import Architecture  # noqa: E402
+from evaluators.blockwise import BlockTable, BlockwiseEvaluator  # noqa: E402
+from evaluators.blockwise_knapsack import Pick, knapsack, truncations  # noqa: E402
 from searchers.pareto import dominance_numbers, hypervolume  # noqa: E402
 
 #: the searched arms and the random arm, all through the engine's study loop
@@ -147,16 +146,6 @@ def front(points: np.ndarray) -> np.ndarray:
     points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
     kept = np.unique(points[dominance_numbers(points) == 0], axis=0)
     return kept[np.argsort(kept[:, 1], kind="stable")]
-
-
-def truncations(table: BlockTable, all_widths: bool = False) -> list[Architecture]:
-    """Uniform truncation: the first k layers (k = 1..L) with all their heads and FFN
-    neurons, at the teacher's width, or at each of the space's widths (``all_widths``)."""
-    whole, skip = table.options.index(("1", "1")), table.options.index(SKIP)
-    teacher = int(table.space.config["hidden_size"])
-    widths = [w for w, h in enumerate(table.widths) if all_widths or h == teacher]
-    return [table.architecture(w, [whole] * k + [skip] * (table.layers - k))
-            for w in widths for k in range(1, table.layers + 1)]
 
 
 def knapsack_pareto(table: BlockTable, max_points: int = 10_000) -> list[Pick]:

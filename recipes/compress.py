@@ -24,7 +24,9 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    (its block states cached), then Puzzle's multiple-choice knapsack (§4) at each budget
    of a range (``knapsack:``; latency or parameters), each distinct pick recorded as a
    trial of the run's study and scored by the configured evaluator, so the Pareto front,
-   the final selection, the report and the exports treat it as any searcher's;
+   the final selection, the report and the exports treat it as any searcher's. Or
+   ``searcher: truncation``, the baseline: the sorted teacher's first k whole layers,
+   k = 1..L, queued and retrained the same way;
 4. **final** — ``final.select`` (default: per speed-up 2, 5 and 15 over the teacher, the
    front point nearest it), each retrained ``final.seeds`` times by the full
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
@@ -45,6 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nas.config import ConfigError, check_fields
+from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
 from recipes.search import (
@@ -60,8 +63,10 @@ from recipes.search import (
 SPACE = "bert-subnet"
 #: where the search's batch-1 latency comes from
 LATENCIES = ("predicted", "measured")
-#: the searcher this method runs itself (recipes.search.METHOD_SEARCHERS)
+#: the searchers this method runs itself (searchers.base.METHOD_SEARCHERS): the blockwise
+#: knapsack, and uniform truncation (the first k whole layers, the baseline it must beat)
 KNAPSACK = "knapsack"
+TRUNCATION = "truncation"
 #: what a knapsack budget limits
 KNAPSACK_COSTS = ("latency_ms", "params")
 
@@ -111,7 +116,7 @@ class CompressConfig(SearchConfig):
 
     provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss",
                                                  "table")
-    own_searchers: ClassVar[tuple[str, ...]] = (KNAPSACK,)
+    own_searchers: ClassVar[tuple[str, ...]] = (KNAPSACK, TRUNCATION)
 
     space: str = SPACE
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
@@ -134,27 +139,27 @@ class CompressConfig(SearchConfig):
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
                               "the teacher; only layers (any or first) may be set")
         super().__post_init__()
-        if self.searcher == KNAPSACK:
-            self.check_knapsack()
 
-    def check_knapsack(self) -> None:
-        """What ``searcher: knapsack`` cannot serve, refused in one line: first-k layers
-        (the knapsack keeps any subset), several workers (its trials are queued in one
-        process), a FLOPs limit (the block table has parameters and latency) and seed
-        architectures (its study runs its picks only)."""
+    def check_own_searcher(self, name: str) -> None:
+        """What ``searcher: knapsack`` or ``truncation`` cannot serve, refused in one line:
+        first-k layers (their architectures are of the any-subset space), several workers
+        (their trials are queued in one process), a FLOPs limit (the block table that
+        costs them has parameters and latency) and seed architectures (their study runs
+        their own picks only)."""
         if self.space_config.get("layers", "any") != "any":
-            raise ConfigError("searcher: knapsack picks any subset of layers; drop "
-                              "space_config.layers: first, or use another searcher")
+            raise ConfigError(f"searcher: {name} queues architectures of the any-subset "
+                              "space; drop space_config.layers: first, or use another "
+                              "searcher")
         if self.workers != 1:
-            raise ConfigError("workers: searcher knapsack runs its picks in one process; "
+            raise ConfigError(f"workers: searcher {name} runs its picks in one process; "
                               "set workers: 1")
         if self.constraints.max_flops is not None:
-            raise ConfigError("constraints.max_flops: the knapsack's block table counts "
-                              "parameters and latency, not FLOPs; use max_params or "
-                              "max_latency_ms")
+            raise ConfigError(f"constraints.max_flops: searcher {name} costs its picks by "
+                              "the block table's parameters and latency, not FLOPs; use "
+                              "max_params or max_latency_ms")
         if self.multi_trial.get("seeds"):
-            raise ConfigError("multi_trial.seeds: the knapsack's study runs its own picks "
-                              "only; drop the seed architectures")
+            raise ConfigError(f"multi_trial.seeds: searcher {name}'s study runs its own "
+                              "picks only; drop the seed architectures")
 
 
 class CompressContext(SearchContext):
@@ -308,30 +313,27 @@ class Compress(Search):
                               ctx.space, seq_len=ctx.max_seq_len, log=note))
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
-        """Stage 3: the knapsack for ``searcher: knapsack``, else method search's."""
-        if name != KNAPSACK:
+        """Stage 3: the knapsack or the truncations for those searchers, else method
+        search's."""
+        if name not in (KNAPSACK, TRUNCATION):
             return super().search_stage(ctx, name)
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
-        return self.knapsack_search(ctx)
+        return self.knapsack_search(ctx) if name == KNAPSACK else self.truncation_search(ctx)
 
     def knapsack_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
         """The blockwise table, the knapsack at each budget (:class:`KnapsackSettings`,
         within the run's ``constraints``), and its distinct picks queued on the run's
         study, each scored by the configured evaluator (:mod:`searchers.queued`)."""
         from evaluators.blockwise_knapsack import knapsack_sweep, ratio_range
-        from searchers.queued import QueuedSearcher
 
         cfg, k = ctx.cfg, ctx.cfg.knapsack
         table = ctx.block_table()
         ratios = set(k.ratios or ratio_range(table, cfg.n_trials, k.cost))
         if cfg.final.select == "latency_ratios" and k.cost == "latency_ms":
             ratios |= set(cfg.final.ratios)
-        c = cfg.constraints
-        limits = {n: float(v) for n, v in (("params", c.max_params),
-                                           ("latency_ms", c.max_latency_ms)) if v is not None}
         with ctx.timed("knapsack"):
             sweep = knapsack_sweep(table, sorted(float(r) for r in ratios), k.cost,
-                                   limits=limits)
+                                   limits=_limits(cfg))
         picks = [{"ratio": ratio, "arch_id": pick.arch.id, "block_error": pick.error,
                   **{f"table_{n}": v for n, v in pick.costs.items()}} for ratio, pick in sweep]
         ctx.run.log("knapsack", cost=k.cost, ratios=sorted(ratios), picks=picks,
@@ -339,14 +341,47 @@ class Compress(Search):
         ctx.stage(3, "knapsack over %d %s budget(s): %d distinct sub-network(s), %.2f s",
                   len(ratios), k.cost, len(sweep), ctx.seconds["knapsack"])
         queue = [(f"knapsack-{ratio:.4g}x", pick.arch) for ratio, pick in sweep]
-        settings = replace(cfg.study_settings(), n_trials=len(queue))
-        summary, chosen = self.multi_trial(ctx, KNAPSACK, factory=QueuedSearcher(KNAPSACK),
-                                           queue=queue, settings=settings)
+        summary, chosen = self._run_queue(ctx, KNAPSACK, queue)
         summary["knapsack"] = {"cost": k.cost, "picks": picks,
                                "table_seconds": dict(table.seconds),
                                "seconds": ctx.seconds["knapsack"]}
         return summary, chosen
 
+    def truncation_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
+        """Uniform truncation, the baseline every compression must beat (issue 30's
+        direct check; DynaBERT, Hou et al. 2020, §3.2, keeps layers the same way): the
+        sorted teacher's first k whole layers, k = 1..L, at its width, within the run's
+        ``constraints``, queued on the run's study and scored by the configured evaluator,
+        so the final retrain treats them exactly as the searched points."""
+        from evaluators.blockwise_knapsack import truncations
 
-__all__ = ["Compress", "CompressConfig", "CompressContext", "ImportanceSettings",
-           "KnapsackSettings"]
+        table = ctx.block_table()
+        limits = _limits(ctx.cfg)
+        queue = [(f"first-{k}", arch) for k, arch in enumerate(truncations(table), start=1)
+                 if all(table.cost_of(arch, n) <= limit for n, limit in limits.items())]
+        if not queue:
+            raise NasError("constraints: no truncation of the teacher (first k whole "
+                           "layers) fits them; raise max_params or max_latency_ms")
+        ctx.stage(3, "uniform truncation: %d sub-network(s), the first k whole layers",
+                  len(queue))
+        return self._run_queue(ctx, TRUNCATION, queue)
+
+    def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]
+                   ) -> tuple[dict[str, Any], list[Any]]:
+        """The queued architectures as the run's study, one trial each."""
+        from searchers.queued import QueuedSearcher
+
+        settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
+        return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
+                                settings=settings)
+
+
+def _limits(cfg: CompressConfig) -> dict[str, float]:
+    """The run's parameter and latency limits, for the block table's costs."""
+    c = cfg.constraints
+    return {n: float(v) for n, v in (("params", c.max_params),
+                                     ("latency_ms", c.max_latency_ms)) if v is not None}
+
+
+__all__ = ["KNAPSACK", "TRUNCATION", "Compress", "CompressConfig", "CompressContext",
+           "ImportanceSettings", "KnapsackSettings"]

@@ -56,6 +56,7 @@ from recipes.common import (
     run_study_stage,
     worker_options,
 )
+from searchers.base import METHOD_SEARCHERS
 
 log = logging.getLogger("nas.search")
 
@@ -65,10 +66,6 @@ SELECTIONS = ("best", "pareto", "latency_ratios")
 #: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
 PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
                   "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
-#: searchers a method runs itself from what its own stages made (not registered: they
-#: cannot sample an arbitrary space): name -> (the method, what it needs)
-METHOD_SEARCHERS = {"knapsack": ("compress", "the sorted teacher's blockwise table "
-                                             "(Puzzle's knapsack over the bert-subnet space)")}
 
 
 # ---------------------------------------------------------------------------- config
@@ -223,20 +220,26 @@ class SearchConfig(MethodConfig):
         self.check_space()
         check_evaluator(self.evaluator.name, self.space, self.provided_parts)
 
-    def check_searcher_name(self) -> None:
-        """A registered searcher (an unknown name lists the close ones), or one of
-        :data:`METHOD_SEARCHERS` that this method runs; another method's is refused in
-        one line."""
+    def check_searcher_name(self, name: str | None = None) -> None:
+        """``name`` (default: the file's ``searcher:``; ``nas run --searcher`` passes its
+        own): a registered searcher (an unknown name lists the close ones), or one of
+        :data:`METHOD_SEARCHERS` that this method runs and whose needs this file meets
+        (:meth:`check_own_searcher`); another method's is refused in one line."""
         from searchers.base import SEARCHERS
 
-        if self.searcher in self.own_searchers:
+        name = name or self.searcher
+        if name in self.own_searchers:
+            self.check_own_searcher(name)
             return
-        if self.searcher in METHOD_SEARCHERS:
-            method, needs = METHOD_SEARCHERS[self.searcher]
-            raise ConfigError(f"searcher: {self.searcher} needs {needs}, which only method "
+        if name in METHOD_SEARCHERS:
+            method, needs = METHOD_SEARCHERS[name]
+            raise ConfigError(f"searcher: {name} needs {needs}, which only method "
                               f"{method} makes; use method: {method}, or a registered "
                               "searcher (random, tpe, nsga2, gp, lanas, lamoo)")
-        SEARCHERS.get(self.searcher)
+        SEARCHERS.get(name)
+
+    def check_own_searcher(self, name: str) -> None:
+        """What this file must meet for one of the method's own searchers (none here)."""
 
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
@@ -459,6 +462,11 @@ class Search(Recipe[SearchConfig]):
         (:data:`METHOD_SEARCHERS`)."""
         from searchers.base import SEARCHERS
 
+        if searcher in METHOD_SEARCHERS and searcher not in self.config_class.own_searchers:
+            method, needs = METHOD_SEARCHERS[searcher]
+            raise ConfigError(f"--searcher {searcher} needs {needs}, which only method "
+                              f"{method} makes; use method: {method}, or a registered "
+                              "searcher (random, tpe, nsga2, gp, lanas, lamoo)")
         if searcher is not None and searcher not in self.config_class.own_searchers:
             SEARCHERS.get(searcher)  # an unknown name lists the close ones
         return searcher
@@ -470,7 +478,10 @@ class Search(Recipe[SearchConfig]):
         return {"searcher": self.searcher_of(config, options)}
 
     def prepared(self, config: SearchConfig, options: RunOptions, **extra: Any) -> Any:
-        # before stage 1: a constraint no architecture meets is answered now
+        # before stage 1: --searcher checked against the file as `searcher:` is, and a
+        # constraint no architecture meets, are answered now
+        if options.searcher:
+            config.check_searcher_name(options.searcher)
         self.check_feasible(config, options)
         return super().prepared(config, options, **extra)
 

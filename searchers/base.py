@@ -324,6 +324,17 @@ class SearcherRegistry(Registry[SearcherClass]):
 SEARCHERS = SearcherRegistry()
 
 
+#: searchers a method runs itself from what its own stages made (not registered: they
+#: cannot sample an arbitrary space, so the registry's contract does not apply): name ->
+#: (the method, what it needs). Listed here, torch-free, for the CLI's ``--searcher``.
+METHOD_SEARCHERS = {
+    "knapsack": ("compress", "the sorted teacher's blockwise table (Puzzle's knapsack over "
+                             "the bert-subnet space)"),
+    "truncation": ("compress", "the sorted teacher's shape (uniform truncation: its first "
+                               "k whole layers, the baseline of the bert-subnet space)"),
+}
+
+
 def searcher_names(kind: str | None = None) -> list[str]:
     """Registered searcher names, of one ``kind`` ("multi-trial" or "one-shot") or all."""
     import searchers  # noqa: F401  (registers and declares the built-in searchers)

@@ -303,20 +303,33 @@ CASES = {
     # searcher knapsack: compress's own, and only where its block table can serve
     "compress-knapsack-first-k": Case(compress_with(searcher="knapsack",
                                                     space_config={"layers": "first"}), 2,
-                                      r"searcher: knapsack picks any subset of layers"),
+                                      r"searcher: knapsack queues architectures of the any-subset"),
     "compress-knapsack-workers": Case(compress_with(searcher="knapsack", workers=2), 2,
                                       r"workers: searcher knapsack runs its picks in one "
                                       r"process"),
     "compress-knapsack-flops": Case(compress_with(searcher="knapsack",
                                                   constraints={"max_flops": 1e9}), 2,
-                                    r"constraints\.max_flops: the knapsack's block table"),
+                                    r"constraints\.max_flops: searcher knapsack costs its picks by "
+                                    r"the block table"),
     "compress-knapsack-cost": Case(compress_with(searcher="knapsack",
                                                  knapsack={"cost": "flops"}), 2,
                                    r"knapsack.*cost.*latency_ms or params"),
     "compress-knapsack-seeds": Case(compress_with(searcher="knapsack",
                                                   multi_trial={"seeds": ["default"]}), 2,
-                                    r"multi_trial\.seeds: the knapsack's study runs its own "
+                                    r"multi_trial\.seeds: searcher knapsack's study runs its own "
                                     r"picks only"),
+    "compress-truncation-workers": Case(compress_with(searcher="truncation", workers=2), 2,
+                                        r"workers: searcher truncation runs its picks in one "
+                                        r"process"),
+    "search-truncation": Case(search_with(searcher="truncation"), 2,
+                              r"searcher: truncation needs the sorted teacher's shape .*"
+                              r"which only method compress makes"),
+    "search-knapsack-flag": Case(lambda ctx: [*search_with()(ctx), "--searcher", "knapsack"], 2,
+                                 r"--searcher knapsack needs the sorted teacher's blockwise "
+                                 r"table"),
+    "compress-truncation-flag-workers": Case(
+        lambda ctx: [*compress_with(workers=2)(ctx), "--searcher", "truncation"], 2,
+        r"workers: searcher truncation runs its picks in one process"),
     "search-knapsack": Case(search_with(searcher="knapsack"), 2,
                             r"searcher: knapsack needs the sorted teacher's blockwise table .*"
                             r"which only method compress makes"),

@@ -81,6 +81,29 @@ def _tiny_compress(run, teacher, *sets: str) -> int:
     return main(argv)
 
 
+def test_truncation_is_the_baseline_searcher_of_compress(tiny_teacher, tmp_path):
+    """``searcher: truncation`` (issue 30 item 5's uniform-truncation arm): the sorted
+    teacher's first k whole layers, k = 1..L, queued as the study's trials, scored by the
+    same evaluator and retrained by the same final stage as any searcher's points."""
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=truncation",
+                          "evaluator.settings.max_steps=1",
+                          "final={select: latency_ratios, ratios: [2], seeds: 1}") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    trials = sorted((json.loads(p.read_text()) for p in (run / "trials").glob("*/result.json")),
+                    key=lambda t: sum(v == 1 for k, v in t["arch"].items()
+                                      if k.endswith("_keep")))
+    layers = sum(name.endswith("_keep") for name in trials[0]["arch"])  # the tiny teacher's 2
+    assert metrics["search"]["searcher"] == "truncation"
+    assert metrics["search"]["evaluations"] == len(trials) == layers
+    for k, trial in enumerate(trials, start=1):
+        arch = trial["arch"]
+        assert [arch[f"L{i}_keep"] for i in range(layers)] == [1] * k + [0] * (layers - k)
+        assert all(arch[f"L{i}_heads"] == "1" and arch[f"L{i}_ffn"] == "1" for i in range(k))
+    assert metrics["final"][0]["trial"] in metrics["search"]["chosen"]
+    assert (run / "export" / "config.json").is_file()
+
+
 def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
     """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
     the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each

@@ -42,7 +42,8 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
     p.add_argument("--searcher", choices=searcher_names,
                    help="a registered searcher the method accepts (default: the experiment's "
                         "`searcher:`, else the method's own); e.g. random: random "
-                        "architectures trained with the same recipe")
+                        "architectures trained with the same recipe; knapsack and "
+                        "truncation: method compress only")
     study = p.add_argument_group("multi-trial searches (lanas, lamoo, tpe, nsga2, gp, random)")
     study.add_argument("--n-trials", type=positive_int, metavar="N",
                        help="evaluations in the study (default: the experiment's); on "
@@ -67,9 +68,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from searchers.base import searcher_names  # torch-free: the parser stays cheap
+    from searchers.base import METHOD_SEARCHERS, searcher_names  # torch-free: cheap parser
 
-    names = searcher_names()
+    names = [*searcher_names(), *METHOD_SEARCHERS]
     _add_run_parser(subparsers, "run", "run an experiment YAML end to end (any method)", names)
     _add_run_parser(subparsers, "search", "alias of `nas run`", names)
 
