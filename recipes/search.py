@@ -62,7 +62,7 @@ log = logging.getLogger("nas.search")
 
 #: what ``objectives:`` may list: the evaluator's validation score, then costs to minimise
 OBJECTIVES = ("accuracy", "latency_ms", "params", "flops")
-SELECTIONS = ("best", "pareto", "latency_ratios")
+SELECTIONS = ("best", "pareto", "latency_ratios", "all")
 #: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
 PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
                   "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
@@ -143,7 +143,9 @@ class FinalSettings:
     """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
     points of the front, spread along the first cost) or ``latency_ratios`` (per ratio
     r, the front point whose latency is nearest the teacher's / r; needs ``latency_ms``
-    among the objectives); each retrained with ``seeds`` seeds."""
+    among the objectives) or ``all`` (every completed trial, in trial order: for a
+    study of a few queued picks, as compress's truncation arm); each retrained with
+    ``seeds`` seeds."""
 
     select: str = "best"
     n: int = 1
@@ -734,6 +736,8 @@ def select_trials(study: Any, trials: list[Any], final: FinalSettings,
     first = study.directions[0]
     sign = 1.0 if first.name == "MAXIMIZE" else -1.0
     by_score = sorted(trials, key=lambda t: (-sign * t.values[0], t.number))
+    if final.select == "all":
+        return sorted(trials, key=lambda t: t.number)
     if final.select == "best" or len(study.directions) == 1:
         return by_score[:final.n]
     front = sorted(pareto_front(study), key=lambda t: (t.values[1], t.number))

@@ -253,7 +253,7 @@ def _study(values: list[tuple[float, float]], names=("val_accuracy", "latency_ms
     return study
 
 
-def test_final_selects_best_pareto_and_latency_ratios():
+def test_final_selects_best_pareto_latency_ratios_and_all():
     from recipes.search import FinalSettings, select_trials
 
     #        accuracy, latency ms: trials 0-3 on the front, 4 dominated
@@ -269,6 +269,8 @@ def test_final_selects_best_pareto_and_latency_ratios():
     # two ratios nearest the same point retrain it once
     twice = FinalSettings("latency_ratios", ratios=[2, 2.2])
     assert numbers(select_trials(study, trials, twice, teacher_ms=20.0)) == [0]
+    # all: every trial, dominated ones included, in trial order
+    assert numbers(select_trials(study, trials[::-1], FinalSettings("all"))) == [0, 1, 2, 3, 4]
 
 
 def test_latency_ratios_need_a_latency_objective(tmp_path, capsys):
