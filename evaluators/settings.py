@@ -49,17 +49,26 @@ class WarmupKDSettings:
     record_curve: bool = False
 
 
+#: what scores an inherited-kd candidate (InheritedKDSettings.score)
+SCORES = ("metric", "teacher-kl")
+
+
 @dataclass
 class InheritedKDSettings(TrainSettings):
-    """``inherited-kd``: the short distillation's loop settings (``max_steps`` caps it)
-    and the weight of the hidden-state MSE beside the logits loss (0: logits only;
-    :mod:`evaluators.inherited_kd`)."""
+    """``inherited-kd``: the short distillation's loop settings (``max_steps`` caps it),
+    the weight of the hidden-state MSE beside the logits loss (0: logits only) and what
+    scores a candidate: ``metric`` (the task's validation metric) or ``teacher-kl``
+    (minus the mean KL divergence from the full teacher's answers on the validation
+    batches, which still separates candidates that a short distillation leaves at the
+    majority answer; :mod:`evaluators.inherited_kd`)."""
 
     hidden_weight: float = 1.0
+    score: str = "metric"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_fields([("hidden_weight", self.hidden_weight >= 0, "a number >= 0")], self)
+        check_fields([("hidden_weight", self.hidden_weight >= 0, "a number >= 0"),
+                      ("score", self.score in SCORES, " or ".join(SCORES))], self)
 
 
 @dataclass(frozen=True)

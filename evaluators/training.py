@@ -126,15 +126,25 @@ class TrainingEvaluator(Evaluator):
         """``model``'s validation metrics; their score is reported to ``trial`` as ``step``,
         and :class:`TrialPruned` is raised when the trial says so (``after`` names the
         point of training in the reason: ``"epoch 2"``)."""
-        from nas.evaluate import classify
-        from nas.teacher import metric_score
-
-        metrics = classify(model, self.task.val_batches, self.task.metric)
-        value = metric_score(metrics, self.task.metric)
+        metrics = self.val_metrics(model)
+        value = self.val_score(metrics)
         trial.report(step, value)
         if trial.should_prune():
             raise TrialPruned(f"pruned after {after} at validation {value:.4f}")
         return metrics
+
+    def val_metrics(self, model: Any) -> dict[str, float]:
+        """``model``'s metrics on the validation batches (an evaluator may add its own)."""
+        from nas.evaluate import classify
+
+        return classify(model, self.task.val_batches, self.task.metric)
+
+    def val_score(self, metrics: Mapping[str, float]) -> float:
+        """The objective value of validation ``metrics``: the task metric's score (an
+        evaluator that scores otherwise names its objective accordingly)."""
+        from nas.teacher import metric_score
+
+        return metric_score(dict(metrics), self.task.metric)
 
     def epoch_end(self, model: Any, trial: Trial, what: str = "epoch"
                   ) -> Callable[[int, dict[str, float]], dict[str, Any]]:
@@ -152,8 +162,6 @@ class TrainingEvaluator(Evaluator):
 
     # -- the template ---------------------------------------------------------------------
     def evaluate(self, arch: Architecture, trial: Trial | None = None) -> EvalResult:
-        from nas.teacher import metric_score
-
         trial = trial or NullTrial()
         task = self.task
         arch = self.space.validate(arch)
@@ -182,8 +190,7 @@ class TrainingEvaluator(Evaluator):
         costs["train_seconds"] = round(trained.seconds, 1)
         costs["train_steps"] = trained.steps
         costs.update(trained.costs)
-        score = metric_score(trained.val, task.metric) if trained.score is None \
-            else trained.score
+        score = self.val_score(trained.val) if trained.score is None else trained.score
         return EvalResult(values=(score,), metrics=metrics, costs=costs)
 
     # -- building by name (evaluators.build.build_evaluator) -----------------------------

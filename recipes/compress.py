@@ -290,9 +290,12 @@ class Compress(Search):
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
         cfg = ctx.cfg
         val = list(ctx.batches(ctx.search_val, ctx.eval_batch_size))
-        arms = {name: ctx.evaluator(name, settings, data=ctx.search_train, val_batches=val,
-                                    test=False, workdir=run.path / "audit_proxy" / name,
-                                    seed=cfg.seed, stage="trials")
+        # an arm is named by its evaluator and, when not the metric, its score: a resumed
+        # audit then adds a proxy scored otherwise beside the recorded ones
+        arms = {_arm_label(name, settings): ctx.evaluator(
+                    name, settings, data=ctx.search_train, val_batches=val, test=False,
+                    workdir=run.path / "audit_proxy" / _arm_label(name, settings),
+                    seed=cfg.seed, stage="trials")
                 for name, settings in ((cfg.evaluator.name, cfg.evaluator.settings),
                                        ("blockwise", {}))}
         final_name, final_settings = self.final_evaluator(ctx)
@@ -374,6 +377,13 @@ class Compress(Search):
         settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
         return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
                                 settings=settings)
+
+
+def _arm_label(name: str, settings: Any) -> str:
+    """An audit arm's name: the evaluator's, with its ``score`` when that is not the
+    metric (``inherited-kd, teacher-kl``)."""
+    score = dict(settings or {}).get("score", "metric")
+    return name if score == "metric" else f"{name}, {score}"
 
 
 def _limits(cfg: CompressConfig) -> dict[str, float]:

@@ -191,7 +191,7 @@ def _subnet_space():
     return get_space("bert-subnet", **small_config("bert-subnet"))
 
 
-def _inherited_kd(space, hidden_weight=1.0):
+def _inherited_kd(space, hidden_weight=1.0, score="metric"):
     """The inherited-kd evaluator on a random bert-subnet supernet (random weights stand
     in for a sorted teacher): 2 epochs of 2 steps of logits CE plus the hidden-state MSE."""
     import torch
@@ -210,7 +210,8 @@ def _inherited_kd(space, hidden_weight=1.0):
         val_batches=[_batch(space, 7)], test_batches=[_batch(space, 8)],
         latency_batches={1: _batch(space, 9, n=1)}, seq_len=SEQ)
     return InheritedKDEvaluator(space, task, InheritedKDSettings(epochs=2, lr=1e-2),
-                                hidden_weight=hidden_weight, seed=0, latency_repeats=1)
+                                hidden_weight=hidden_weight, score=score, seed=0,
+                                latency_repeats=1)
 
 
 OWN_SPACES = {"mobilebert": _transfer_space, "bert-subnet": _subnet_space}
@@ -747,3 +748,32 @@ def test_inherited_kd_hidden_loss_is_zero_for_the_whole_teacher_and_weighs_in(tm
         weights[w] = load_file(str(ev.weights_path(arch)))
     assert weights[1.0].keys() == weights[0.0].keys()
     assert any(not torch.equal(weights[1.0][k], weights[0.0][k]) for k in weights[1.0])
+
+
+def test_inherited_kd_can_score_by_the_kl_to_the_teacher():
+    """``score: teacher-kl``: the objective is minus the mean KL(teacher || candidate) on
+    the validation batches, named so; the whole teacher's slice scores 0 before training
+    (it is the teacher) and a cut one less; every report uses the same score."""
+    import torch
+
+    from evaluators.settings import InheritedKDSettings
+    from nas.builder import extract_child
+    space = _subnet_space()
+    evaluator = _inherited_kd(space, score="teacher-kl")
+    assert [o.name for o in evaluator.objectives] == ["val_minus_teacher_kl"]
+    assert evaluator.teacher_kl(extract_child(evaluator.supernet, space, space.default())) \
+        == pytest.approx(0.0, abs=1e-6)
+    arch = space.validate({**space.default(), "L0_keep": 0, "L1_heads": "1/4"})
+    child = extract_child(evaluator.supernet, space, arch).eval()
+    with torch.no_grad():  # the definition, by hand on the one validation batch
+        t = torch.log_softmax(evaluator.teacher()(evaluator.task.val_batches[0]).logits, -1)
+        c = torch.log_softmax(child(evaluator.task.val_batches[0]).logits, -1)
+    by_hand = float((t.exp() * (t - c)).sum(-1).mean())
+    assert by_hand > 0 and evaluator.teacher_kl(child) == pytest.approx(by_hand, rel=1e-5)
+    trial = NullTrial()
+    result = evaluator(arch, trial)
+    assert trial.reports[0] == (0, pytest.approx(-by_hand, rel=1e-5))
+    assert result.values[0] == -result.metrics["val_teacher_kl"] == trial.reports[-1][1]
+    assert "val_accuracy" in result.metrics  # the metric is still reported
+    with pytest.raises(ValueError, match="score must be metric or teacher-kl"):
+        InheritedKDSettings(score="loss")
