@@ -192,6 +192,5 @@ def truncations(table: BlockTable, all_widths: bool = False) -> list[Architectur
             for w in widths for k in range(1, table.layers + 1)]
 
 
-
 __all__ = ["RATIOS", "Pick", "knapsack", "knapsack_front", "knapsack_sweep", "max_ratio",
            "ratio_range", "truncations"]

@@ -227,18 +227,11 @@ class SearchConfig(MethodConfig):
         own): a registered searcher (an unknown name lists the close ones), or one of
         :data:`METHOD_SEARCHERS` that this method runs and whose needs this file meets
         (:meth:`check_own_searcher`); another method's is refused in one line."""
-        from searchers.base import SEARCHERS
-
         name = name or self.searcher
         if name in self.own_searchers:
             self.check_own_searcher(name)
             return
-        if name in METHOD_SEARCHERS:
-            method, needs = METHOD_SEARCHERS[name]
-            raise ConfigError(f"searcher: {name} needs {needs}, which only method "
-                              f"{method} makes; use method: {method}, or a registered "
-                              "searcher (random, tpe, nsga2, gp, lanas, lamoo)")
-        SEARCHERS.get(name)
+        check_searcher_known(name, self.own_searchers, "searcher:")
 
     def check_own_searcher(self, name: str) -> None:
         """What this file must meet for one of the method's own searchers (none here)."""
@@ -284,6 +277,23 @@ class SearchConfig(MethodConfig):
         if not space.choices():
             raise ConfigError(f"space {self.space!r} has no choices: there is nothing to "
                               "search; use it as a fixed design instead")
+
+
+def check_searcher_known(name: str, own: tuple[str, ...], where: str) -> None:
+    """``name`` is one of the method's ``own`` searchers or a registered one (an unknown
+    name lists the close ones); another method's own searcher (:data:`METHOD_SEARCHERS`)
+    is refused in one line, naming ``where`` it was asked for (``searcher:`` or
+    ``--searcher``)."""
+    from searchers.base import SEARCHERS
+
+    if name in own:
+        return
+    if name in METHOD_SEARCHERS:
+        method, needs = METHOD_SEARCHERS[name]
+        raise ConfigError(f"{where} {name} needs {needs}, which only method {method} makes; "
+                          f"use method: {method}, or a registered searcher (random, tpe, "
+                          "nsga2, gp, lanas, lamoo)")
+    SEARCHERS.get(name)
 
 
 def _parameters(factory: Any) -> set[str]:
@@ -462,15 +472,8 @@ class Search(Recipe[SearchConfig]):
     def check_searcher(self, searcher: str | None) -> str | None:
         """Any registered searcher (plug-ins' included), or one the method runs itself
         (:data:`METHOD_SEARCHERS`)."""
-        from searchers.base import SEARCHERS
-
-        if searcher in METHOD_SEARCHERS and searcher not in self.config_class.own_searchers:
-            method, needs = METHOD_SEARCHERS[searcher]
-            raise ConfigError(f"--searcher {searcher} needs {needs}, which only method "
-                              f"{method} makes; use method: {method}, or a registered "
-                              "searcher (random, tpe, nsga2, gp, lanas, lamoo)")
-        if searcher is not None and searcher not in self.config_class.own_searchers:
-            SEARCHERS.get(searcher)  # an unknown name lists the close ones
+        if searcher is not None:
+            check_searcher_known(searcher, self.config_class.own_searchers, "--searcher")
         return searcher
 
     def searcher_of(self, config: SearchConfig, options: RunOptions) -> str:
