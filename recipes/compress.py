@@ -299,7 +299,8 @@ class Compress(Search):
                 for name, settings in ((cfg.evaluator.name, cfg.evaluator.settings),
                                        ("blockwise", {}))}
         final_name, final_settings = self.final_evaluator(ctx)
-        full = ctx.evaluator(final_name, final_settings, data=ctx.train, val_batches=None,
+        full = ctx.evaluator(final_name, final_settings, data=ctx.final_train(),
+                             val_batches=None,
                              test=False, workdir=run.path / "audit_full", seed=cfg.seed,
                              stage="final:0")
 

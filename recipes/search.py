@@ -145,12 +145,21 @@ class FinalSettings:
     r, the front point whose latency is nearest the teacher's / r; needs ``latency_ms``
     among the objectives) or ``all`` (every completed trial, in trial order: for a
     study of a few queued picks, as compress's truncation arm); each retrained with
-    ``seeds`` seeds."""
+    ``seeds`` seeds.
+
+    ``train_examples``: what the final retrain trains on. ``None`` (the default): the
+    run's training subset (``data.max_train_examples``), as the search did; ``all``: the
+    task's whole train split; an integer N: N rows of it drawn with the run's seed
+    (stage ``final-data``). Only the last stage reads it, so the sort, the held-out part
+    and the search stay as they were: candidates are chosen cheaply on the subset, and
+    the few chosen ones distil on more text (Minitron, Sreenivas et al. 2024, §3: a
+    pruned model recovers with a short distillation on more tokens)."""
 
     select: str = "best"
     n: int = 1
     ratios: list = field(default_factory=list)
     seeds: int = 1
+    train_examples: int | str | None = None
 
     def __post_init__(self) -> None:
         check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
@@ -158,7 +167,13 @@ class FinalSettings:
                       ("seeds", self.seeds >= 1, "an integer >= 1"),
                       ("ratios", all(isinstance(r, int | float) and r > 0 for r in self.ratios)
                        and (self.select != "latency_ratios" or bool(self.ratios)),
-                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios")],
+                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios"),
+                      ("train_examples", self.train_examples in (None, "all") or (
+                          isinstance(self.train_examples, int)
+                          and not isinstance(self.train_examples, bool)
+                          and self.train_examples >= 2),
+                       "all, or an integer >= 2 (rows of the train split); leave it out "
+                       "for the run's training subset")],
                      self)
 
 
@@ -331,6 +346,22 @@ class SearchContext(TaskContext[SearchConfig]):
         """``(space, its factory's arguments)``: the configured space, built for the
         task's labels and the teacher's vocabulary (compress builds it from the teacher)."""
         return self.cfg.build_space(self.train.num_labels, len(self.tokenizer))
+
+    def final_train(self) -> Any:
+        """What the final retrain trains on (:class:`FinalSettings` ``train_examples``):
+        the training subset, the whole train split or a seeded N rows of it; the cut is
+        logged once."""
+        n = self.cfg.final.train_examples
+        if n is None:
+            return self.train
+        if not hasattr(self, "_final_train"):
+            from recipes.common import seeded_subset
+
+            self._final_train = self.full_train if n == "all" else seeded_subset(
+                self.full_train, int(n), self.seed, "final-data", "final.train_examples")
+            self.run.log("final_data", rows=len(self._final_train),
+                         of=len(self.full_train), setting=n)
+        return self._final_train
 
     def study_latency_fn(self) -> Any:
         """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
@@ -614,8 +645,9 @@ class Search(Recipe[SearchConfig]):
     # -- stages 4 and 5 --------------------------------------------------------------
     def final(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
               ) -> list[dict[str, Any]]:
-        """Each chosen architecture retrained on the whole training subset with
-        ``final.seeds`` seeds, scored on dev and the report split, and exported."""
+        """Each chosen architecture retrained on the whole training subset (or what
+        ``final.train_examples`` says) with ``final.seeds`` seeds, scored on dev and the
+        report split, and exported."""
         from evaluators.base import run_evaluation
         from evaluators.retrain import report_row
         from nas.export import export
@@ -632,7 +664,8 @@ class Search(Recipe[SearchConfig]):
             final_name, final_settings = self.final_evaluator(ctx)
             for s in range(cfg.final.seeds):
                 evaluator = ctx.evaluator(
-                    final_name, final_settings, data=ctx.train, val_batches=None, test=True,
+                    final_name, final_settings, data=ctx.final_train(), val_batches=None,
+                    test=True,
                     workdir=ctx.run.path / "final" / tag / f"seed{s}", seed=cfg.seed + s,
                     stage=f"final:{s}")
                 result = run_evaluation(evaluator, arch)
