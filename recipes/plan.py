@@ -80,6 +80,16 @@ def section_steps(section: Any, examples: int) -> dict[str, Any]:
             "batches_per_epoch": per_epoch, "steps": steps}
 
 
+def final_train_rows(config: Any, subset: int, full: int) -> int:
+    """The rows a search's final retrain (``retrain:``) trains on: ``final.train_examples``
+    of the ``full`` train split when set (``all``, or N capped at the split), else the
+    training ``subset``."""
+    wanted = _get(_get(config, "final"), "train_examples")
+    if wanted is None:
+        return subset
+    return full if wanted == "all" else min(int(wanted), full)
+
+
 def _trials(config: Any) -> int | None:
     study = _get(config, "multi_trial")
     n = _get(study, "n_trials") if study is not None else None
@@ -100,7 +110,9 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     cuts = ctx.select_data()
     finetune = resolved.finetune_config()
     teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)
-    sections = [{"name": name, **section_steps(section, len(ctx.train))}
+    final_rows = final_train_rows(resolved, len(ctx.train), len(ctx.full_train))
+    sections = [{"name": name, **section_steps(
+                    section, final_rows if name == "retrain" else len(ctx.train))}
                 for name, section in training_sections(resolved)]
     seq_len = resolved.data.max_seq_len
     timed = teacher_step_seconds(teacher.teacher_path, ctx.train, seq_len)
@@ -179,7 +191,8 @@ def describe(plan: dict[str, Any]) -> str:
                                  else f"to fine-tune: {teacher['steps']:,} steps on "
                                       f"{teacher['train']:,} examples (dev {teacher['dev']:,})")]
     lines += [f"  {cut}" for cut in teacher["cuts"]]
-    lines += ["", "training sections (epochs × batches of the training subset):"]
+    lines += ["", "training sections (epochs × batches of the training subset, or of"
+                  " final.train_examples for the final retrain):"]
     lines += [f"  {s['name']}: {s['steps']:,} steps ({s['epochs']} epoch(s) × "
               f"{s['batches_per_epoch']:,} batches of {s['batch_size']} on {s['examples']:,} "
               "examples" + (", cut at max_steps" if s["steps"] < s["batches_per_epoch"]

@@ -273,6 +273,41 @@ def test_final_selects_best_pareto_latency_ratios_and_all():
     assert numbers(select_trials(study, trials[::-1], FinalSettings("all"))) == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("value", [1, "most", True, 2.5])
+def test_final_train_examples_refuses_what_is_not_all_or_a_row_count(tmp_path, capsys, value):
+    code, err = _run(tmp_path, capsys, _example(final={"train_examples": value}))
+    # a bool or float is refused by the typed loader (its type), the rest by the check
+    assert code == 2 and "train_examples" in err and len(err.strip().splitlines()) == 1
+
+
+def test_final_train_examples_picks_the_subset_all_or_seeded_rows():
+    """The final retrain's data: the run's subset by default, the whole split for
+    ``all``, else a seeded N rows of it (the same rows for the same seed), logged once."""
+    from types import SimpleNamespace
+
+    from nas.data import load_task
+    from recipes.search import FinalSettings, SearchContext
+
+    full = load_task("sst2", "dev").head(40)
+    subset = full.subset(range(10))
+    logged: list[dict] = []
+
+    def final_rows(value, seed=0):
+        ctx = SimpleNamespace(cfg=SimpleNamespace(final=FinalSettings(train_examples=value)),
+                              train=subset, full_train=full, seed=seed,
+                              run=SimpleNamespace(log=lambda stage, **f: logged.append(f)))
+        first = SearchContext.final_train(ctx)  # type: ignore[arg-type]
+        assert SearchContext.final_train(ctx) is first  # type: ignore[arg-type]  # drawn once
+        return first
+
+    assert final_rows(None) is subset and not logged
+    assert final_rows("all") is full and logged[-1] == {"rows": 40, "of": 40, "setting": "all"}
+    drawn = final_rows(25)
+    assert len(drawn) == 25 and set(drawn.texts_a) <= set(full.texts_a)
+    assert drawn.texts_a == final_rows(25).texts_a != final_rows(25, seed=1).texts_a
+    assert len(logged) == 4  # all, and the three draws of 25
+
+
 def test_latency_ratios_need_a_latency_objective(tmp_path, capsys):
     code, err = _run(tmp_path, capsys, _example(final={"select": "latency_ratios",
                                                        "ratios": [2]}))
@@ -302,3 +337,17 @@ def test_plugin_files_resolve_beside_the_experiment_and_import_once(tmp_path, mo
     (tmp_path / "bad.py").write_text("def f(:\n")
     with pytest.raises(PluginError, match=r"bad.py failed to import: line 1: SyntaxError"):
         import_plugins(["bad.py"])
+
+
+def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
+    from recipes.plan import final_train_rows
+    from recipes.search import FinalSettings
+
+    def config(value):
+        return {"final": FinalSettings(train_examples=value)}
+
+    assert final_train_rows(config(None), 100, 500) == 100
+    assert final_train_rows(config("all"), 100, 500) == 500
+    assert final_train_rows(config(300), 100, 500) == 300
+    assert final_train_rows(config(900), 100, 500) == 500  # capped at the split
+    assert final_train_rows({}, 100, 500) == 100  # a method without final:
