@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluators.blockwise import COSTS, SKIP, BlockTable, BlockwiseError
+from evaluators.blockwise import COSTS, BlockTable, BlockwiseError
 from nas.architecture import Architecture
 
 #: The speed-up ratios over the teacher issue 30's compress method reports.
@@ -185,11 +185,11 @@ def ratio_range(table: BlockTable, points: int, cost: str = "latency_ms",
 def truncations(table: BlockTable, all_widths: bool = False) -> list[Architecture]:
     """Uniform truncation: the first k layers (k = 1..L) with all their heads and FFN
     neurons, at the teacher's width, or at each of the space's widths (``all_widths``)."""
-    whole, skip = table.options.index(("1", "1")), table.options.index(SKIP)
+    from spaces.bert_subnet import truncation
+
     teacher = int(table.space.config["hidden_size"])
-    widths = [w for w, h in enumerate(table.widths) if all_widths or h == teacher]
-    return [table.architecture(w, [whole] * k + [skip] * (table.layers - k))
-            for w in widths for k in range(1, table.layers + 1)]
+    return [truncation(table.space, k, width) for width in table.widths
+            if all_widths or width == teacher for k in range(1, table.layers + 1)]
 
 
 __all__ = ["RATIOS", "Pick", "knapsack", "knapsack_front", "knapsack_sweep", "max_ratio",

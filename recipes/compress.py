@@ -356,13 +356,25 @@ class Compress(Search):
         direct check; DynaBERT, Hou et al. 2020, §3.2, keeps layers the same way): the
         sorted teacher's first k whole layers, k = 1..L, at its width, within the run's
         ``constraints``, queued on the run's study and scored by the configured evaluator,
-        so the final retrain treats them exactly as the searched points."""
-        from evaluators.blockwise_knapsack import truncations
+        so the final retrain treats them exactly as the searched points. Costed by the
+        cost model and the latency model as any proposal is; no blockwise table."""
+        from nas.latency import space_predictor
+        from searchers.optuna_bridge import Budget
+        from spaces.bert_subnet import truncation
 
-        table = ctx.block_table()
-        limits = _limits(ctx.cfg)
-        queue = [(f"first-{k}", arch) for k, arch in enumerate(truncations(table), start=1)
-                 if all(table.cost_of(arch, n) <= limit for n, limit in limits.items())]
+        c = ctx.cfg.constraints
+
+        def note(message: str) -> None:
+            ctx.run.log("latency_model", note=message)
+
+        budget = Budget(max_params=c.max_params, max_latency_ms=c.max_latency_ms,
+                        seq_len=ctx.max_seq_len, latency_fn=space_predictor(
+                            ctx.space, seq_len=ctx.max_seq_len, log=note)
+                        if c.max_latency_ms is not None else None)
+        archs = [truncation(ctx.space, k)
+                 for k in range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
+        queue = [(f"first-{k}", arch) for k, arch in enumerate(archs, start=1)
+                 if budget.violation(budget.costs(ctx.space, arch)) is None]
         if not queue:
             raise NasError("constraints: no truncation of the teacher (first k whole "
                            "layers) fits them; raise max_params or max_latency_ms")

@@ -43,6 +43,7 @@ import inspect
 from fractions import Fraction
 from typing import Any
 
+from nas.architecture import Architecture
 from nas.choices import Categorical, IntChoice
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, Dim, GraphBuilder
@@ -177,6 +178,24 @@ def bert_subnet_space(
                     f"A{num_attention_heads} FFN{intermediate_size}: layers kept, per-layer "
                     f"heads and FFN shares, hidden width {'/'.join(map(str, widths))}",
     )
+
+
+def truncation(space: SearchSpace, k: int, hidden_size: int | None = None) -> Architecture:
+    """The first ``k`` whole layers (all their heads and FFN neurons) at ``hidden_size``
+    (default: the teacher's): issue 30's uniform truncation baseline, the depth DynaBERT
+    (Hou et al. 2020, §3.2) keeps. Works on both layer modes of the space."""
+    layers = int(space.config["num_hidden_layers"])
+    if not 1 <= k <= layers:
+        raise SpaceDefinitionError(f"space {space.name!r}: a truncation keeps 1 to {layers} "
+                                   f"layers, got {k}")
+    values: dict[str, Any] = {"hidden_size": hidden_size or int(space.config["hidden_size"])}
+    if space.config.get("layers") == "first":
+        values["num_hidden_layers"] = k
+    for i in range(layers):
+        if space.config.get("layers") != "first":
+            values[f"L{i}_keep"] = int(i < k)
+        values.update({f"L{i}_heads": "1", f"L{i}_ffn": "1"})
+    return space.validate(values)
 
 
 def from_teacher(hf_model: Any, layers: str = "any") -> tuple[SearchSpace, Any]:

@@ -139,6 +139,30 @@ def test_first_k_layers_is_one_depth_choice():
         small_space("last")
 
 
+def test_a_truncation_is_the_first_k_whole_layers_in_both_layer_modes():
+    """``truncation(space, k)``: the same child (parameters, weights kept) whether the
+    space flags each layer or has one depth choice; on the MiniLM shape its ids are the
+    ones the recorded SST-2 truncation run (docs/compress.md) retrained."""
+    from nas.cost import count_costs
+    from spaces.bert_subnet import bert_subnet_space, truncation
+
+    anyset, first = small_space("any"), small_space("first")
+    for k in (1, 2):
+        a, f = truncation(anyset, k), truncation(first, k)
+        assert [a[f"L{i}_keep"] for i in range(2)] == [int(i < k) for i in range(2)]
+        assert f["num_hidden_layers"] == k
+        assert count_costs(anyset, a, 16).params == count_costs(first, f, 16).params
+        assert sorted(build_child(anyset, a).state_dict()) == sorted(
+            build_child(first, f).state_dict())
+    narrow = truncation(anyset, 1, hidden_size=anyset.choice_map["hidden_size"].values[-1])
+    assert narrow["hidden_size"] < anyset.config["hidden_size"]
+    with pytest.raises(Exception, match="a truncation keeps 1 to 2 layers, got 3"):
+        truncation(anyset, 3)
+    minilm = bert_subnet_space()
+    assert [truncation(minilm, k).id for k in range(1, 5)] == [
+        "07eadd8e1b51", "c5d1e6c8586c", "af2d90d24b4e", "a80151b773b6"]
+
+
 def test_a_skipped_layer_passes_its_input_through():
     space, supernet = from_teacher(small_hf_teacher(3))
     batch = batch_for(space, batch_size=2, seq_len=8)
