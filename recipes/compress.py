@@ -127,6 +127,10 @@ class CompressConfig(SearchConfig):
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
     latency: str = "predicted"
     knapsack: KnapsackSettings = field(default_factory=KnapsackSettings)
+    #: a multi-trial searcher's study starts with the truncations (the first k whole
+    #: layers within the constraints) as its first trials, so that it models the
+    #: baseline it must beat instead of having to find it (they count in n_trials)
+    seed_truncations: bool = False
 
     def __post_init__(self) -> None:
         if self.space != SPACE:
@@ -139,6 +143,21 @@ class CompressConfig(SearchConfig):
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
                               "the teacher; only layers (any or first) may be set")
         super().__post_init__()
+
+    def check_searcher_name(self, name: str | None = None) -> None:
+        """Method search's check, and ``seed_truncations`` only for a multi-trial
+        searcher: the knapsack and truncation run their own picks, a one-shot searcher
+        has no trials to seed."""
+        super().check_searcher_name(name)
+        name = name or self.searcher
+        if not self.seed_truncations:
+            return
+        from searchers.base import SEARCHERS
+
+        if name in self.own_searchers or SEARCHERS.kind_of(name) == "one-shot":
+            raise ConfigError(f"seed_truncations: searcher {name} has no study to seed; use "
+                              "it with a multi-trial searcher (tpe, random, nsga2, gp, lanas, "
+                              "lamoo), or drop it")
 
     def check_own_searcher(self, name: str) -> None:
         """What ``searcher: knapsack`` or ``truncation`` cannot serve, refused in one line:
@@ -319,10 +338,16 @@ class Compress(Search):
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
         """Stage 3: the knapsack or the truncations for those searchers, else method
         search's."""
-        if name not in (KNAPSACK, TRUNCATION):
-            return super().search_stage(ctx, name)
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
-        return self.knapsack_search(ctx) if name == KNAPSACK else self.truncation_search(ctx)
+        if name == KNAPSACK:
+            return self.knapsack_search(ctx)
+        if name == TRUNCATION:
+            return self.truncation_search(ctx)
+        if ctx.cfg.seed_truncations:  # a multi-trial searcher (checked with the config)
+            queue = self.truncation_queue(ctx)
+            ctx.run.log("seeded", truncations=[tag for tag, _ in queue])
+            return self.multi_trial(ctx, name, queue=queue)
+        return super().search_stage(ctx, name)
 
     def knapsack_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
         """The blockwise table, the knapsack at each budget (:class:`KnapsackSettings`,
@@ -356,8 +381,15 @@ class Compress(Search):
         direct check; DynaBERT, Hou et al. 2020, §3.2, keeps layers the same way): the
         sorted teacher's first k whole layers, k = 1..L, at its width, within the run's
         ``constraints``, queued on the run's study and scored by the configured evaluator,
-        so the final retrain treats them exactly as the searched points. Costed by the
-        cost model and the latency model as any proposal is; no blockwise table."""
+        so the final retrain treats them exactly as the searched points."""
+        queue = self.truncation_queue(ctx)
+        ctx.stage(3, "uniform truncation: %d sub-network(s), the first k whole layers",
+                  len(queue))
+        return self._run_queue(ctx, TRUNCATION, queue)
+
+    def truncation_queue(self, ctx: CompressContext) -> list[tuple[str, Any]]:
+        """``[("first-k", architecture)]`` for k = 1..L within the run's constraints,
+        costed by the cost and latency models as any proposal is (no blockwise table)."""
         from nas.latency import space_predictor
         from searchers.optuna_bridge import Budget
         from spaces.bert_subnet import truncation
@@ -378,9 +410,7 @@ class Compress(Search):
         if not queue:
             raise NasError("constraints: no truncation of the teacher (first k whole "
                            "layers) fits them; raise max_params or max_latency_ms")
-        ctx.stage(3, "uniform truncation: %d sub-network(s), the first k whole layers",
-                  len(queue))
-        return self._run_queue(ctx, TRUNCATION, queue)
+        return queue
 
     def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]
                    ) -> tuple[dict[str, Any], list[Any]]:

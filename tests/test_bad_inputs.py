@@ -321,6 +321,14 @@ CASES = {
     "compress-truncation-workers": Case(compress_with(searcher="truncation", workers=2), 2,
                                         r"workers: searcher truncation runs its picks in one "
                                         r"process"),
+    "compress-seed-truncations-knapsack": Case(
+        compress_with(searcher="knapsack", seed_truncations=True), 2,
+        r"seed_truncations: searcher knapsack has no study to seed"),
+    "compress-seed-truncations-flag": Case(
+        lambda ctx: [*compress_with(seed_truncations=True)(ctx), "--searcher", "truncation"],
+        2, r"seed_truncations: searcher truncation has no study to seed"),
+    "compress-final-train-examples": Case(compress_with(final={"train_examples": "most"}), 2,
+                                          r"final: train_examples must be all, or an integer"),
     "search-truncation": Case(search_with(searcher="truncation"), 2,
                               r"searcher: truncation needs the sorted teacher's shape .*"
                               r"which only method compress makes"),

@@ -104,6 +104,28 @@ def test_truncation_is_the_baseline_searcher_of_compress(tiny_teacher, tmp_path)
     assert (run / "export" / "config.json").is_file()
 
 
+def test_seed_truncations_start_a_searchers_study_with_the_first_k_layers(tiny_teacher,
+                                                                         tmp_path):
+    """``seed_truncations: true``: the study of a multi-trial searcher holds the
+    truncations as its first trials (tagged ``first-k``), then the searcher's own."""
+    import optuna
+
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=3",
+                          "seed_truncations=true", "evaluator.settings.max_steps=1") == 0
+    study = optuna.load_study(study_name="compress_smoke-random",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(
+                                      str(run / "study.journal"))))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert len(trials) == 3  # the tiny teacher's two truncations count in n_trials
+    assert [t.user_attrs.get("seed") for t in trials] == ["first-1", "first-2", None]
+    for k, trial in enumerate(trials[:2], start=1):
+        arch = json.loads((run / "trials" / str(trial.number) / "result.json").read_text())[
+            "arch"]
+        assert [arch["L0_keep"], arch["L1_keep"]] == [1, int(k == 2)]
+
+
 def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
     """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
     the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
