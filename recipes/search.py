@@ -363,6 +363,13 @@ class SearchContext(TaskContext[SearchConfig]):
                          of=len(self.full_train), setting=n)
         return self._final_train
 
+    def teacher_latency_ms(self) -> float | None:
+        """The teacher's batch-1 latency on the scale of the study's ``latency_ms``, which
+        ``final.select: latency_ratios`` divides by each ratio: here the one timed in
+        stage 1, as each candidate's is timed by its evaluator."""
+        latency = (self.run.load_json("teacher.json") or {}).get("latency", {})
+        return latency.get("batch1", {}).get("median_ms")
+
     def study_latency_fn(self) -> Any:
         """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
         latency as its evaluator measured it; compress can predict it instead."""
@@ -600,9 +607,10 @@ class Search(Recipe[SearchConfig]):
         if not found.trials:
             raise NasError(f"the {name} search finished no trial (see nas report "
                            f"{ctx.run.path}); loosen the constraints or add trials")
-        chosen = select_trials(found.study, found.trials, cfg.final,
-                               teacher_ms=_teacher_ms(ctx))
+        teacher_ms = ctx.teacher_latency_ms() if cfg.final.select == "latency_ratios" else None
+        chosen = select_trials(found.study, found.trials, cfg.final, teacher_ms=teacher_ms)
         summary = {"searcher": name, "study": found.spec.study_name,
+                   **({"ratios_teacher_ms": teacher_ms} if teacher_ms is not None else {}),
                    "n_trials": found.spec.n_trials, "evaluations": len(found.trials),
                    "objectives": list(found.study.metric_names or cfg.objectives),
                    "chosen": [t.number for t in chosen],
@@ -756,12 +764,6 @@ def _candidate_lines(candidates: list[Mapping[str, Any]], shown: int = 10) -> li
 def _export_keywords(ctx: SearchContext) -> dict[str, Any]:
     info = ctx.export_info()
     return {k: info[k] for k in ("labels", "tokenizer", "max_length", "task")}
-
-
-def _teacher_ms(ctx: SearchContext) -> float | None:
-    metrics = ctx.run.load_json("teacher.json") or {}
-    latency = metrics.get("latency", {}).get("batch1", {})
-    return latency.get("median_ms")
 
 
 def select_trials(study: Any, trials: list[Any], final: FinalSettings,
