@@ -25,6 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 #: The five methods' students as recorded: (label, clean test accuracy %, batch-1
 #: speed-up over the teacher, page, commit). EfficientBERT's students are left out:
 #: their batch-1 latency against the teacher is not recorded.
@@ -66,6 +68,13 @@ def compress_points(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     searcher = metrics["search"]["searcher"]
     if "val_minus_teacher_kl" in metrics["search"].get("objectives", []):
         searcher += ", teacher-kl"  # the proxy scored by the KL to the teacher
+    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    if config.get("seed_truncations"):
+        searcher += " + truncations"  # the study seeded with the first-k truncations
+    final_rows = (config.get("final") or {}).get("train_examples")
+    if final_rows is not None:  # the final retrain distilled on more of train
+        searcher += f", retrained on {final_rows // 1000}k" if isinstance(
+            final_rows, int) else ", retrained on all of train"
     return {"test": 100 * teacher["test"]["accuracy"], "ms": t_ms, "searcher": searcher}, rows
 
 
@@ -98,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
                     textcoords="offset points")
     styles = {"knapsack": ("D", "tab:blue"), "truncation": ("^", "tab:green"),
               "tpe, teacher-kl": ("P", "tab:purple")}
+    variants = iter(["tab:olive", "tab:orange", "tab:brown", "tab:pink", "tab:cyan"] * 4)
     for teacher, rows in runs:
-        marker, color = styles.get(teacher["searcher"], ("o", "tab:red"))
+        base = teacher["searcher"].split(" + ")[0].split(", retrained")[0]
+        marker, color = styles.get(base, ("o", "tab:red"))
+        if base != teacher["searcher"]:  # seeded, or retrained on more text
+            color = next(variants)
         ax.errorbar([r["speedup"] for r in rows], [r["test"] for r in rows],
                     yerr=[r["test_sd"] for r in rows], fmt=marker, color=color,
                     label=f"compress, {teacher['searcher']} (teacher {teacher['test']:.2f})")
