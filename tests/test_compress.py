@@ -162,11 +162,9 @@ def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
     assert all(len(t.user_attrs["intermediate"]) == 2 for t in trials)
     assert json.loads((run / "study.json").read_text())["searcher"] == "knapsack"
     assert metrics["final"][0]["trial"] in search["chosen"]
-    # latency_ratios divides the teacher's latency on the trials' scale (the latency
-    # model's), so the front point chosen for 3x is the knapsack's pick for 3x
+    # latency_ratios divides the teacher's latency on the trials' scale: the latency
+    # model's prediction for the teacher, which is the table's (the ratio-1 pick)
     assert search["ratios_teacher_ms"] == pytest.approx(picks[0]["table_latency_ms"], rel=1e-6)
-    assert metrics["final"][0]["arch_id"] == min(
-        picks, key=lambda p: abs(p["ratio"] - 3))["arch_id"]
     assert (run / "export" / "config.json").is_file()
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
