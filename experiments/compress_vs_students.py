@@ -83,7 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, default=Path("docs/img/compress_vs_students.png"))
     args = parser.parse_args(argv)
-    runs = [compress_points(run_dir) for run_dir in args.run_dirs]
+    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for teacher, rows in (compress_points(run_dir) for run_dir in args.run_dirs):
+        # runs of one kind (e.g. truncations retrained in two runs) share a legend entry
+        same = [r for t, r in runs if t["searcher"] == teacher["searcher"]]
+        if same:
+            same[0].extend(rows)
+        else:
+            runs.append((teacher, rows))
     print("| compress model | params | test acc (mean ± sd) | seeds | batch-1 ms | speed-up |")
     print("|---|---|---|---|---|---|")
     for teacher, rows in runs:
@@ -99,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(8.5, 6.8))
     ax.scatter([s[2] for s in STUDENTS], [s[1] for s in STUDENTS], marker="s",
                color="tab:gray", label=f"the five methods' students (teacher {TEACHER_ACCURACY})")
     for label, acc, speed, _, _ in STUDENTS:
@@ -125,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ax.set_xlim(0.7, 60)
     ax.set_xlabel("batch-1 speed-up over the teacher (one thread, log scale)")
     ax.set_ylabel("SST-2 clean test accuracy (%)")
-    ax.legend(fontsize=8, loc="upper right")
+    # below the axes: inside, it hid the points near the teacher's line
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
