@@ -330,9 +330,8 @@ class Compress(Search):
                                        ("blockwise", {}))}
         final_name, final_settings = self.final_evaluator(ctx)
         full = ctx.evaluator(final_name, final_settings, data=ctx.final_train(),
-                             val_batches=None,
-                             test=False, workdir=run.path / "audit_full", seed=cfg.seed,
-                             stage="final:0")
+                             val_batches=None, test=False, workdir=run.path / "audit_full",
+                             seed=cfg.seed, stage="final:0")
 
         def note(message: str) -> None:
             run.log("latency_model", note=message)
@@ -399,28 +398,24 @@ class Compress(Search):
         return self._run_queue(ctx, TRUNCATION, queue)
 
     def truncation_queue(self, ctx: CompressContext) -> list[tuple[str, Any]]:
-        """``[("first-k", architecture)]`` for k = 1..L within the run's constraints,
-        costed by the cost and latency models as any proposal is (no blockwise table)."""
-        from nas.latency import space_predictor
+        """``[("first-k", architecture)]`` for k = 1..L within the run's constraints (all
+        of them, FLOPs included when a seeded study has that limit), costed by the study's
+        own budget check, as any proposal is (no blockwise table)."""
         from searchers.optuna_bridge import Budget
         from spaces.bert_subnet import truncation
 
-        c = ctx.cfg.constraints
-
-        def note(message: str) -> None:
-            ctx.run.log("latency_model", note=message)
-
-        budget = Budget(max_params=c.max_params, max_latency_ms=c.max_latency_ms,
-                        seq_len=ctx.max_seq_len, latency_fn=space_predictor(
-                            ctx.space, seq_len=ctx.max_seq_len, log=note)
-                        if c.max_latency_ms is not None else None)
+        limits = ctx.cfg.study_settings().budget_kwargs
+        # the latency model's notes reach the run log when the study starts (multi_trial)
+        latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
+                      if limits["max_latency_ms"] is not None else None)
+        budget = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
         archs = [truncation(ctx.space, k)
                  for k in range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
         queue = [(f"first-{k}", arch) for k, arch in enumerate(archs, start=1)
                  if budget.violation(budget.costs(ctx.space, arch)) is None]
         if not queue:
             raise NasError("constraints: no truncation of the teacher (first k whole "
-                           "layers) fits them; raise max_params or max_latency_ms")
+                           "layers) fits them; raise max_params, max_flops or max_latency_ms")
         return queue
 
     def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]

@@ -673,9 +673,8 @@ class Search(Recipe[SearchConfig]):
             for s in range(cfg.final.seeds):
                 evaluator = ctx.evaluator(
                     final_name, final_settings, data=ctx.final_train(), val_batches=None,
-                    test=True,
-                    workdir=ctx.run.path / "final" / tag / f"seed{s}", seed=cfg.seed + s,
-                    stage=f"final:{s}")
+                    test=True, workdir=ctx.run.path / "final" / tag / f"seed{s}",
+                    seed=cfg.seed + s, stage=f"final:{s}")
                 result = run_evaluation(evaluator, arch)
                 if not result.ok:
                     raise NasError(f"the final retrain of {tag} ({arch.id}) {result.status}: "

@@ -189,12 +189,12 @@ def truncation(space: SearchSpace, k: int, hidden_size: int | None = None) -> Ar
         raise SpaceDefinitionError(f"space {space.name!r}: a truncation keeps 1 to {layers} "
                                    f"layers, got {k}")
     values: dict[str, Any] = {"hidden_size": hidden_size or int(space.config["hidden_size"])}
+    for i in range(layers):
+        values.update({f"L{i}_heads": "1", f"L{i}_ffn": "1"})
     if space.config.get("layers") == "first":
         values["num_hidden_layers"] = k
-    for i in range(layers):
-        if space.config.get("layers") != "first":
-            values[f"L{i}_keep"] = int(i < k)
-        values.update({f"L{i}_heads": "1", f"L{i}_ffn": "1"})
+    else:
+        values.update({f"L{i}_keep": int(i < k) for i in range(layers)})
     return space.validate(values)
 
 

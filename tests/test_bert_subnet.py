@@ -234,3 +234,31 @@ def test_the_real_minilm_teacher_is_the_full_child():
     child = extract_child(supernet, space, space.default()).eval()
     with torch.no_grad():
         assert (child(batch).logits - hf_model(**batch).logits).abs().max().item() <= TOL
+
+
+def test_compress_seeds_only_the_truncations_within_every_limit_flops_included():
+    """The truncations queued by compress (``searcher: truncation`` or
+    ``seed_truncations``) are costed by the study's own budget: a FLOPs limit, which a
+    seeded study may have, keeps the ones over it out (an enqueued trial is always
+    trained, so the check must come before the queue)."""
+    from types import SimpleNamespace
+
+    from nas.cost import count_costs
+    from nas.errors import NasError
+    from recipes.compress import Compress
+    from searchers.settings import StudySettings
+    from spaces.bert_subnet import truncation
+
+    space = small_space("any")
+    flops = [count_costs(space, truncation(space, k), 16).flops for k in (1, 2)]
+    assert flops[0] < flops[1]
+
+    def queue(**limits):
+        ctx = SimpleNamespace(space=space, max_seq_len=16, cfg=SimpleNamespace(
+            study_settings=lambda: StudySettings(**limits)))
+        return [tag for tag, _ in Compress().truncation_queue(ctx)]  # type: ignore[arg-type]
+
+    assert queue() == ["first-1", "first-2"]
+    assert queue(max_flops=(flops[0] + flops[1]) / 2) == ["first-1"]
+    with pytest.raises(NasError, match="no truncation of the teacher .* fits them"):
+        queue(max_flops=flops[0] / 2)
