@@ -8,7 +8,9 @@ Fine-tuning is the most expensive step on a CPU machine, so :func:`finetune_teac
 is keyed by a hash of (teacher identity, task, data fingerprints, hyperparameters): a
 finished run is found again without importing ``torch`` or loading the model, a run that
 is interrupted resumes from its last checkpoint, and the result file is written last
-(atomically), so a finished result is never lost or half-written.
+(atomically), so a finished result is never lost or half-written. The fine-tune runs under
+the entry's one-writer lock (:func:`nas.cache.exclusive`): two processes of the same
+settings (two test workers, two runs) train it once, the second waiting for the first.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.cache import cache_root, json_key
+from nas.cache import cache_root, exclusive, json_key
 from nas.checkpoint import atomic_write_json
 from nas.errors import DataError, NasError
 
@@ -409,7 +411,9 @@ def finetune_teacher(
     ``out_dir``, the model is exported there. An interrupted run resumes from
     ``checkpoint.safetensors`` (written every ``checkpoint_every`` steps and at each
     epoch end by :class:`nas.train.Trainer`) exactly: same data order (one seeded
-    permutation per epoch), same dropout draws, same weights as an unbroken run.
+    permutation per epoch), same dropout draws, same weights as an unbroken run. A
+    second call of the same settings while one trains waits for it, then returns its
+    result from the cache (``force`` trains again after the wait).
 
     ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``): where to fine-tune; ``None``: the
     run's (:func:`nas.device.current_device`, the CPU outside a run), in the run's precision
@@ -426,21 +430,43 @@ def finetune_teacher(
     t_start = time.time()
     config = config or FinetuneConfig()
     plan = finetune_plan(task, teacher, data_dir, config, cache_dir)
-    task, teacher_path, tid, key, run_dir = (plan.task, plan.teacher_path, plan.teacher_id,
-                                            plan.key, plan.run_dir)
-    train, dev = plan.train, plan.dev
+    run_dir = plan.run_dir
     out = Path(out_dir) if out_dir is not None else None
     if (run_dir / RESULT_FILE).is_file() and not force:
         log.info("cache hit: %s (%.2fs)", run_dir, time.time() - t_start)
         return _copy_result(run_dir, out)
 
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # one writer per entry: a second process of the same settings waits here, then finds
+    # the result instead of training beside the first in the same folder
+    with exclusive(run_dir / ".lock", f"the teacher fine-tune {run_dir.name}"):
+        found = not force and (run_dir / RESULT_FILE).is_file()
+        result = None if found else _train(plan, config, teacher, checkpoint_every, progress,
+                                           force)
+    if result is None:  # fine-tuned by another process while this one waited
+        log.info("cache hit after waiting: %s", run_dir)
+        return _copy_result(run_dir, out)
+    if out is not None:
+        _export(run_dir, out)
+        result.model_dir = str(out)
+    log.info("done in %.0fs: dev %s", time.time() - t_start, result.metrics)
+    return result
+
+
+def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
+           checkpoint_every: int, progress: bool, force: bool) -> FinetuneResult:
+    """Fine-tune the teacher of ``plan`` into its cache folder (under the entry's lock:
+    :func:`finetune_teacher`), resuming from the folder's checkpoint unless ``force``;
+    ``result.json`` is written last."""
     import torch
     from transformers import AutoTokenizer
 
     from nas.data import batch_order, iter_batches
     from nas.train import Trainer, TrainSettings
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    task, teacher_path, tid, key, run_dir = (plan.task, plan.teacher_path, plan.teacher_id,
+                                            plan.key, plan.run_dir)
+    train, dev = plan.train, plan.dev
     log.info("stage 1/3 load: teacher %s (%s), task %s: %d train / %d dev examples",
              teacher_path, tid, task, len(train), len(dev))
     torch.manual_seed(config.seed)  # the classifier head's initialisation, then dropout
@@ -500,8 +526,4 @@ def finetune_teacher(
     )
     atomic_write_json(run_dir / RESULT_FILE, result.to_json())  # last: marks the run done
     ckpt.unlink(missing_ok=True)
-    if out is not None:
-        _export(run_dir, out)
-        result.model_dir = str(out)
-    log.info("done in %.0fs: dev %s", time.time() - t_start, metrics)
     return result

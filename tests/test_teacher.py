@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +247,49 @@ def test_a_pickle_planted_in_the_teacher_cache_never_runs(tiny_teacher: Path,
                              cache_dir=tmp_path / "cache", progress=False)
     assert again.metrics == done.metrics
     assert not marker.exists()
+
+
+def test_two_fine_tunes_of_the_same_settings_train_once(
+    tiny_teacher: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two callers of one setting (threads here: the lock is per open file, so a thread
+    contends like a process): the first trains under the entry's lock, the second waits
+    for it and reads the result from the cache."""
+    import logging
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    started, waiting = threading.Event(), threading.Event()
+    trained: list[str] = []
+    real_train = nas.teacher._train
+
+    class SeesTheWait(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("waiting for another process"):
+                waiting.set()
+
+    def train_once_the_other_waits(*args: Any, **kwargs: Any) -> Any:
+        trained.append(threading.current_thread().name)
+        started.set()
+        waiting.wait(timeout=30)  # without the lock the other never waits: it trains too
+        return real_train(*args, **kwargs)
+
+    cache_log = logging.getLogger("nas.cache")
+    handler = SeesTheWait()
+    cache_log.addHandler(handler)
+    caplog.set_level(logging.INFO, logger="nas.cache")
+    monkeypatch.setattr(nas.teacher, "_train", train_once_the_other_waits)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(finetune_teacher, "mrpc", str(tiny_teacher), config=TINY,
+                                cache_dir=tmp_path / "cache", progress=False)
+            assert started.wait(timeout=30)
+            second = pool.submit(finetune_teacher, "mrpc", str(tiny_teacher), config=TINY,
+                                 cache_dir=tmp_path / "cache", progress=False)
+            a, b = first.result(timeout=60), second.result(timeout=60)
+    finally:
+        cache_log.removeHandler(handler)
+    assert len(trained) == 1 and waiting.is_set()
+    assert not a.from_cache and b.from_cache
+    assert (b.key, b.metrics, b.steps) == (a.key, a.metrics, a.steps)
