@@ -3,20 +3,20 @@ most once. The data sets are read from ``$NAS_DATA_DIR`` (never copied into the 
 which the README's test command sets; without it, a test that needs data fails with the
 engine's one-line error naming the variable.
 
-Under pytest-xdist (``-n 2 --dist loadgroup``) each worker is a test run of its own: its
-own cache (``tmp_path_factory`` is per worker, and a teacher's fine-tune is not written
-under a lock, so two workers must not share one), its own copy of Hugging Face's
-remote-code modules, and one torch thread (the workers are the parallelism). The test
-files that use smoke runs go to one worker (:class:`_SmokeGroup`), so that each smoke
-experiment still runs once."""
+Under pytest-xdist (``-n 2 --dist loadgroup``) the workers share one cache and one run of
+each smoke experiment, in a folder every worker sees (:func:`shared_temp`): the cache's
+writers hold each entry's one-writer lock (a teacher's fine-tune too), and a smoke run is
+made under a lock of its own by the first worker that asks for it, while the other waits
+and then reuses it. Each worker keeps its own copy of Hugging Face's remote-code modules
+and one torch thread (the workers are the parallelism)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,8 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(1)  # in case a plug-in imported torch before this file
-    elif config.pluginmanager.hasplugin("xdist"):  # the controller schedules
-        config.pluginmanager.register(_SmokeGroup(config.rootpath), "nas-smoke-group")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -46,48 +44,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 
-class _SmokeGroup:
-    """xdist plug-in: with ``--dist loadgroup``, every test of a file that reads smoke runs
-    (``smoke_runs``) is scheduled on one worker, so that each smoke experiment still runs
-    once (and its teacher is fine-tuned once). The files are grouped by a scheduler of
-    their own because xdist 3.8 groups ``xdist_group`` marks by rewriting a node id that
-    pytest 9 no longer reads."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._reads: dict[str, bool] = {}
-
-    def reads_smoke_runs(self, nodeid: str) -> bool:
-        path = nodeid.split("::", 1)[0]
-        if path not in self._reads:
-            file = self.root / path
-            self._reads[path] = file.is_file() and "smoke_runs" in file.read_text("utf-8")
-        return self._reads[path]
-
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        if config.getvalue("dist") != "loadgroup":
-            return None
-        from xdist.scheduler import LoadGroupScheduling
-
-        plugin = self
-
-        class SmokeFirst(LoadGroupScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                return "smoke" if plugin.reads_smoke_runs(nodeid) else \
-                    super()._split_scope(nodeid)
-
-        return SmokeFirst(config, log)
+def shared_temp(factory: pytest.TempPathFactory) -> Path:
+    """A temporary folder of this test run that every xdist worker sees: the parent of the
+    workers' own (xdist gives each worker ``<the run's folder>/popen-gwN``); in a plain
+    run, the run's own."""
+    base = factory.getbasetemp()
+    return base.parent if XDIST_WORKER is not None else base
 
 
 @pytest.fixture(scope="session", autouse=True)
 def smoke_cache(tmp_path_factory: pytest.TempPathFactory):
-    """One ``NAS_CACHE_DIR`` for the whole test run, so each distinct teacher fine-tune (and
-    warm-up, general distillation, vocabulary ...) is computed once per run and shared by
-    every test: the smoke files use two teacher settings (adabert and lanas; efficientbert,
-    mobilebert and tinybert). It also keeps the user's own cache out of the tests. A test
-    about cold-cache behaviour points ``NAS_CACHE_DIR`` at a folder of its own (monkeypatch
-    restores this one afterwards)."""
-    path = tmp_path_factory.mktemp("nas_cache")
+    """One ``NAS_CACHE_DIR`` for the whole test run, all workers included, so each distinct
+    teacher fine-tune (and warm-up, general distillation, vocabulary ...) is computed once
+    per run and shared by every test: the smoke files use two teacher settings (adabert,
+    lanas, search and compress; efficientbert, mobilebert and tinybert). It also keeps the
+    user's own cache out of the tests. A test about cold-cache behaviour points
+    ``NAS_CACHE_DIR`` at a folder of its own (monkeypatch restores this one afterwards)."""
+    path = shared_temp(tmp_path_factory) / "nas_cache"
+    path.mkdir(exist_ok=True)
     mp = pytest.MonkeyPatch()
     mp.setenv("NAS_CACHE_DIR", str(path))
     yield path
@@ -95,60 +69,83 @@ def smoke_cache(tmp_path_factory: pytest.TempPathFactory):
 
 
 class SmokeRuns:
-    """``smoke_runs(name)``: the run folder of ``experiments/<name>_smoke.yaml`` run once
-    through ``nas run`` in this test run's cache; later calls return the same folder.
+    """``smoke_runs(name)``: the run folder of ``experiments/<name>_smoke.yaml``, run once
+    per test run through ``nas run`` in the run's cache; later calls return the same folder.
 
-    Tests may add to the folder (a random baseline, a resume); ``metrics(name)`` is the
-    ``metrics.json`` as the smoke run itself wrote it. A run that failed fails every later
-    test that asks for it, without running again."""
+    The run is made in the shared folder (:func:`shared_temp`) under a lock per name: the
+    first worker that asks runs it, another waits and reuses it. Each worker gets a copy of
+    its own, since tests add to the folder (a random baseline, a resume, reports, exports)
+    and the two workers' tests must not write into one folder at once; ``metrics(name)``
+    is the ``metrics.json`` as the smoke run itself wrote it. A run that failed fails every
+    later test that asks for it, on any worker, without running again."""
 
-    def __init__(self, factory: pytest.TempPathFactory) -> None:
-        self._factory = factory
+    def __init__(self, factory: pytest.TempPathFactory, shared: Path) -> None:
+        self._factory = factory  # this worker's own temporary folders
+        self._shared = shared  # the folder every worker sees (:func:`shared_temp`)
         self._dirs: dict[str, Path] = {}
         self._metrics: dict[str, dict] = {}
-        self._failed: dict[str, str] = {}
 
     def __call__(self, name: str) -> Path:
-        if name in self._failed:
-            pytest.fail(self._failed[name])
         if name not in self._dirs:
-            import json
-
             from smokes import smoke_file
-
-            from nas.cli import main
 
             path = smoke_file(name)
             if not path.is_file():
                 pytest.fail(f"{name} has no smoke experiment: add experiments/{path.name}")
-            import torch
-
-            run_dir = self._factory.mktemp(f"{name}_smoke") / "run"
-            # one thread, as the recorded metrics were measured: float sums reduce in
-            # another order with more threads, and a tiny student's dev score can move
-            # (MobileBERT's arm: 0.5 at one thread, 0.53125 at two)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                code = main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"])
-            finally:
-                torch.set_num_threads(threads)
-            if code != 0:
-                self._failed[name] = f"nas run {path.name} ended with status {code}"
-                pytest.fail(self._failed[name])
-            self._metrics[name] = json.loads((run_dir / "metrics.json").read_text())
-            self._dirs[name] = run_dir
+            shared = self._shared_run(name, path)
+            self._metrics[name] = json.loads((shared.parent / "metrics.json").read_text())
+            own = self._factory.mktemp(f"{name}_smoke") / "run"
+            shutil.copytree(shared, own, symlinks=True)
+            self._dirs[name] = own
         return self._dirs[name]
 
     def metrics(self, name: str) -> dict:
         self(name)
         return self._metrics[name]
 
+    def _shared_run(self, name: str, path: Path) -> Path:
+        """The shared run folder of smoke ``name``, made under its lock unless another
+        worker made it (``metrics.json`` beside it marks it done, ``failed.txt`` failed)."""
+        from nas.cache import exclusive
+
+        folder = self._shared / "smokes" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        run_dir, done, failed = folder / "run", folder / "metrics.json", folder / "failed.txt"
+        with exclusive(folder / ".lock", f"the smoke run {name}"):
+            if not done.is_file() and not failed.is_file():
+                shutil.rmtree(run_dir, ignore_errors=True)  # left by a worker that died
+                code = _run_smoke(path, run_dir)
+                if code == 0:
+                    shutil.copyfile(run_dir / "metrics.json", done)
+                else:
+                    failed.write_text(f"nas run {path.name} ended with status {code}")
+        if failed.is_file():
+            pytest.fail(failed.read_text())
+        return run_dir
+
+
+def _run_smoke(path: Path, run_dir: Path) -> int:
+    """``nas run`` of a smoke file into ``run_dir`` at one torch thread, as the recorded
+    metrics were measured: float sums reduce in another order with more threads, and a
+    tiny student's dev score can move (MobileBERT's arm: 0.5 at one thread, 0.53125 at
+    two)."""
+    import torch
+
+    from nas.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
+
 
 @pytest.fixture(scope="session")
 def smoke_runs(smoke_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> SmokeRuns:
-    """Each smoke experiment run at most once per test run, shared by every module."""
-    return SmokeRuns(tmp_path_factory)
+    """Each smoke experiment run at most once per test run, shared by every module and
+    worker."""
+    return SmokeRuns(tmp_path_factory, shared_temp(tmp_path_factory))
 
 
 def _make_tiny_teacher(path: Path, num_labels: int | None, mlm: bool = False) -> Path:
