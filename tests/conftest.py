@@ -68,6 +68,21 @@ def smoke_cache(tmp_path_factory: pytest.TempPathFactory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def _nas_log_handlers():
+    """The ``nas`` logger's handlers and level as they were before each test: a command
+    that sets up its own logging (``nas teacher ...``) attaches a handler to the test's
+    captured stderr, which is closed afterwards, and a later test in the same worker would
+    get "Logging error" tracebacks on its own stderr."""
+    import logging
+
+    log = logging.getLogger("nas")
+    handlers, level = list(log.handlers), log.level
+    yield
+    log.handlers[:] = handlers
+    log.setLevel(level)
+
+
 class SmokeRuns:
     """``smoke_runs(name)``: the run folder of ``experiments/<name>_smoke.yaml``, run once
     per test run through ``nas run`` in the run's cache; later calls return the same folder.
