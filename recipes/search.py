@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from nas.config import ConfigError, check_fields
+from nas.device import table_rows
 from nas.distill.losses import kd_loss
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
@@ -413,10 +414,10 @@ class SearchContext(TaskContext[SearchConfig]):
         """The training parts of an evaluator over ``data``: seeded batches, steps per
         epoch and the KD loss against the teacher's logits on ``data`` (``loss`` on the
         model, ``logits_loss`` on logits an evaluator computed itself)."""
-        logits = torch.from_numpy(np.array(self.teacher_logits(data), dtype=np.float32))
+        logits = self.teacher_logits(data)
 
         def logits_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return kd_loss(out, logits[batch["index"]], batch["labels"],
+            return kd_loss(out, table_rows(logits, batch["index"], out), batch["labels"],
                            settings.temperature, settings.alpha)
 
         def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -831,15 +832,13 @@ def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
     settings = Distillation(batch_size=s.batch_size, temperature=ctx.cfg.retrain.temperature,
                             alpha=ctx.cfg.retrain.alpha)
     parts = ctx.distillation(ctx.search_train, settings, "search")
-    val_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_val),
-                                           dtype=np.float32))
-    train_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_train),
-                                             dtype=np.float32))
+    val_logits = ctx.teacher_logits(ctx.search_val)
+    train_logits = ctx.teacher_logits(ctx.search_train)
 
     def task_loss(out: Any, batch: Mapping[str, Any]) -> torch.Tensor:
         logits = val_logits if batch.get("split") == "val" else train_logits
-        return kd_loss(out.logits, logits[batch["index"]], batch["labels"],
-                       settings.temperature, settings.alpha)
+        return kd_loss(out.logits, table_rows(logits, batch["index"], out.logits),
+                       batch["labels"], settings.temperature, settings.alpha)
 
     def val_batches(epoch: int) -> list[Any]:
         from nas.seeding import stage_seed
