@@ -157,12 +157,12 @@ def _kind_of(path: Path) -> str | None:
     return next((p.name for p in parents[1:] if p.name in KNOWN_KINDS), None)
 
 
-def clear_hint(path: Path) -> str:
+def clear_hint(path: Path, otherwise: str = "delete it and run again") -> str:
     """How to get rid of a broken or stale cache file: ``nas cache clear KIND`` (it is
-    computed again on the next run) when ``path`` is in a cache, else delete it."""
+    computed again on the next run) when ``path`` is in a cache, else ``otherwise``."""
     kind = _kind_of(Path(path))
     return (f"clear it with `nas cache clear {kind}` and run again (it is computed again)"
-            if kind else "delete it and run again")
+            if kind else otherwise)
 
 
 def moved_hint(path: Path) -> str:
@@ -271,16 +271,17 @@ def save_weights(module: torch.nn.Module, path: Path) -> None:
         save_file(state, str(tmp))
 
 
-def load_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; one that is none (cut, overwritten) is a
-    :class:`~nas.errors.NasError` naming it and the fix, not safetensors' bare error."""
+def load_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, on ``device``; one that is none (cut,
+    overwritten) is a :class:`~nas.errors.NasError` naming it and the fix, not
+    safetensors' bare error."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from nas.errors import NasError
 
     try:
-        return load_file(str(path))
+        return load_file(str(path), device=device)
     except (SafetensorError, UnicodeDecodeError) as err:
         raise NasError(corrupt_message(Path(path), " ".join(str(err).split())[:120])
                        ) from None

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.cache import cache_root, hold_shared, json_key, moved_hint, read_record
+from nas.cache import (
+    cache_root,
+    clear_hint,
+    hold_shared,
+    json_key,
+    moved_hint,
+    read_record,
+)
 from nas.checkpoint import atomic_write_json
 from nas.errors import DataError, NasError
 
@@ -96,12 +103,17 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     by one log line: the encoder of a fine-tuned classifier always leaves its
     ``classifier`` tensors unused (debug), while tensors the model lacks and initialises
     fresh are worth a warning (a new task head is expected; anything else is not)."""
+    from safetensors import SafetensorError
+
     from nas.hf import quiet_transformers
 
     try:
         with quiet_transformers():
             model, info = cls.from_pretrained(name, local_files_only=True,
                                               output_loading_info=True, **kwargs)
+    except SafetensorError as e:  # a cut or overwritten weight file
+        raise TeacherError(f"{name}: the teacher's weights do not load ({str(e)[:120]}); "
+                           f"{clear_hint(Path(name), 'restore its weight files')}") from None
     except OSError as e:
         raise TeacherError(
             f"cannot load teacher {name!r} offline ({str(e)[:200]}); pass a local folder, "

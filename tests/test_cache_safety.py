@@ -225,6 +225,21 @@ def test_a_moved_teacher_cache_keeps_working_and_a_corrupt_record_is_named(tiny_
         finetune(tmp_path / "b")
 
 
+def test_corrupt_teacher_weights_name_the_folder_and_the_clear(tiny_teacher, tmp_path):
+    import shutil
+
+    from nas.teacher import TeacherError, load_teacher
+
+    model = tmp_path / "cache" / "teachers" / "sst2-abc" / "model"
+    shutil.copytree(tiny_teacher, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(TeacherError, match=r"model: the teacher's weights do not load .*"
+                                           r"`nas cache clear teachers`") as err:
+        load_teacher(str(model), num_labels=2)
+    assert "\n" not in str(err.value)
+
+
 def test_a_missing_tokenizer_inside_a_cache_says_what_happened_and_the_fix(tmp_path):
     from nas.tokenization import load_tokenizer
 
