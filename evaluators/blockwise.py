@@ -209,9 +209,9 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     kind ``block-activations`` (safetensors; see :func:`activations_key`)."""
     if task is None:
         return teacher_states(supernet, space, batches), False
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    from nas.cache import cache_root, cached_entry, weights_fingerprint
+    from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
     from nas.checkpoint import atomic_target
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
@@ -231,7 +231,7 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
                     batches=len(states), seconds=round(time.perf_counter() - start, 3))
 
     record, _ = cached_entry(folder, "teacher block states", compute)
-    tensors = load_file(str(path), device=str(batches[0]["input_ids"].device))
+    tensors = load_tensors(path, device=str(batches[0]["input_ids"].device))
     if len(tensors) != len(batches):
         raise BlockwiseError(f"{path}: holds {len(tensors)} batches, the sample has "
                              f"{len(batches)}; clear the cache kind {CACHE_KIND!r}")

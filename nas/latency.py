@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from scipy.optimize import nnls
 
-from nas.cache import cache_root
+from nas.cache import cache_root, clear_hint, hold_shared
 from nas.checkpoint import atomic_write_json
 from nas.errors import NasError
 from nas.graph import plan
@@ -231,8 +231,9 @@ class LatencyTable:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> LatencyTable:
+        hold_shared(Path(path))  # a table in the cache: `nas cache clear` leaves it to the run
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
             if data.get("format") != TABLE_FORMAT:
                 raise LatencyError(
                     f"latency table {path} has format {data.get('format')!r}, this engine "
@@ -242,9 +243,12 @@ class LatencyTable:
                        {k: {op: float(t) for op, t in v.items()} for k, v in data["ops"].items()},
                        {s: {k: Fit(**f) for k, f in by.items()}
                         for s, by in data["fits"].items()})
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
-            raise LatencyError(f"latency table {path} is broken ({type(err).__name__}: {err}); "
-                               "delete it and run `nas latency calibrate`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError,
+                AttributeError) as err:
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+            raise LatencyError(f"latency table {path} is broken ({why}); "
+                               f"{clear_hint(Path(path))}, or run `nas latency calibrate`"
+                               ) from None
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.cache import cache_root, json_key
+from nas.cache import (
+    cache_root,
+    clear_hint,
+    hold_shared,
+    json_key,
+    moved_hint,
+    read_record,
+)
 from nas.checkpoint import atomic_write_json
 from nas.errors import DataError, NasError
 
@@ -61,7 +68,7 @@ def resolve_teacher(name_or_path: str | os.PathLike[str] | None = None) -> str:
             raise TeacherError(f"{path}: not a model folder (no config.json)")
         return str(path)
     if name.startswith((".", "/", "~")):
-        raise TeacherError(f"teacher folder {path} does not exist")
+        raise TeacherError(f"teacher folder {path} does not exist{moved_hint(path)}")
     return name  # a hub name, resolved from the local HF cache by the loaders
 
 
@@ -96,12 +103,17 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     by one log line: the encoder of a fine-tuned classifier always leaves its
     ``classifier`` tensors unused (debug), while tensors the model lacks and initialises
     fresh are worth a warning (a new task head is expected; anything else is not)."""
+    from safetensors import SafetensorError
+
     from nas.hf import quiet_transformers
 
     try:
         with quiet_transformers():
             model, info = cls.from_pretrained(name, local_files_only=True,
                                               output_loading_info=True, **kwargs)
+    except SafetensorError as e:  # a cut or overwritten weight file
+        raise TeacherError(f"{name}: the teacher's weights do not load ({str(e)[:120]}); "
+                           f"{clear_hint(Path(name), 'restore its weight files')}") from None
     except OSError as e:
         raise TeacherError(
             f"cannot load teacher {name!r} offline ({str(e)[:200]}); pass a local folder, "
@@ -267,8 +279,11 @@ def _export(run_dir: Path, out_dir: Path) -> None:
 
 
 def _copy_result(run_dir: Path, out_dir: Path | None) -> FinetuneResult:
-    data = json.loads((run_dir / RESULT_FILE).read_text())
+    """The cached result, its ``model_dir`` the entry's own ``model`` folder (the record's
+    absolute path is stale once the cache is moved) or ``out_dir`` after the export."""
+    data = read_record(run_dir / RESULT_FILE)
     data["from_cache"] = True
+    data["model_dir"] = str(run_dir / "model")
     if out_dir is not None:
         existing = out_dir / RESULT_FILE
         same = existing.is_file() and json.loads(existing.read_text()).get("key") == data["key"]
@@ -430,6 +445,8 @@ def finetune_teacher(
                                             plan.key, plan.run_dir)
     train, dev = plan.train, plan.dev
     out = Path(out_dir) if out_dir is not None else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hold_shared(run_dir)  # read to the run's end: `nas cache clear` leaves it (nas.cache)
     if (run_dir / RESULT_FILE).is_file() and not force:
         log.info("cache hit: %s (%.2fs)", run_dir, time.time() - t_start)
         return _copy_result(run_dir, out)

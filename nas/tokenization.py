@@ -40,9 +40,11 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
 
     from transformers import AutoTokenizer, PretrainedConfig
 
+    from nas.cache import moved_hint
+
     p = Path(path)
     if not p.is_dir():
-        raise DataError(f"tokenizer folder {p} does not exist")
+        raise DataError(f"tokenizer folder {p} does not exist{moved_hint(p)}")
     extra: dict[str, Any] = {}
     try:
         if "auto_map" in json.loads((p / "config.json").read_text(encoding="utf-8")):

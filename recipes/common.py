@@ -513,12 +513,15 @@ class Recipe(Method, Generic[ConfigT]):
         """Every stage on the configuration's ``device`` in its ``precision``
         (:func:`nas.device.use_device`: what the builders, the teacher, the training loop
         and scoring read); under ``torchrun`` the process joins its group first (NCCL on
-        GPUs, gloo on the CPU)."""
+        GPUs, gloo on the CPU). The cache entries the run reads (teacher, importance
+        scores, teacher outputs, latency table) stay locked for readers until it ends
+        (:func:`nas.cache.read_scope`): ``nas cache clear`` leaves them alone meanwhile."""
+        from nas.cache import read_scope
         from nas.device import describe, init_distributed, use_device
 
         # a plug-in's configuration that is not a MethodConfig runs where auto says
         precision = getattr(config, "precision", "fp32")
-        with use_device(getattr(config, "device", "auto"), precision) as device:
+        with read_scope(), use_device(getattr(config, "device", "auto"), precision) as device:
             init_distributed(device)
             log.info("device %s, precision %s", describe(device), precision)
             return self._run(config, options)

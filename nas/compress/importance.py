@@ -400,9 +400,9 @@ def sort_teacher(model: nn.Module, batches: Iterable[Mapping[str, torch.Tensor]]
 
 def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed: int,
                    cache_dir: str | Path | None) -> Importance:
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    from nas.cache import cache_root, cached_entry, weights_fingerprint
+    from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
     from nas.checkpoint import atomic_target
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
@@ -419,8 +419,8 @@ def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed
         return dict(teacher=teacher, task=task, method=method, samples=samples, seed=seed,
                     seconds=round(time.perf_counter() - start, 3))
 
-    cached_entry(folder, "importance scores", compute)
-    tensors = load_file(str(path))
+    cached_entry(folder, "importance scores", compute)  # held for readers from here on
+    tensors = load_tensors(path)
     return Importance(tensors["heads"], tensors["neurons"], tensors["hidden"], method)
 
 

@@ -225,8 +225,9 @@ class CachedTeacher:
         return h.hexdigest()[:24]
 
     def __call__(self, batch: Any, record: Sequence[str] = ()) -> Any:
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import save_file
 
+        from nas.cache import load_tensors
         from nas.checkpoint import atomic_target
         from nas.network import ModelOutput
 
@@ -234,7 +235,7 @@ class CachedTeacher:
         if path.is_file():
             self.hits += 1
             # beside the batch, on the run's device (nas.device): the student's side
-            state = load_file(str(path), device=str(batch["input_ids"].device))
+            state = load_tensors(path, device=str(batch["input_ids"].device))
             records: dict[str, list[torch.Tensor]] = {}
             for name in sorted(k for k in state if k != "logits"):  # "<kind>.<layer:03d>"
                 kind = name.rsplit(".", 1)[0]

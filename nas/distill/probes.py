@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,9 +59,9 @@ class ProbeSet:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProbeSet:
-        from safetensors.torch import load_file
+        from nas.cache import load_tensors
 
-        t = load_file(str(path))
+        t = load_tensors(Path(path))
         return cls(t["weight"], t["bias"], t["mean"], t["std"])
 
 
