@@ -131,6 +131,7 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     experiment file's ``device:`` and ``precision:`` (:mod:`nas.device`).
     """
     from nas.methods import RunOptions, method_config
+    from nas.rundir import run_folder
 
     space_name = _space_name(space, workers)
     data: dict[str, Any] = {
@@ -144,7 +145,7 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     if final is not None:
         data["final"] = dict(final)
     method, config = method_config(data, "nas.search()")
-    folder = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    folder = run_folder(run_dir, Path("runs") / config.name, "run_dir")
     if not logging.getLogger().handlers:  # a notebook or a script without logging set up
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     metrics = method.run(config, RunOptions(run_dir=folder, data_dir=data_dir,

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from nas.cli import main
-from nas.errors import ExportError
+from nas.errors import ExportError, NasError
 from nas.export import export
 from nas.space import get_space
 
+SMOKE = Path(__file__).resolve().parents[1] / "experiments" / "lanas_smoke.yaml"
 EXPORT = ["export", "--space", "tinybert", "-c", "num_hidden_layers=1", "--random-init"]
 
 
@@ -89,3 +90,23 @@ def test_a_failed_export_leaves_no_partial_folder(tmp_path, tiny, monkeypatch):
     with pytest.raises(ExportError, match=r"b: cannot move the export into place"):
         export(tiny, None, link, random_init=True)
     assert _leftovers(tmp_path) == [] and link.is_symlink()
+
+
+# --------------------------------------------------------------------------- --run-dir
+
+@pytest.mark.parametrize("command", ["run", "audit"])
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_run_dir_is_refused(capsys, tmp_path, monkeypatch, command, given):
+    monkeypatch.chdir(tmp_path)  # where runs/<name> would have been made
+    line = _one_error(capsys, [command, str(SMOKE), "--run-dir", given])
+    assert line.startswith(f"error: --run-dir {given!r}: empty; name a folder")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_search_refuses_an_empty_run_dir(tmp_path, monkeypatch):
+    import nas
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NasError, match=r"^run_dir '': empty; name a folder") as err:
+        nas.search("adabert", task="sst2", run_dir="")
+    assert "\n" not in str(err.value) and list(tmp_path.iterdir()) == []
