@@ -110,3 +110,27 @@ def test_search_refuses_an_empty_run_dir(tmp_path, monkeypatch):
     with pytest.raises(NasError, match=r"^run_dir '': empty; name a folder") as err:
         nas.search("adabert", task="sst2", run_dir="")
     assert "\n" not in str(err.value) and list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- plug-ins
+
+@pytest.mark.parametrize(("body", "raised"), [
+    ("import sys\nsys.exit(3)\n", "line 2: SystemExit(3) (it called sys.exit or exit)"),
+    ("class Stop(BaseException):\n    pass\n\nraise Stop('no')\n", "line 4: Stop: no"),
+])
+def test_a_plugin_that_exits_or_raises_a_base_exception_is_named_in_one_line(
+        capsys, tmp_path, body, raised):
+    plugin = tmp_path / "exits.py"
+    plugin.write_text(body)
+    line = _one_error(capsys, ["run", str(SMOKE), "--plugin", str(plugin), "--dry-run"])
+    assert line == (f"error: {SMOKE}: plugin {plugin} failed to import: {raised}; fix the "
+                    "file or drop it from plugins")
+
+
+def test_a_plugin_interrupted_by_the_user_still_interrupts(tmp_path):
+    from nas.plugins import import_plugins
+
+    plugin = tmp_path / "interrupted.py"
+    plugin.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        import_plugins([str(plugin)])
