@@ -134,3 +134,24 @@ def test_a_plugin_interrupted_by_the_user_still_interrupts(tmp_path):
     plugin.write_text("raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
         import_plugins([str(plugin)])
+
+
+@pytest.mark.parametrize("as_path", [False, True])
+def test_search_takes_one_plugin_file_as_a_string_or_path(tmp_path, monkeypatch, as_path):
+    import nas
+
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / f"mine_{as_path}.py"  # a new name each time: imported once a process
+    plugin.write_text("raise RuntimeError('the plug-in ran')\n")
+    with pytest.raises(NasError, match=rf"^nas.search\(\): plugin {plugin} failed to import: "
+                       r"line 1: RuntimeError: the plug-in ran"):
+        nas.search("adabert", task="sst2", plugins=plugin if as_path else str(plugin))
+
+
+@pytest.mark.parametrize("plugins", [3, {"mine.py"}, ["ok.py", 4]])
+def test_search_refuses_plugins_of_another_type_in_one_line(plugins):
+    import nas
+
+    with pytest.raises(NasError, match=r"^plugins=.*: expected a file path or module name, "
+                       r"or a list of them; e.g. plugins=\['my_space.py'\]$"):
+        nas.search("adabert", task="sst2", plugins=plugins)
