@@ -155,3 +155,35 @@ def test_search_refuses_plugins_of_another_type_in_one_line(plugins):
     with pytest.raises(NasError, match=r"^plugins=.*: expected a file path or module name, "
                        r"or a list of them; e.g. plugins=\['my_space.py'\]$"):
         nas.search("adabert", task="sst2", plugins=plugins)
+
+
+# --------------------------------------------------------------------------- line ends
+
+def test_cr_and_mixed_line_ends_are_line_ends(tmp_path):
+    from nas.textfile import Row, count_rows, read_rows
+
+    text = tmp_path / "texts.txt"
+    text.write_bytes(b"a fine film\rdull\r\nbad\n\r\xc3\xa9clat\r")  # CR, CRLF, LF, blank, CR
+    assert list(read_rows(text)) == [Row(1, "a fine film"), Row(2, "dull"), Row(3, "bad"),
+                                     Row(5, "\u00e9clat")]
+    assert count_rows(text) == 4
+    table = tmp_path / "texts.csv"
+    table.write_bytes(b'text,label\r"a fine, film",1\r\n"two\rlines",0\rdull,0')
+    rows = list(read_rows(table))
+    assert [r.text for r in rows] == ["a fine, film", "two\rlines", "dull"]
+    tsv = tmp_path / "texts.tsv"
+    tsv.write_bytes(b"text\tlabel\rgood\t1\rbad\t0\r")
+    assert [r.text for r in read_rows(tsv)] == ["good", "bad"] and count_rows(tsv) == 2
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_bytes(b'{"text": "good"}\r{"text": "bad"}\r\n')
+    assert [(r.line, r.text) for r in read_rows(jsonl)] == [(1, "good"), (2, "bad")]
+
+
+def test_a_bad_byte_is_named_on_its_own_cr_line(tmp_path):
+    from nas.errors import DataError
+    from nas.textfile import read_rows
+
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"good\rfine\r\xffbad\r")
+    with pytest.raises(DataError, match=r"texts.txt: line 3 is not UTF-8 text \(byte 0xff\)"):
+        list(read_rows(path))
