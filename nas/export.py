@@ -591,7 +591,7 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
                  bool(space.get("fixed", False)), dict(arch))
     settings = config.get("tokenizer") or {}
-    out = _export_child(model.network, meta, out_dir, fmt, config["labels"],
+    out = _export_child(model.network, meta, out_dir, fmt, model.labels,
                         Path(src) if settings else False,
                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
                         bool(config.get("random_init", False)), config.get("head"))

@@ -187,3 +187,74 @@ def test_a_bad_byte_is_named_on_its_own_cr_line(tmp_path):
     path.write_bytes(b"good\rfine\r\xffbad\r")
     with pytest.raises(DataError, match=r"texts.txt: line 3 is not UTF-8 text \(byte 0xff\)"):
         list(read_rows(path))
+
+
+# --------------------------------------------------------------------------- labels
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    space = get_space("tinybert", num_hidden_layers=1)
+    return export(space, None, tmp_path_factory.mktemp("labels") / "m", labels=["neg", "pos"],
+                  random_init=True)
+
+
+def _edited(labelled, tmp_path, **keys):
+    """A copy of the export whose ``config.json`` has ``keys`` replaced (None: removed)."""
+    import json
+    import shutil
+
+    copy = Path(shutil.copytree(labelled, tmp_path / "edited"))
+    config = json.loads((copy / "config.json").read_text())
+    for key, value in keys.items():
+        config.pop(key) if value is None else config.__setitem__(key, value)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_the_engine_writes_agreeing_label_keys(labelled):
+    import json
+
+    from nas.runtime import load
+
+    config = json.loads((labelled / "config.json").read_text())
+    assert config["labels"] == ["neg", "pos"]
+    assert config["id2label"] == {"0": "neg", "1": "pos"}
+    assert config["label2id"] == {"neg": 0, "pos": 1}
+    assert load(labelled).labels == ["neg", "pos"]
+
+
+def test_labels_edited_alone_are_refused_by_predict_and_evaluate(labelled, tmp_path, capsys):
+    edited = _edited(labelled, tmp_path, labels=["pos", "neg"])
+    for argv in (["predict", str(edited), "a fine film"],
+                 ["evaluate", str(edited), "--task", "sst2"]):
+        line = _one_error(capsys, argv)
+        assert line == (f"error: {edited / 'config.json'}: the keys labels ['pos', 'neg'] and "
+                        "id2label ['neg', 'pos'] disagree; make them name the classes alike "
+                        "(id2label is the one stock transformers reads), or re-export the model")
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"label2id": {"neg": 1, "pos": 0}}, r"the keys label2id \{'neg': 1, 'pos': 0\} and "
+                                         r"id2label \['neg', 'pos'\] disagree"),
+    ({"id2label": {"0": "neg", "2": "pos"}}, r"id2label's keys must be the class ids 0..1"),
+    ({"id2label": None, "label2id": {"pos": 0, "neg": 1}},
+     r"the keys label2id .* and labels \['neg', 'pos'\] disagree"),
+])
+def test_label_keys_that_disagree_are_refused_naming_the_file(labelled, tmp_path, keys,
+                                                              message):
+    from nas.runtime import load
+
+    with pytest.raises(ExportError, match=r"edited/config.json: " + message) as err:
+        load(_edited(labelled, tmp_path, **keys))
+    assert "\n" not in str(err.value)
+
+
+def test_id2label_names_the_classes_and_old_exports_still_load(labelled, tmp_path):
+    from nas.runtime import load
+
+    both = {"id2label": {"0": "pos", "1": "neg"}, "label2id": {"pos": 0, "neg": 1}}
+    swapped = load(_edited(labelled, tmp_path, labels=["pos", "neg"], **both))
+    assert swapped.labels == ["pos", "neg"]  # what a stock pipeline reads
+    assert list(swapped.predict(["a fine film"])[0]["probabilities"]) == ["pos", "neg"]
+    old = load(_edited(labelled, tmp_path / "old", id2label=None, label2id=None))
+    assert old.labels == ["neg", "pos"]
