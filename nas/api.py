@@ -16,6 +16,7 @@ it lives in this process only, so it cannot be searched by ``workers`` > 1.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,8 @@ class SearchResult:
         return Path(directory)
 
 
-def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] = (),
+def search(space: Any, *, task: str | Mapping[str, Any],
+           plugins: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
            searcher: str = "tpe", evaluator: str | Mapping[str, Any] = "distilled-retrain",
            objectives: Sequence[str] = ("accuracy",),
            constraints: Mapping[str, float] | None = None, n_trials: int = 12,
@@ -131,11 +133,12 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     experiment file's ``device:`` and ``precision:`` (:mod:`nas.device`).
     """
     from nas.methods import RunOptions, method_config
+    from nas.rundir import run_folder
 
     space_name = _space_name(space, workers)
     data: dict[str, Any] = {
         "method": "search", "name": name or f"search-{space_name}", "task": task,
-        "space": space_name, "plugins": list(plugins), "searcher": searcher,
+        "space": space_name, "plugins": _plugin_list(plugins), "searcher": searcher,
         "evaluator": ({"name": evaluator} if isinstance(evaluator, str) else dict(evaluator)),
         "objectives": list(objectives), "constraints": dict(constraints or {}),
         "n_trials": n_trials, "seed": seed, "teacher": teacher, "workers": workers,
@@ -144,13 +147,25 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     if final is not None:
         data["final"] = dict(final)
     method, config = method_config(data, "nas.search()")
-    folder = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    folder = run_folder(run_dir, Path("runs") / config.name, "run_dir")
     if not logging.getLogger().handlers:  # a notebook or a script without logging set up
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     metrics = method.run(config, RunOptions(run_dir=folder, data_dir=data_dir,
                                             searcher=searcher, resume=resume,
                                             progress=progress))
     return SearchResult(folder, metrics)
+
+
+def _plugin_list(plugins: Any) -> list[str]:
+    """``plugins=`` as a list of names: one file as a string or path is one plug-in (a
+    string is a sequence too, and ``list("my_space.py")`` would be its characters)."""
+    if isinstance(plugins, (str, os.PathLike)):
+        return [os.fspath(plugins)]
+    if not isinstance(plugins, (list, tuple)) or not all(
+            isinstance(p, (str, os.PathLike)) for p in plugins):
+        raise NasError(f"plugins={plugins!r}: expected a file path or module name, or a list "
+                       "of them; e.g. plugins=['my_space.py']")
+    return [os.fspath(p) for p in plugins]
 
 
 def _space_name(space: Any, workers: int) -> str:

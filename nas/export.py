@@ -542,18 +542,21 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
     check_target(final, overwrite)
     out = final.parent / f".{final.name}.partial-{os.getpid()}"
     shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     try:
+        out.mkdir(parents=True)
+    except OSError as err:
+        raise ExportError(f"{final}: cannot create a folder beside it ({err.strerror}); give "
+                          "-o a folder you can write to") from None
+    try:  # whatever fails, the partial folder goes (the move into place included)
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
                random_init, _check_head(head, labels))
         from nas.model_card import write_card
 
         write_card(out)  # a run writes it again with its metrics (recipes/common.py)
         _readable(out)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    _move_into_place(out, final)
+        _move_into_place(out, final)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # gone already when moved into place
     return final
 
 
@@ -588,7 +591,7 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
                  bool(space.get("fixed", False)), dict(arch))
     settings = config.get("tokenizer") or {}
-    out = _export_child(model.network, meta, out_dir, fmt, config["labels"],
+    out = _export_child(model.network, meta, out_dir, fmt, model.labels,
                         Path(src) if settings else False,
                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
                         bool(config.get("random_init", False)), config.get("head"))
@@ -624,6 +627,9 @@ def _is_export(directory: Path) -> bool:
 def check_target(out: Path, overwrite: bool) -> None:
     """Refuse to write over anything that is not a previous export (and that one only
     with ``overwrite``)."""
+    if out.is_symlink() and not out.exists():
+        raise ExportError(f"{out}: is a symbolic link to a missing {os.readlink(out)}; remove "
+                          "the link or give -o another directory path")
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out}: is an existing file; give -o a directory path")
     if out.is_dir() and any(out.iterdir()):
@@ -636,10 +642,17 @@ def check_target(out: Path, overwrite: bool) -> None:
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
+    """Replace ``final`` by ``tmp``; a previous export stays in place if the move fails."""
     old = final.parent / f".{final.name}.old-{os.getpid()}"
     if final.exists():
         os.replace(final, old)
-    os.replace(tmp, final)
+    try:
+        os.replace(tmp, final)
+    except OSError as err:
+        if old.exists():
+            os.replace(old, final)
+        raise ExportError(f"{final}: cannot move the export into place ({err.strerror}); "
+                          "give -o another directory path") from None
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -72,12 +72,12 @@ def _params_in(directory: Path) -> int | None:
 
 def _facts(directory: Path) -> dict[str, Any]:
     """What the export's ``config.json`` says about the model."""
-    from nas.runtime import CONFIG_FILE, FORMAT
+    from nas.runtime import CONFIG_FILE, FORMAT, label_names
 
     config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     native = config.get("format") == FORMAT
     if native:
-        labels = list(config.get("labels") or [])
+        labels = label_names(config)
         space = (config.get("space") or {}).get("name")
         arch_id = (config.get("architecture") or {}).get("id")
         tokenizer = config.get("tokenizer") or {}

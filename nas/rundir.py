@@ -62,6 +62,19 @@ LOCK_FILE = ".lock"
 START_STAGE = "start"  # the log line a run writes when it starts or resumes
 
 
+def run_folder(given: str | os.PathLike[str] | None, default: str | Path,
+               flag: str = "--run-dir") -> Path:
+    """The run folder to use: ``given``, or ``default`` (``runs/<name>``) when none was
+    given. An empty or blank ``given`` is refused: ``Path("")`` is the current folder,
+    and a falsy test would quietly write into ``runs/<name>`` instead."""
+    if given is None:
+        return Path(default)
+    if not str(given).strip():
+        raise NasError(f"{flag} {str(given)!r}: empty; name a folder (e.g. {flag} "
+                       f"{default}) or leave {flag} out for {default}")
+    return Path(given)
+
+
 class RunLockError(NasError):
     """Another process is writing to the run directory."""
 

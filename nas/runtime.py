@@ -104,6 +104,7 @@ def _check_native(config: Mapping[str, Any], path: Path) -> None:
     if "num_labels" in config and config["num_labels"] != len(labels):
         raise ExportError(f"{path}: num_labels is {config['num_labels']!r} but {len(labels)} "
                           "labels are listed")
+    _check_label_keys(config, path)
     inputs = config["inputs"]
     if (not isinstance(inputs, list) or not inputs
             or not all(isinstance(x, str) and x for x in inputs)):
@@ -126,13 +127,54 @@ def _check_native(config: Mapping[str, Any], path: Path) -> None:
 
 def _check_hf(config: Mapping[str, Any], path: Path) -> None:
     """The settings of a ``--format hf`` export this engine reads itself."""
-    id2label = config.get("id2label")
-    if id2label is not None and (not isinstance(id2label, dict) or not id2label):
-        raise ExportError(f"{path}: id2label must be a non-empty mapping, got {id2label!r}")
+    _check_label_keys(config, path)
     vocab = config.get("vocab_size")
     if vocab is not None and (not _is_int(vocab) or vocab < 1):
         raise ExportError(f"{path}: vocab_size must be a positive integer, got {vocab!r}")
     _check_tokenizer_settings(config.get("nas_tokenizer"), path, "nas_tokenizer")
+
+
+def label_names(config: Mapping[str, Any]) -> list[str]:
+    """An export's label names in class order: ``id2label``'s, the key stock
+    ``transformers`` pipelines read, so that ``nas predict``/``nas evaluate`` and the stock
+    pipeline cannot name a class differently; ``labels`` for a native export written
+    before ``id2label`` was (:func:`read_config` refuses keys that disagree)."""
+    id2label = config.get("id2label")
+    if id2label:
+        return [id2label[str(i)] for i in range(len(id2label))]
+    return list(config.get("labels") or [])
+
+
+def _check_label_keys(config: Mapping[str, Any], path: Path) -> None:
+    """``id2label`` (ids 0..N-1 to distinct names), ``label2id`` and a native export's
+    ``labels`` must name the classes alike: an edit to one of them alone (``labels``
+    reversed) would make this engine and a stock pipeline answer with different names."""
+    id2label = config.get("id2label")
+    names: list[str] | None = None
+    if id2label is not None:
+        if not isinstance(id2label, dict) or not id2label:
+            raise ExportError(f"{path}: id2label must be a non-empty mapping, got {id2label!r}")
+        ids = [str(i) for i in range(len(id2label))]
+        if sorted(id2label) != sorted(ids):
+            raise ExportError(f"{path}: id2label's keys must be the class ids 0..{len(ids) - 1}, "
+                              f"got {sorted(id2label)}; re-export the model")
+        names = [id2label[i] for i in ids]
+        if not all(isinstance(x, str) and x for x in names) or len(set(names)) != len(names):
+            raise ExportError(f"{path}: id2label must map each id to a distinct name, got "
+                              f"{id2label!r}; re-export the model")
+    labels = config.get("labels")
+    if names is not None and labels is not None and labels != names:
+        raise ExportError(f"{path}: the keys labels {labels} and id2label {names} disagree; "
+                          "make them name the classes alike (id2label is the one stock "
+                          "transformers reads), or re-export the model")
+    label2id = config.get("label2id")
+    known = names if names is not None else labels
+    if label2id is not None and known is not None and label2id != {
+            name: i for i, name in enumerate(known)}:
+        source = "id2label" if names is not None else "labels"
+        raise ExportError(f"{path}: the keys label2id {label2id} and {source} {known} disagree; "
+                          f"make label2id map each name of {source} to its id, or re-export "
+                          "the model")
 
 
 def _check_tokenizer_settings(settings: Any, path: Path, key: str) -> None:
@@ -308,7 +350,7 @@ class ExportedModel:
         if self.is_hf:  # transformers leaves default names out of config.json
             id2label = self.network.config.id2label
             return [id2label[k] for k in sorted(id2label, key=int)]
-        return list(self.config["labels"])
+        return label_names(self.config)
 
     @property
     def task(self) -> str | None:
@@ -625,8 +667,8 @@ def _load(directory: str | Path, runtime: str, threads: int | None) -> ExportedM
         raise ExportError(f"{directory / CONFIG_FILE}: vocab_size is {config['vocab_size']} but "
                           f"the model's embedding table has {tables[0]} rows")
     heads = int(network.graph.nodes[network.outputs[0]].get("width", 0))
-    if heads != len(config["labels"]):
-        raise ExportError(f"{directory / CONFIG_FILE}: {len(config['labels'])} labels for a "
+    if heads != len(label_names(config)):
+        raise ExportError(f"{directory / CONFIG_FILE}: {len(label_names(config))} labels for a "
                           f"model with {heads} outputs; the label list does not fit the head")
     path = directory / WEIGHTS_FILE
     load_state(network, read_weights(path), str(path))
@@ -749,5 +791,5 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     return results
 
 
-__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "build_network", "length_batches",
-           "load", "load_state", "read_config"]
+__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "build_network", "label_names",
+           "length_batches", "load", "load_state", "read_config"]

@@ -110,9 +110,34 @@ def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
         raise NasError(f"{path}: unreadable study pointer ({err}); delete it to start the "
                        "search again") from None
     data["recorded_storage"] = data["storage"]
-    if data.get("relative_to_folder"):  # older pointers hold what the run was given
+    if data.get("relative_to_folder") or is_folder_relative(str(data["storage"])):
+        # older pointers hold what the run was given (always absolute)
+        check_inside(path, str(data["storage"]), run_dir)
         data["storage"] = resolve_recorded(str(data["storage"]), run_dir)
     return data
+
+
+def is_folder_relative(recorded: str) -> bool:
+    """Whether a recorded storage is a file named relative to the run folder (the
+    folder's own, as :func:`searchers.storage.record_storage` writes it)."""
+    file = storage_file(recorded)
+    return file is not None and not file.is_absolute()
+
+
+def check_inside(pointer: Path, recorded: str, run_dir: str | Path) -> None:
+    """Refuse a storage recorded relative to the run folder that resolves outside it
+    (``../other_run/study.journal``, or a symlink out of the folder): the pointer only
+    ever records the folder's own files that way, so such a value was edited or planted,
+    and a resume would write another run's study and export its trials as this one's.
+    A storage the user gave (an absolute file, a database URL) is recorded as given."""
+    if not is_folder_relative(recorded):
+        return
+    here = Path(run_dir).resolve()
+    file = storage_file(resolve_recorded(recorded, run_dir))
+    if file is not None and not file.is_relative_to(here):
+        raise NasError(f"{pointer}: storage {recorded!r} resolves outside the run folder "
+                       f"({file}); a relative storage must be the folder's own file: set it "
+                       "to study.journal, or pass --storage to name another storage")
 
 
 def check_own_storages(run_dir: str | Path) -> None:

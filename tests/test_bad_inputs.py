@@ -176,8 +176,17 @@ def onto_file(ctx: Ctx) -> list[str]:
     return ["export", *TINY, "-o", str(ctx.tmp / "notes.txt")]
 
 
+def name_classes(config: dict, labels: list[str]) -> None:
+    """Give an export's classes ``labels`` as the engine writes them: ``id2label`` and
+    ``label2id`` alike, and a native export's ``labels`` (keys that disagree are refused)."""
+    if "format" in config:
+        config["labels"] = labels
+    config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+    config["label2id"] = {name: i for i, name in enumerate(labels)}
+
+
 def three_labels(config: dict) -> None:
-    config["labels"] = ["neg", "neutral", "pos"]
+    name_classes(config, ["neg", "neutral", "pos"])
     config["num_labels"] = 3
 
 
@@ -191,11 +200,7 @@ def trained_on(task: str, labels: list[str], text_input: str | None = None,
     export does."""
     def change(config: dict) -> None:
         config["task"] = task
-        if fmt == "hf":
-            config["id2label"] = dict(enumerate(labels))
-            config["label2id"] = {name: i for i, name in enumerate(labels)}
-        else:
-            config["labels"] = labels
+        name_classes(config, labels)
         if text_input is not None:
             config["text_input"] = text_input
     return change
@@ -403,7 +408,7 @@ CASES = {
     "export-three-labels-only": Case(_predict_edited(_set("labels", ["a", "b", "c"])), 2,
                                      r"config\.json: num_labels is 2 but 3 labels"),
     "export-hf-three-labels": Case(_predict_edited(
-        _set("id2label", {"0": "a", "1": "b", "2": "c"}), "hf"), 2,
+        lambda config: name_classes(config, ["a", "b", "c"]), "hf"), 2,
         r"3 labels \(id2label\) for a classifier with 2 outputs"),
     "export-hf-truncated": Case(lambda ctx: hf_truncated(ctx, listed=True), 2,
                                 r"model\.safetensors: changed since the export was written"),

@@ -50,10 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     from evaluators.audit import audit_lines, run_audit
     from nas.methods import RunOptions, load_experiment
+    from nas.rundir import run_folder
 
     method, config = load_experiment(args.config, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    run_dir = Path(args.run_dir or Path("runs") / f"{config.name}_audit")
+    run_dir = run_folder(args.run_dir, Path("runs") / f"{config.name}_audit")
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, resume=args.resume,
                          progress=not args.no_progress)
     from nas.device import use_device

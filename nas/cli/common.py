@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -140,6 +141,9 @@ def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir
         return None
     out = Path(path).expanduser()
     where = f"{flag} {out}"
+    if out.is_symlink() and not out.exists():
+        raise NasError(f"{where}: is a symbolic link to a missing {os.readlink(out)}; remove "
+                       "the link or name another path")
     if kind == "file" and out.is_dir():
         raise NasError(f"{where}: is a folder, and a file is expected; name a file "
                        f"(e.g. {out / 'NAME'})")
@@ -155,7 +159,19 @@ def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir
                        f"(mkdir -p {parent}) or name another path")
     if not parent.is_dir():
         raise NasError(f"{where}: {parent} is a file, not a folder; name another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
         raise NasError(f"{where}: the folder {parent} is not writable; name a folder you can "
                        "write to")
     return out
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``, tried (``os.access`` says yes to root on
+    read-only file systems such as ``/sys``)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".nas-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True

@@ -83,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
+    from nas.rundir import run_folder
 
     overrides = [*args.set, *([f"device={args.device}"] if args.device else [])]
     method, config = load_experiment(args.config, overrides, plugins=args.plugin,
@@ -91,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
     study = _study_options(args, searcher)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    run_dir = Path(args.run_dir or Path("runs") / config.name)
+    run_dir = run_folder(args.run_dir, Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
                          study=study, break_lock=args.break_lock)
