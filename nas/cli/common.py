@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from nas.architecture import Architecture, load_architecture
+from nas.config import YamlRefused, parse_yaml
 from nas.errors import NasError
 
 if TYPE_CHECKING:  # the space machinery imports torch: load it only when a command runs
@@ -87,7 +86,10 @@ def parse_space_config(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise NasError(f"--config expects KEY=VALUE, got {item!r}")
-        config[key.strip()] = yaml.safe_load(value)
+        try:
+            config[key.strip()] = parse_yaml(value)
+        except YamlRefused as err:
+            raise NasError(f"--config {key.strip()}: {err}") from None
     return config
 
 
