@@ -32,6 +32,13 @@ def check_fields(pairs: list[tuple[str, bool, str]], values: Any) -> None:
             raise ValueError(f"{name} must be {allowed}, got {getattr(values, name)!r}")
 
 
+def cap_ok(cap: int | None, least: int = 1) -> bool:
+    """Whether ``cap`` is a row cap: ``None`` (no cap: every row) or at least ``least``.
+    Written for the checks of every ``max_*_examples`` setting, so that a cap of 0 is
+    refused rather than read as "no cap" by a falsy test (``cap or least``)."""
+    return cap is None or cap >= least
+
+
 def from_dict(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from ``data``, checking keys and scalar types."""
     if data is None:

@@ -63,6 +63,17 @@ def runtime_device(args: argparse.Namespace) -> str:
     return "cpu" if args.device == "auto" and args.runtime == "onnx" else args.device
 
 
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer in [0, 2**32 - 1] (:data:`nas.seeding.MAX_SEED`:
+    what numpy's legacy seeding and the samplers take; outside, they fail mid-run)."""
+    from nas.seeding import SEED_RANGE, is_seed
+
+    value = _int_at_least(text, 0, f"a seed, {SEED_RANGE}")
+    if not is_seed(value):
+        raise argparse.ArgumentTypeError(f"expected a seed, {SEED_RANGE}, got {text!r}")
+    return value
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
