@@ -138,6 +138,17 @@ class OneShot:
                       ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
 
 
+def are_ratios(values: Any, *, above_one: bool) -> bool:
+    """Whether ``values`` is a list of ratios of the teacher's cost: numbers (``true`` is
+    not one) of at least 1, or above 1 (``above_one``: a speed-up; 1 is the teacher
+    itself). A ratio below 1 (or ``true``, read as 1) asks for a model costlier than the
+    teacher, which is not a speed-up; the final retrain and the knapsack check theirs
+    alike."""
+    return isinstance(values, list) and all(
+        isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+        and (r > 1 if above_one else r >= 1) for r in values)
+
+
 @dataclass
 class FinalSettings:
     """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
@@ -165,9 +176,10 @@ class FinalSettings:
         check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
                       ("n", self.n >= 1, "an integer >= 1"),
                       ("seeds", self.seeds >= 1, "an integer >= 1"),
-                      ("ratios", all(isinstance(r, int | float) and r > 0 for r in self.ratios)
+                      ("ratios", are_ratios(self.ratios, above_one=True)
                        and (self.select != "latency_ratios" or bool(self.ratios)),
-                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios"),
+                       "speed-ups over the teacher, numbers > 1 (e.g. [2, 5]); "
+                       "select latency_ratios needs at least one"),
                       ("train_examples", self.train_examples in (None, "all") or (
                           isinstance(self.train_examples, int)
                           and not isinstance(self.train_examples, bool)
