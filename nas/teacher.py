@@ -33,7 +33,9 @@ from nas.cache import (
     read_record,
 )
 from nas.checkpoint import atomic_write_json
+from nas.config import cap_ok
 from nas.errors import DataError, NasError
+from nas.seeding import SEED_RANGE, is_seed
 
 log = logging.getLogger("nas.teacher")
 
@@ -204,6 +206,16 @@ class FinetuneConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NasError(f"teacher fine-tuning: {name} must be an integer, got {value!r}")
+        # a cap of 0 is refused, not read as "no cap" (it kept every row, or divided by 0)
+        for name, ok, allowed in (
+                ("max_train_examples", cap_ok(self.max_train_examples),
+                 "null (all rows) or an integer >= 1"),
+                ("max_dev_examples", cap_ok(self.max_dev_examples),
+                 "null (all rows) or an integer >= 1"),
+                ("seed", is_seed(self.seed), SEED_RANGE)):
+            if not ok:
+                raise NasError(f"teacher fine-tuning: {name} must be {allowed}, got "
+                               f"{getattr(self, name)!r}")
 
 
 def check_finetune_overrides(overrides: dict) -> None:

@@ -41,7 +41,7 @@ from torch.nn import functional as F
 from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_row
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
-from nas.config import check_fields
+from nas.config import ConfigError, check_fields
 from nas.device import table_rows
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
@@ -139,6 +139,23 @@ class AdaBertConfig(MethodConfig):
     searcher: str | None = None  # this experiment's searcher (default: differentiable)
     multi_trial: StudySettings = field(default_factory=StudySettings)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.build_space(2, pair=False)  # the space's own checks (hidden: 0...), before any stage
+
+    def build_space(self, num_labels: int, pair: bool) -> Any:
+        """The AdaBERT space with ``space:`` over its defaults, for the task's labels and
+        input; a value it refuses is a one-line error naming ``space.KEY``."""
+        from nas.space import get_space
+
+        for key in ("num_labels", "pair"):
+            if key in self.space:
+                raise ConfigError(f"space.{key} comes from the task; remove the key")
+        try:
+            return get_space("adabert", num_labels=num_labels, pair=pair, **self.space)
+        except NasError as err:
+            raise ConfigError(f"space: {err}") from None
+
 
 def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
     """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
@@ -185,7 +202,6 @@ class AdaBertContext(TaskContext[AdaBertConfig]):
 
     def prepare(self) -> AdaBertContext:
         from nas.distill.cache import cached_probe_logits
-        from nas.space import get_space
 
         super().prepare()
         log.info("stage 2/5: teacher probes (cached)")
@@ -197,8 +213,7 @@ class AdaBertContext(TaskContext[AdaBertConfig]):
             "search_val": cached_probe_logits(model_dir, train, self.search_val, **kw),
         }
         self.retrain_data, self.probes["retrain"] = self._retrain_data(kw)
-        self.space = get_space("adabert", num_labels=train.num_labels, pair=train.is_pair,
-                               **self.cfg.space)
+        self.space = self.cfg.build_space(train.num_labels, pair=train.is_pair)
         self.embedding_init = teacher_embedding_init(model_dir, self.space.config["hidden"])
         return self
 

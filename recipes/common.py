@@ -33,11 +33,18 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 import torch
 
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.device import DEVICES, PRECISIONS, is_device_spec
 from nas.methods import Method, RunOptions, load_experiment
 from nas.rundir import RunDir
-from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows, seed_stage, stage_seed
+from nas.seeding import (
+    REPORT_SAMPLE_STAGE,
+    SEED_RANGE,
+    is_seed,
+    sample_rows,
+    seed_stage,
+    stage_seed,
+)
 from nas.teacher import FinetuneConfig
 
 log = logging.getLogger("nas.recipe")
@@ -71,10 +78,13 @@ class DataSettings:
     val_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                      ("max_report_examples", (self.max_report_examples or 1) >= 1,
-                       "None or >= 1"),
+        # 0 is refused, not read as "no cap": a cap of 0 rows kept every row, or none
+        check_fields([("max_train_examples", cap_ok(self.max_train_examples, 2),
+                       "null (all rows) or an integer >= 2"),
+                      ("max_dev_examples", cap_ok(self.max_dev_examples),
+                       "null (all rows) or an integer >= 1"),
+                      ("max_report_examples", cap_ok(self.max_report_examples),
+                       "null (all rows) or an integer >= 1"),
                       ("dev_subset", self.dev_subset in DEV_SUBSETS, " or ".join(DEV_SUBSETS)),
                       ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
                       ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
@@ -111,6 +121,7 @@ class MethodConfig:
                       ("task", bool(self.task if isinstance(self.task, dict)
                                     else str(self.task).strip()),
                        "a task name, a data file or a mapping"),
+                      ("seed", is_seed(self.seed), SEED_RANGE),
                       ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1"),
                       ("device", is_device_spec(self.device), DEVICES),
                       ("precision", self.precision in PRECISIONS, " or ".join(PRECISIONS))],

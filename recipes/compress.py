@@ -57,6 +57,7 @@ from recipes.search import (
     Search,
     SearchConfig,
     SearchContext,
+    are_ratios,
 )
 
 #: the space this method searches
@@ -85,8 +86,7 @@ class KnapsackSettings:
 
     def __post_init__(self) -> None:
         check_fields([("cost", self.cost in KNAPSACK_COSTS, " or ".join(KNAPSACK_COSTS)),
-                      ("ratios", all(isinstance(r, int | float) and r >= 1
-                                     for r in self.ratios),
+                      ("ratios", are_ratios(self.ratios, above_one=False),
                        "ratios >= 1 of the teacher's cost, e.g. [2, 5, 15]")], self)
 
 

@@ -51,7 +51,7 @@ from typing import Any, cast
 import numpy as np
 
 from nas.architecture import load_for_space
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill.warmup import WarmupSettings
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
@@ -120,7 +120,8 @@ class ProxySettings:
                       ("lr", 0.0 < self.lr < math.inf, "a number > 0"),
                       ("eval_every", self.eval_every is None or self.eval_every >= 1,
                        "None or >= 1"),
-                      ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
+                      ("max_task_examples", cap_ok(self.max_task_examples, 2),
+                       "null (all rows) or an integer >= 2"),
                       ("temperature", 0.0 < self.temperature < math.inf, "a number > 0"),
                       ("gamma", 0.0 < self.gamma < math.inf, "a number > 0")], self)
 
@@ -213,8 +214,8 @@ class EfficientBertConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (self.data.max_train_examples or 4) < 4:  # search-train and held-out parts
-            raise ValueError("data.max_train_examples must be None or >= 4 (a held-out part "
+        if not cap_ok(self.data.max_train_examples, 4):  # search-train and held-out parts
+            raise ValueError("data.max_train_examples must be null or >= 4 (a held-out part "
                              f"is carved out of it), got {self.data.max_train_examples}")
         self.build_space(2)  # the space's own checks, before any stage
         if self.warmup.max_seq_len != self.data.max_seq_len:

@@ -59,12 +59,12 @@ from typing import Any
 import torch
 
 from nas.cache import cache_root, cached_entry, load_weights, save_weights, settings_key
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill import mixedvocab as mv
 from nas.distill.general import check_text_settings
 from nas.methods import register_method
 from nas.rundir import RunDir
-from nas.seeding import seed_stage
+from nas.seeding import SEED_RANGE, is_seed, seed_stage
 from nas.train import TrainSettings, loop_settings
 from recipes.common import (
     DataSettings,
@@ -139,7 +139,8 @@ class MaskedLMSettings(TrainSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields([("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
+                      ("seed", is_seed(self.seed), SEED_RANGE)], self)
 
 
 @dataclass
@@ -186,6 +187,12 @@ class TeacherTaskSettings(TrainSettings):
     warmup_fraction: float = 0.1
     schedule: str = "linear"
     grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("max_train_examples", cap_ok(self.max_train_examples, 2),
+                       "null (all rows) or an integer >= 2"),
+                      ("seed", is_seed(self.seed), SEED_RANGE)], self)
 
 
 @dataclass

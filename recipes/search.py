@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, check_fields, from_dict
 from nas.device import table_rows
 from nas.distill.losses import kd_loss
 from nas.errors import NasError
@@ -72,13 +72,36 @@ PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_bat
 # ---------------------------------------------------------------------------- config
 
 
+class _DefaultSettings(dict):
+    """``evaluator.settings`` when the file gives none (told apart from given ones)."""
+
+
 @dataclass
 class EvaluatorChoice:
     """The evaluator of every trial: a registered name and its settings (for
-    ``distilled-retrain``, the training loop's settings)."""
+    ``distilled-retrain``, the training loop's settings). Settings left out are a
+    training evaluator's one epoch at ``lr`` 1e-3, and none for another evaluator (which
+    would refuse the training keys)."""
 
     name: str = "distilled-retrain"
-    settings: dict = field(default_factory=lambda: {"epochs": 1, "lr": 1e-3})
+    settings: dict = field(default_factory=lambda: _DefaultSettings(epochs=1, lr=1e-3))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.settings, _DefaultSettings) and not is_training_evaluator(self.name):
+            self.settings = {}
+        self.settings = dict(self.settings)  # a plain mapping, as the snapshot writes it
+
+
+def is_training_evaluator(name: str) -> bool:
+    """Whether the registered evaluator ``name`` takes a training loop's settings (a
+    :class:`~nas.train.TrainSettings`); an unknown name is left to
+    :func:`check_evaluator`, which names the registered ones."""
+    from evaluators.base import EVALUATORS
+
+    if name not in EVALUATORS:
+        return True
+    typed = EVALUATORS.get(name).settings_type()
+    return isinstance(typed, type) and issubclass(typed, TrainSettings)
 
 
 @dataclass
@@ -139,6 +162,17 @@ class OneShot:
                       ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
 
 
+def are_ratios(values: Any, *, above_one: bool) -> bool:
+    """Whether ``values`` is a list of ratios of the teacher's cost: numbers (``true`` is
+    not one) of at least 1, or above 1 (``above_one``: a speed-up; 1 is the teacher
+    itself). A ratio below 1 (or ``true``, read as 1) asks for a model costlier than the
+    teacher, which is not a speed-up; the final retrain and the knapsack check theirs
+    alike."""
+    return isinstance(values, list) and all(
+        isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+        and (r > 1 if above_one else r >= 1) for r in values)
+
+
 @dataclass
 class FinalSettings:
     """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
@@ -166,9 +200,10 @@ class FinalSettings:
         check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
                       ("n", self.n >= 1, "an integer >= 1"),
                       ("seeds", self.seeds >= 1, "an integer >= 1"),
-                      ("ratios", all(isinstance(r, int | float) and r > 0 for r in self.ratios)
+                      ("ratios", are_ratios(self.ratios, above_one=True)
                        and (self.select != "latency_ratios" or bool(self.ratios)),
-                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios"),
+                       "speed-ups over the teacher, numbers > 1 (e.g. [2, 5]); "
+                       "select latency_ratios needs at least one"),
                       ("train_examples", self.train_examples in (None, "all") or (
                           isinstance(self.train_examples, int)
                           and not isinstance(self.train_examples, bool)
@@ -237,6 +272,7 @@ class SearchConfig(MethodConfig):
         self.study_settings()  # the remaining multi_trial keys, checked now
         self.check_space()
         check_evaluator(self.evaluator.name, self.space, self.provided_parts)
+        check_evaluator_settings(self.evaluator.name, self.evaluator.settings, self.retrain)
 
     def check_searcher_name(self, name: str | None = None) -> None:
         """``name`` (default: the file's ``searcher:``; ``nas run --searcher`` passes its
@@ -255,7 +291,6 @@ class SearchConfig(MethodConfig):
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
         the cost objectives."""
-        from nas.config import from_dict
         from searchers.settings import StudySettings
 
         c = self.constraints
@@ -439,10 +474,7 @@ class SearchContext(TaskContext[SearchConfig]):
         cls = EVALUATORS.get(name)
         check_evaluator(name, self.space.name, self.cfg.provided_parts)
         required, optional = cls.parts()
-        typed = cls.settings_type()
-        train = Distillation(**{k: v for k, v in {**_as_dict(self.cfg.retrain),
-                                                  **settings}.items()
-                                if k in Distillation.__dataclass_fields__})
+        given, train = evaluator_settings(name, settings, self.cfg.retrain)
         wanted = {*required, *optional}
         pool: dict[str, Any] = {
             "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
@@ -454,14 +486,54 @@ class SearchContext(TaskContext[SearchConfig]):
         parts = {p: pool[p] for p in (*required, *optional) if p in pool}
         scoring = FullTrainingData(**self.scoring_fields(val_batches),
                                    test_batches=pool["test_batches"])
-        given = dict(settings)
-        if isinstance(typed, type) and issubclass(typed, TrainSettings):
-            # the KD keys are this recipe's, not the loop's; a subclass's own keys (the
-            # inherited-kd hidden_weight) pass through to it
-            own = {k: v for k, v in settings.items() if k in typed.__dataclass_fields__
-                   and k not in TrainSettings.__dataclass_fields__}
-            given = {**_as_dict(loop_settings(train)), **own}
         return build_evaluator(name, given, scoring, **parts)
+
+
+def evaluator_settings(name: str, settings: Mapping[str, Any], retrain: Distillation
+                       ) -> tuple[dict[str, Any], Distillation]:
+    """``(given, train)``: the settings the registered evaluator ``name`` is built with
+    from the file's ``settings``, and the distillation (over ``retrain:``) that trains its
+    candidates. A training evaluator (settings a :class:`~nas.train.TrainSettings`) reads
+    the loop's keys and the KD keys (``temperature``, ``alpha``: this recipe's) over
+    ``retrain:``, and its own keys (inherited-kd's ``hidden_weight``) as given; any other
+    key is refused, naming the evaluator and its keys, since it would be dropped unseen
+    (a typo such as ``epoch:``). Another evaluator gets ``settings`` as they are, which
+    :func:`~evaluators.build.build_evaluator` checks against its settings type."""
+    from evaluators.base import EVALUATORS
+
+    if not is_training_evaluator(name):
+        return dict(settings), Distillation(**_as_dict(retrain))
+    kd = Distillation.__dataclass_fields__
+    own = EVALUATORS.get(name).settings_type().__dataclass_fields__  # type: ignore[union-attr]  # is_training_evaluator(name): a TrainSettings
+    unknown = sorted(set(settings) - set(kd) - set(own))
+    if unknown:
+        raise ConfigError(f"evaluator.settings: evaluator {name!r} has no setting "
+                          f"{unknown[0]!r}; its settings: {', '.join(sorted({*kd, *own}))}")
+    train = from_dict(Distillation, {**_as_dict(retrain),
+                                     **{k: v for k, v in settings.items() if k in kd}},
+                      f"evaluator.settings ({name!r})")
+    loop = TrainSettings.__dataclass_fields__
+    extra = {k: v for k, v in settings.items() if k in own and k not in loop}
+    return {**_as_dict(loop_settings(train)), **extra}, train
+
+
+def check_evaluator_settings(name: str, settings: Mapping[str, Any], retrain: Distillation
+                             ) -> None:
+    """The evaluator's settings, typed and range-checked as the evaluator will be built
+    (:func:`evaluator_settings`, then its settings type), before any stage: an unknown
+    key or a refused value (``epochs: 0``) is one line naming the evaluator and the key
+    instead of a failure at the first trial."""
+    from evaluators.base import EVALUATORS
+
+    given, _ = evaluator_settings(name, settings, retrain)
+    typed = EVALUATORS.get(name).settings_type()
+    where = f"evaluator.settings ({name!r})"
+    if typed is None:
+        if given:
+            raise ConfigError(f"{where}: unknown key {sorted(given)[0]!r}; evaluator {name!r} "
+                              "takes no settings")
+        return
+    from_dict(typed, given, where)
 
 
 def check_evaluator(name: str, space: str, provided: tuple[str, ...] = PROVIDED_PARTS) -> None:

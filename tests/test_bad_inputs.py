@@ -506,7 +506,8 @@ CASES = {
     "space-hidden-zero": Case(_cli("spaces", "show", "adabert", "-c", "hidden=0"), 2,
                               r"hidden must be a positive integer, got 0"),
     "sample-seed-negative": Case(_cli("spaces", "sample", "adabert", "--seed", "-1"), 2,
-                                 r"--seed: expected a non-negative integer, got '-1'"),
+                                 r"--seed: expected a seed, an integer in \[0, 4294967295\], "
+                                 r"got '-1'"),
     "arch-json-list": Case(_cli("cost", "adabert", "--arch", "[1,2,3]"), 2,
                            r"inline JSON: expected a JSON object of choices, got list"),
     "cost-seq-len-zero": Case(_cli("cost", "adabert", "--seq-len", "0"), 2,

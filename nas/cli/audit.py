@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit, positive_int
+from nas.cli.common import emit, positive_int, seed_int
 
 #: ``--select``'s choices (evaluators.audit.SELECTIONS; written out so that the parser
 #: imports no evaluator)
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "over a random pool, their span reported (issue 30 asks >= 10x)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, metavar="B",
                    help="bootstrap resamples for the intervals (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the candidates and bootstrap")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the candidates and bootstrap")
     p.add_argument("--noise-seeds", type=int, default=2, metavar="K",
                    help="score the middle candidate again with K other seeds and warn when "
                         "the candidates spread less than that seed noise (default 2; 0: skip)")

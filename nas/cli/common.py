@@ -9,9 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from nas.architecture import Architecture, load_architecture
+from nas.config import YamlRefused, parse_yaml
 from nas.errors import NasError
 
 if TYPE_CHECKING:  # the space machinery imports torch: load it only when a command runs
@@ -65,6 +64,17 @@ def runtime_device(args: argparse.Namespace) -> str:
     return "cpu" if args.device == "auto" and args.runtime == "onnx" else args.device
 
 
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer in [0, 2**32 - 1] (:data:`nas.seeding.MAX_SEED`:
+    what numpy's legacy seeding and the samplers take; outside, they fail mid-run)."""
+    from nas.seeding import SEED_RANGE, is_seed
+
+    value = _int_at_least(text, 0, f"a seed, {SEED_RANGE}")
+    if not is_seed(value):
+        raise argparse.ArgumentTypeError(f"expected a seed, {SEED_RANGE}, got {text!r}")
+    return value
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
@@ -88,7 +98,10 @@ def parse_space_config(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise NasError(f"--config expects KEY=VALUE, got {item!r}")
-        config[key.strip()] = yaml.safe_load(value)
+        try:
+            config[key.strip()] = parse_yaml(value)
+        except YamlRefused as err:
+            raise NasError(f"--config {key.strip()}: {err}") from None
     return config
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from nas.cli.common import add_space_config_option, emit, parse_space_config
+from nas.cli.common import add_space_config_option, emit, parse_space_config, seed_int
 
 DEFAULT_SPACES = ("adabert", "efficientbert", "mobilebert-grid")
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--pool", type=int, default=200, help="random draws whose op calls are timed")
     c.add_argument("--repeats", type=int, default=10, help="most timed runs per op call")
     c.add_argument("--end-to-end", type=int, default=10, help="most timed runs per child")
-    c.add_argument("--seed", type=int, default=0, help="seed of the random architectures")
+    c.add_argument("--seed", type=seed_int, default=0, help="seed of the random architectures")
     c.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall clock, or the thread's CPU time (one thread; for machines "
                         "shared with other jobs)")

@@ -107,15 +107,16 @@ def text_corpus(tokenizer: Any, *, task: str, task_train: Any, corpus: str,
 def check_text_settings(settings: Any, no_text: str) -> None:
     """The unlabeled-text keys that general distillation, the warm-up and the mixed-vocab
     MLM stages share (``corpus_splits``, ``max_texts``, ``task_sentences``), checked
-    alike; ``no_text`` starts the error when neither a corpus split nor the task's
-    sentences are asked for."""
-    from nas.config import check_fields
+    alike (and their ``seed``); ``no_text`` starts the error when neither a corpus split
+    nor the task's sentences are asked for."""
+    from nas.config import cap_ok, check_fields
+    from nas.seeding import SEED_RANGE, is_seed
 
     check_fields([("corpus_splits", isinstance(settings.corpus_splits, list)
                    and all(isinstance(s, str) for s in settings.corpus_splits),
                    "a list of names"),
-                  ("max_texts", settings.max_texts is None or settings.max_texts >= 1,
-                   "None or >= 1")], settings)
+                  ("max_texts", cap_ok(settings.max_texts), "null (all) or an integer >= 1"),
+                  ("seed", is_seed(settings.seed), SEED_RANGE)], settings)
     if not settings.corpus_splits and not settings.task_sentences:
         raise ValueError(f"{no_text}: corpus_splits is empty and task_sentences is false")
 
