@@ -550,7 +550,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         ranks candidates with the ``inherited`` evaluator, without any per-candidate
         training (docs/reference.md#efficientbert)."""
         from evaluators.inherited import InheritedEvaluator, InheritedTask
-        from searchers.base import SEARCHERS
+        from searchers.base import resolve_searcher
 
         s = ctx.cfg.stage3
         if not s.enabled:
@@ -564,7 +564,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         trainer = Stage3Trainer(ctx, warm)
         scorer = InheritedEvaluator(ctx.space, InheritedTask(
             supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
-        searcher = SEARCHERS.one_shot("sampled-supernet")(
+        searcher = resolve_searcher("sampled-supernet", kinds=("one-shot",)).build(
             seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
             max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
             record=trainer.terms.records, evaluator=scorer)

@@ -377,14 +377,6 @@ class SearcherRegistry(Registry[SearcherClass]):
                 importlib.import_module(module)
         return super().get(name)
 
-    def one_shot(self, name: str) -> Callable[..., OneShotSearcher]:
-        """The one-shot searcher class ``name`` (its options are its own); a
-        :class:`SearcherError` when ``name`` is a multi-trial searcher."""
-        cls = self.get(name)
-        if not issubclass(cls, OneShotSearcher):
-            raise SearcherError(f"searcher {name!r} is {cls.kind}; a one-shot searcher is needed")
-        return cls
-
     def kind_of(self, name: str) -> str:
         if not self._registered(name) and name in self._declared:
             return self._declared[name][1]

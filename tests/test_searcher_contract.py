@@ -543,6 +543,10 @@ def test_one_shot_search_returns_a_valid_candidate(name, adabert):
 
 @pytest.fixture(scope="module")
 def run_parts():
+    return planned_run_parts()
+
+
+def planned_run_parts():
     """The run parts the methods hand a planned searcher (``provided_searcher_parts``),
     for the small ``bert-subnet`` space: the space, a budget, the trial count, the
     constraints, the final ratios, its truncations and the blockwise table of a random
