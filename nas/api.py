@@ -109,7 +109,8 @@ class SearchResult:
 
 
 def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] = (),
-           searcher: str = "tpe", evaluator: str | Mapping[str, Any] = "distilled-retrain",
+           searcher: str | Mapping[str, Any] = "tpe",
+           evaluator: str | Mapping[str, Any] = "distilled-retrain",
            objectives: Sequence[str] = ("accuracy",),
            constraints: Mapping[str, float] | None = None, n_trials: int = 12,
            run_dir: str | Path | None = None, name: str | None = None, seed: int = 0,
@@ -121,7 +122,9 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
 
     ``space``: a registered name (a file in ``plugins`` may register it) or a
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
-    file). ``evaluator``: a registered name, or ``{"name": ..., "settings": {...}}``.
+    file). ``searcher`` and ``evaluator``: a registered name (a plug-in's included), or
+    ``{"name": ..., "settings": {...}}``; the searcher is checked as ``nas run
+    --searcher`` checks it.
     ``settings``: any other key of ``method: search`` (``retrain``, ``one_shot``, ``data``,
     ``teacher_finetune``, ``space_config``, ``multi_trial``...). The run folder (default
     ``runs/<name>``) is what ``nas report`` and ``nas export --run`` read; ``resume=True``
@@ -135,7 +138,8 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     space_name = _space_name(space, workers)
     data: dict[str, Any] = {
         "method": "search", "name": name or f"search-{space_name}", "task": task,
-        "space": space_name, "plugins": list(plugins), "searcher": searcher,
+        "space": space_name, "plugins": list(plugins),
+        "searcher": searcher if isinstance(searcher, str) else dict(searcher),
         "evaluator": ({"name": evaluator} if isinstance(evaluator, str) else dict(evaluator)),
         "objectives": list(objectives), "constraints": dict(constraints or {}),
         "n_trials": n_trials, "seed": seed, "teacher": teacher, "workers": workers,
@@ -148,8 +152,8 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
     if not logging.getLogger().handlers:  # a notebook or a script without logging set up
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     metrics = method.run(config, RunOptions(run_dir=folder, data_dir=data_dir,
-                                            searcher=searcher, resume=resume,
-                                            progress=progress))
+                                            searcher=method.check_searcher(config.searcher),
+                                            resume=resume, progress=progress))
     return SearchResult(folder, metrics)
 
 

@@ -475,7 +475,9 @@ def resolve_searcher(choice: str | Mapping[str, Any], *,
         if issubclass(cls, PlannedSearcher) and given:
             raise SearcherError(f"{where} {name} takes no settings, got {sorted(given)[0]!r}")
         if issubclass(cls, OneShotSearcher):
-            _check_keywords(name, cls, own)
+            _check_keywords(name, cls, given)
+        if issubclass(cls, MultiTrialSearcher) and given:
+            cls(**given).sampler(seed=0)  # a bad sampler option is refused now, in one line
         return ResolvedSearcher(name, cls, given)
     try:
         return ResolvedSearcher(name, cls, from_dict(typed, given, f"searcher {name} settings"))

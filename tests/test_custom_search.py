@@ -101,7 +101,7 @@ def test_a_notebook_space_object_is_searched_without_registration(tmp_path, smok
     space = SearchSpace("notebook-cell", [Categorical("op", ("std_conv_3", "skip"))], g.graph)
     data = _example()
     keep = ("task", "teacher_finetune", "data", "latency_repeats")
-    result = nas.search(space, searcher="random", n_trials=2, run_dir=tmp_path / "run",
+    result = nas.search(space, searcher={"name": "random"}, n_trials=2, run_dir=tmp_path / "run",
                         evaluator={"name": "distilled-retrain", "settings": {"epochs": 1}},
                         retrain={"epochs": 1}, progress=False, **{k: data[k] for k in keep})
     assert len(result.trials) == 2 and result.best["arch"]["op"] in ("std_conv_3", "skip")
