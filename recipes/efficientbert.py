@@ -564,8 +564,9 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         trainer = Stage3Trainer(ctx, warm)
         scorer = InheritedEvaluator(ctx.space, InheritedTask(
             supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
-        searcher = resolve_searcher("sampled-supernet", kinds=("one-shot",)).build(
-            seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
+        searcher = resolve_searcher("sampled-supernet", kinds=("one-shot",),
+                                    settings={"candidates": s.candidates}).build(
+            seed=ctx.seed, stage="stage3", incumbent=current,
             max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
             record=trainer.terms.records, evaluator=scorer)
         best = searcher.search(ctx.space, trainer)

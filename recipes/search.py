@@ -271,7 +271,18 @@ class SearchConfig(MethodConfig):
     def legacy_searcher_settings(self, name: str) -> dict[str, Any]:
         """Settings of searcher ``name`` written where files before ``searcher: {name,
         settings}`` put them, still read: a multi-trial searcher's
-        ``multi_trial.samplers`` entry (compress adds its ``knapsack:`` section)."""
+        ``multi_trial.samplers`` entry, a one-shot searcher's fields of ``one_shot:``
+        (compress adds its ``knapsack:`` section)."""
+        from dataclasses import fields, is_dataclass
+
+        from searchers.base import SEARCHERS
+
+        if name in SEARCHERS and SEARCHERS.kind_of(name) == "one-shot":
+            typed = SEARCHERS.get(name).settings_type()
+            if typed is None or not is_dataclass(typed):
+                return {}  # the one_shot: values it takes come as keywords (one_shot())
+            own = {f.name for f in fields(typed)}
+            return {k: v for k, v in _one_shot_settings(self.one_shot).items() if k in own}
         return dict(self.multi_trial.get("samplers", {}).get(name) or {})
 
     def check_searcher_name(self, name: str | None = None, where: str = "searcher:") -> None:
@@ -948,6 +959,16 @@ def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
                              progress=ctx.progress, on_epoch=on_epoch)
 
 
+def _one_shot_settings(s: OneShot) -> dict[str, Any]:
+    """The searcher settings that ``one_shot:`` holds (the rest of it is the supernet
+    training's): ``differentiable``'s β, optimisers and τ with ``derive: argmax`` (every
+    relaxed choice takes its most probable value), ``sampled-supernet``'s candidates."""
+    return {"beta": s.beta, "lr": s.lr, "lr_min": s.lr_min, "arch_lr": s.arch_lr,
+            "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
+            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
+            "candidates": s.candidates}
+
+
 def _one_shot_options(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> dict[str, Any]:
     """A one-shot searcher's keywords from the file's ``one_shot:`` section, each given
     only if its class takes it (a plug-in's one-shot searcher gets what it asks for;
@@ -961,12 +982,9 @@ def _one_shot_options(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> dic
     from searchers.differentiable import weight_settings
 
     s = cfg.one_shot
-    pool = {"seed": seed, "beta": s.beta, "lr": s.lr, "lr_min": s.lr_min,
-            "arch_lr": s.arch_lr, "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
-            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
+    pool = {"seed": seed, **_one_shot_settings(s),
             "kinds": tuple(sorted({c.kind for c in space.choices()})),
             "max_params": cfg.constraints.max_params, "seq_len": cfg.data.max_seq_len,
-            "candidates": s.candidates,
             "settings": weight_settings(epochs=s.epochs, lr=s.lr, lr_min=s.lr_min,
                                         checkpoint_every=s.checkpoint_every)}
     accepts = _parameters(cls.__init__)

@@ -251,8 +251,10 @@ class OneShotSearcher(abc.ABC):
 
     @classmethod
     def settings_type(cls) -> type | None:
-        """``None``: a one-shot searcher's settings are its constructor's keywords (a
-        recipe passes those it has: :func:`recipes.search` gives what the class takes)."""
+        """The dataclass of this searcher's settings, whose fields are keywords of its
+        constructor (``differentiable``: β, the optimisers, τ...); a recipe passes the
+        rest (the seed, the budget, what to record) as keywords of its own. ``None``:
+        the settings are any of the constructor's keywords, checked by name."""
         return None
 
     @abc.abstractmethod
@@ -424,7 +426,11 @@ class ResolvedSearcher:
         recipe's)."""
         if issubclass(self.cls, PlannedSearcher):
             return self.cls(self.settings)
-        return self.cls(**{**keywords, **dict(self.settings or {})})
+        from dataclasses import asdict, is_dataclass
+
+        typed = is_dataclass(self.settings) and not isinstance(self.settings, type)
+        given = asdict(self.settings) if typed else dict(self.settings or {})
+        return self.cls(**{**keywords, **given})
 
 
 def searcher_choice(choice: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
