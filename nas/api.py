@@ -16,7 +16,7 @@ it lives in this process only, so it cannot be searched by ``workers`` > 1.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,45 +108,35 @@ class SearchResult:
         return Path(directory)
 
 
-def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] = (),
-           searcher: str | Mapping[str, Any] = "tpe",
-           evaluator: str | Mapping[str, Any] = "distilled-retrain",
-           objectives: Sequence[str] = ("accuracy",),
-           constraints: Mapping[str, float] | None = None, n_trials: int = 12,
-           run_dir: str | Path | None = None, name: str | None = None, seed: int = 0,
-           teacher: str | None = None, final: Mapping[str, Any] | None = None,
+def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | None = None,
            resume: bool = False, progress: bool = True, data_dir: str | None = None,
-           workers: int = 1, storage: str | None = None, timeout: float | None = None,
-           device: str = "auto", precision: str = "fp32", **settings: Any) -> SearchResult:
+           **settings: Any) -> SearchResult:
     """Search ``space`` on ``task`` and retrain, score and export what ``final`` chooses.
 
     ``space``: a registered name (a file in ``plugins`` may register it) or a
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
-    file). ``searcher`` and ``evaluator``: a registered name (a plug-in's included), or
-    ``{"name": ..., "settings": {...}}``; the searcher is checked as ``nas run
-    --searcher`` checks it.
-    ``settings``: any other key of ``method: search`` (``retrain``, ``one_shot``, ``data``,
-    ``teacher_finetune``, ``space_config``, ``multi_trial``...). The run folder (default
-    ``runs/<name>``) is what ``nas report`` and ``nas export --run`` read; ``resume=True``
-    continues an interrupted one. Progress bars show in a terminal and in a notebook.
-    ``device`` (``auto``: a CUDA GPU when there is one; ``cpu``, ``cuda``, ``cuda:N``) and
-    ``precision`` (``fp32``, ``bf16``, ``fp16``: mixed-precision training) are the
-    experiment file's ``device:`` and ``precision:`` (:mod:`nas.device`).
+    file). ``settings``: the keys of ``method: search``'s configuration, as an experiment
+    file writes them (``recipes.search.SearchConfig``: ``plugins``, ``searcher``,
+    ``evaluator``, ``objectives``, ``constraints``, ``n_trials``, ``final``, ``retrain``,
+    ``one_shot``, ``data``, ``seed``, ``teacher``, ``workers``, ``storage``, ``timeout``,
+    ``device``, ``precision``...; docs/search.md), with its defaults, checked by that class
+    as a file is (an unknown key or a bad value is one line naming it); ``name`` defaults
+    to ``search-<space>``. ``searcher`` and ``evaluator`` are a registered name (a
+    plug-in's included) or ``{"name": ..., "settings": {...}}``; the searcher is checked as
+    ``nas run --searcher`` checks it. ``device`` (``auto``: a CUDA GPU when there is one;
+    ``cpu``, ``cuda``, ``cuda:N``) and ``precision`` (``fp32``, ``bf16``, ``fp16``) are the
+    file's (:mod:`nas.device`). The run folder (default ``runs/<name>``) is what ``nas
+    report`` and ``nas export --run`` read; ``resume=True`` continues an interrupted one.
+    Progress bars show in a terminal and in a notebook.
     """
     from nas.methods import RunOptions, method_config
 
-    space_name = _space_name(space, workers)
-    data: dict[str, Any] = {
-        "method": "search", "name": name or f"search-{space_name}", "task": task,
-        "space": space_name, "plugins": list(plugins),
-        "searcher": searcher if isinstance(searcher, str) else dict(searcher),
-        "evaluator": ({"name": evaluator} if isinstance(evaluator, str) else dict(evaluator)),
-        "objectives": list(objectives), "constraints": dict(constraints or {}),
-        "n_trials": n_trials, "seed": seed, "teacher": teacher, "workers": workers,
-        "storage": storage, "timeout": timeout, "device": device, "precision": precision,
-        **settings}
-    if final is not None:
-        data["final"] = dict(final)
+    space_name = _space_name(space, settings.get("workers", 1))
+    data: dict[str, Any] = {"name": settings.pop("name", None) or f"search-{space_name}",
+                            **{k: _plain(v) for k, v in settings.items()},
+                            "method": "search", "task": task, "space": space_name}
+    if isinstance(data.get("evaluator"), str):
+        data["evaluator"] = {"name": data["evaluator"]}
     method, config = method_config(data, "nas.search()")
     folder = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     if not logging.getLogger().handlers:  # a notebook or a script without logging set up
@@ -155,6 +145,15 @@ def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] 
                                             searcher=method.check_searcher(config.searcher),
                                             resume=resume, progress=progress))
     return SearchResult(folder, metrics)
+
+
+def _plain(value: Any) -> Any:
+    """A keyword's value as a file would hold it: tuples as lists, mappings as dicts."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
 
 
 def _space_name(space: Any, workers: int) -> str:

@@ -351,3 +351,23 @@ def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
     assert final_train_rows(config(300), 100, 500) == 300
     assert final_train_rows(config(900), 100, 500) == 500  # capped at the split
     assert final_train_rows({}, 100, 500) == 100  # a method without final:
+
+
+def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
+    """``nas.search``'s keywords are the configuration's keys (no copy of them to keep in
+    step): an unknown one, a bad value or an unknown searcher is one line naming it,
+    before the run folder is made."""
+    import nas
+    from nas.errors import NasError
+
+    for keywords, message in [
+            ({"n_trial": 3}, r"nas\.search\(\): unknown key 'n_trial'; known keys: .*n_trials"),
+            ({"n_trials": 0}, r"n_trials must be an integer >= 1"),
+            ({"searcher": "tpee"}, r"unknown searcher 'tpee'; did you mean 'tpe'"),
+            ({"searcher": {"name": "tpe", "settings": {"n_startp": 1}}},
+             r"searcher 'tpe': bad sampler option")]:
+        with pytest.raises(NasError, match=message) as err:
+            nas.search("tiny-cell", plugins=[str(SPACE_FILE)], task="sst2",
+                       run_dir=tmp_path / "run", **keywords)
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
