@@ -457,12 +457,14 @@ def resolve_searcher(choice: str | Mapping[str, Any], *,
     given: the method's), with ``settings`` (defaults, e.g. a legacy section, under the
     choice's own) checked against its ``settings_type()``. ``where`` names the place it
     was asked for (``searcher:``, ``--searcher``)."""
-    from nas.config import ConfigError, from_dict
     from nas.errors import RegistryError
+    from nas.registry import DuplicateNameError
 
     name, own = searcher_choice(choice)
     try:
         cls = SEARCHERS.get(name)
+    except DuplicateNameError:
+        raise
     except RegistryError as err:
         raise SearcherError(f"{where} {err}; a searcher defined in a file of yours is found "
                             "with plugins: [my_searcher.py] (or --plugin my_searcher.py)"
@@ -475,20 +477,30 @@ def resolve_searcher(choice: str | Mapping[str, Any], *,
         missing = [p for p in cls.parts()[0] if p not in set(provided)]
         if missing:
             raise SearcherError(_missing_parts(where, name, cls, missing, kinds))
-    given = {**dict(settings or {}), **own}
+    return ResolvedSearcher(name, cls, _checked_settings(name, cls, {**dict(settings or {}),
+                                                                     **own}, where))
+
+
+def _checked_settings(name: str, cls: SearcherClass, given: dict[str, Any], where: str) -> Any:
+    """``given`` as searcher ``name``'s settings: its ``settings_type()`` built from them
+    (checked as a file's section is), or, without one, the mapping checked by its kind: a
+    planned searcher takes none, a one-shot one its constructor's keywords, a multi-trial
+    one its sampler's options (the sampler is built once to check them)."""
+    from nas.config import ConfigError, from_dict
+
     typed = cls.settings_type()
-    if typed is None:
-        if issubclass(cls, PlannedSearcher) and given:
-            raise SearcherError(f"{where} {name} takes no settings, got {sorted(given)[0]!r}")
-        if issubclass(cls, OneShotSearcher):
-            _check_keywords(name, cls, given)
-        if issubclass(cls, MultiTrialSearcher) and given:
-            cls(**given).sampler(seed=0)  # a bad sampler option is refused now, in one line
-        return ResolvedSearcher(name, cls, given)
-    try:
-        return ResolvedSearcher(name, cls, from_dict(typed, given, f"searcher {name} settings"))
-    except ConfigError as err:
-        raise SearcherError(str(err)) from None
+    if typed is not None:
+        try:
+            return from_dict(typed, given, f"searcher {name} settings")
+        except ConfigError as err:
+            raise SearcherError(str(err)) from None
+    if issubclass(cls, PlannedSearcher) and given:
+        raise SearcherError(f"{where} {name} takes no settings, got {sorted(given)[0]!r}")
+    if issubclass(cls, OneShotSearcher):
+        _check_keywords(name, cls, given)
+    if issubclass(cls, MultiTrialSearcher) and given:
+        cls(**given).sampler(seed=0)  # a bad sampler option is refused now, in one line
+    return given
 
 
 def _check_keywords(name: str, cls: type, given: Mapping[str, Any]) -> None:
