@@ -15,8 +15,11 @@ it lives in this process only, so it cannot be searched by ``workers`` > 1.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +111,52 @@ class SearchResult:
         return Path(directory)
 
 
+class _KeywordsFromConfig:
+    """The type of :func:`search`: its function, with a signature (``help(nas.search)``,
+    ``inspect.signature``, an editor's completion) that lists method search's
+    configuration keys and their defaults, read from the configuration class when asked
+    for: the keywords are never a hand-kept copy of it, and ``import nas`` imports no
+    recipe (no torch)."""
+
+    def __init__(self, function: Callable[..., SearchResult], method: str) -> None:
+        functools.update_wrapper(self, function)
+        self._function, self._method = function, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> SearchResult:
+        return self._function(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        from nas.methods import METHODS
+
+        own = inspect.signature(self._function)
+        fixed = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        taken = {p.name for p in fixed} | {"method"}
+        config = METHODS.get(self._method).config_class
+        keys = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                  default=_default(f))
+                for f in dataclasses.fields(config) if f.name not in taken]
+        return own.replace(parameters=[*fixed, *keys])
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A configuration field's default as a keyword shows it (``name``: ``None``, which
+    means ``search-<space>``)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _keywords_from_config(method: str) -> Callable[[Callable[..., SearchResult]],
+                                                  _KeywordsFromConfig]:
+    """Decorator: the function, its signature completed by method ``method``'s
+    configuration keys (:class:`_KeywordsFromConfig`)."""
+    return lambda function: _KeywordsFromConfig(function, method)
+
+
+@_keywords_from_config("search")
 def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | None = None,
            resume: bool = False, progress: bool = True, data_dir: str | None = None,
            **settings: Any) -> SearchResult:
@@ -116,14 +165,15 @@ def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | N
     ``space``: a registered name (a file in ``plugins`` may register it) or a
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
     file). ``settings``: the keys of ``method: search``'s configuration, as an experiment
-    file writes them (``recipes.search.SearchConfig``: ``plugins``, ``searcher``,
-    ``evaluator``, ``objectives``, ``constraints``, ``n_trials``, ``final``, ``retrain``,
-    ``one_shot``, ``data``, ``seed``, ``teacher``, ``workers``, ``storage``, ``timeout``,
-    ``device``, ``precision``...; docs/search.md), with its defaults, checked by that class
-    as a file is (an unknown key or a bad value is one line naming it); ``name`` defaults
-    to ``search-<space>``. ``searcher`` and ``evaluator`` are a registered name (a
-    plug-in's included) or ``{"name": ..., "settings": {...}}``; the searcher is checked as
-    ``nas run --searcher`` checks it. ``device`` (``auto``: a CUDA GPU when there is one;
+    file writes them, which the signature lists with their defaults
+    (``recipes.search.SearchConfig``: ``plugins``, ``searcher``, ``evaluator``,
+    ``objectives``, ``constraints``, ``n_trials``, ``final``, ``retrain``, ``one_shot``,
+    ``data``, ``seed``, ``teacher``, ``workers``, ``storage``, ``timeout``, ``device``,
+    ``precision``...; docs/search.md), checked by that class as a file is (an unknown
+    key or a bad value is one line naming it); ``name`` defaults to ``search-<space>``.
+    ``searcher`` and ``evaluator`` are a registered name (a plug-in's included) or
+    ``{"name": ..., "settings": {...}}``; the searcher is checked as ``nas run
+    --searcher`` checks it. ``device`` (``auto``: a CUDA GPU when there is one;
     ``cpu``, ``cuda``, ``cuda:N``) and ``precision`` (``fp32``, ``bf16``, ``fp16``) are the
     file's (:mod:`nas.device`). The run folder (default ``runs/<name>``) is what ``nas
     report`` and ``nas export --run`` read; ``resume=True`` continues an interrupted one.

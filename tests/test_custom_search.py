@@ -357,9 +357,17 @@ def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
     """``nas.search``'s keywords are the configuration's keys (no copy of them to keep in
     step): an unknown one, a bad value or an unknown searcher is one line naming it,
     before the run folder is made."""
+    import dataclasses
+    import inspect
+
     import nas
     from nas.errors import NasError
+    from recipes.search import SearchConfig
 
+    keywords = inspect.signature(nas.search).parameters
+    assert set(keywords) == {"space", "task", "run_dir", "resume", "progress", "data_dir",
+                             *(f.name for f in dataclasses.fields(SearchConfig))}
+    assert keywords["n_trials"].default == 12 and keywords["searcher"].default == "tpe"
     for keywords, message in [
             ({"n_trial": 3}, r"nas\.search\(\): unknown key 'n_trial'; known keys: .*n_trials"),
             ({"n_trials": 0}, r"n_trials must be an integer >= 1"),
