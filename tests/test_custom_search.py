@@ -379,3 +379,19 @@ def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
                        run_dir=tmp_path / "run", **keywords)
         assert "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_example_runs_with_a_planned_plugin_searcher(tmp_path, capsys):
+    """examples/custom_planned.py's ``my-list`` in method search, named by ``searcher:``
+    with its settings: its two architectures are the study's trials, in order."""
+    planned = str(ROOT / "examples" / "custom_planned.py")
+    data = _example(plugins=[str(SPACE_FILE), planned], searcher={
+        "name": "my-list", "settings": {"archs": [{"a": "skip"}, {"a": "std_conv_3"}]}})
+    code, err = _run(tmp_path, capsys, data)
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["search"]["searcher"] == "my-list" and metrics["search"]["evaluations"] == 2
+    trials = [json.loads((tmp_path / "run" / "trials" / str(n) / "result.json").read_text())
+              for n in range(2)]
+    assert [t["arch"]["a"] for t in trials] == ["skip", "std_conv_3"]
