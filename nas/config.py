@@ -39,6 +39,17 @@ def cap_ok(cap: int | None, least: int = 1) -> bool:
     return cap is None or cap >= least
 
 
+def are_ratios(values: Any, *, above_one: bool) -> bool:
+    """Whether ``values`` is a list of ratios of the teacher's cost: numbers (``true`` is
+    not one) of at least 1, or above 1 (``above_one``: a speed-up; 1 is the teacher
+    itself). A ratio below 1 (or ``true``, read as 1) asks for a model costlier than the
+    teacher, which is not a speed-up; the final retrain and the knapsack check theirs
+    alike."""
+    return isinstance(values, list) and all(
+        isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+        and (r > 1 if above_one else r >= 1) for r in values)
+
+
 def from_dict(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from ``data``, checking keys and scalar types."""
     if data is None:

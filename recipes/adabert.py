@@ -362,7 +362,7 @@ class AdaBert(Recipe[AdaBertConfig]):
     # -- stage 3 -------------------------------------------------------------------
     def search(self, ctx: AdaBertContext, name: str) -> Architecture:
         """The one-shot search; its derived architecture is kept and never searched again."""
-        from searchers.base import SEARCHERS
+        from searchers.base import resolve_searcher
 
         done = ctx.run.load_json("derived_arch.json")
         if done is not None:
@@ -373,11 +373,13 @@ class AdaBert(Recipe[AdaBertConfig]):
         trainer = AdaBertSupernetTrainer(ctx)
         ctx.stage(3, "%s search, %d epochs × %d steps", name, s.epochs,
                   trainer.steps_per_epoch)
-        searcher = SEARCHERS.one_shot(name)(
-            seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
-            arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
-            arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,
-            record=("layer_features",), op_costs=s.op_costs)
+        # the search: section's searcher settings are the differentiable searcher's
+        settings = {"beta": s.beta, "lr": s.lr, "lr_min": s.lr_min, "arch_lr": s.arch_lr,
+                    "arch_weight_decay": s.arch_weight_decay, "tau_every": s.tau_every,
+                    "arch_warmup": s.arch_warmup, "checkpoint_every": s.checkpoint_every,
+                    "op_costs": s.op_costs}
+        searcher = resolve_searcher(name, kinds=("one-shot",), settings=settings).build(
+            seed=seed, record=("layer_features",))
         t0 = time.time()
         arch = searcher.search(ctx.space, trainer).arch
         space_config = {k: ctx.space.config[k] for k in

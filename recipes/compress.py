@@ -20,13 +20,14 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    (:mod:`evaluators.inherited_kd`: the sorted teacher's slice, a short distillation
    from the full teacher, the validation score); the Puzzle-style ``blockwise`` proxy
    (Bercovich et al. 2025, §3) plugs in by name, its table built on the sorted teacher
-   when asked for. Or ``searcher: knapsack``: the blockwise table of the sorted teacher
-   (its block states cached), then Puzzle's multiple-choice knapsack (§4) at each budget
-   of a range (``knapsack:``; latency or parameters), each distinct pick recorded as a
-   trial of the run's study and scored by the configured evaluator, so the Pareto front,
-   the final selection, the report and the exports treat it as any searcher's. Or
-   ``searcher: truncation``, the baseline: the sorted teacher's first k whole layers,
-   k = 1..L, queued and retrained the same way;
+   when asked for. Or a planned searcher over what the sort made: ``searcher: knapsack``
+   (:mod:`searchers.knapsack`): the blockwise table of the sorted teacher (its block
+   states cached), then Puzzle's multiple-choice knapsack (§4) at each budget of a range
+   (its settings, or the ``knapsack:`` section; latency or parameters), each distinct
+   pick recorded as a trial of the run's study and scored by the configured evaluator,
+   so the Pareto front, the final selection, the report and the exports treat it as any
+   searcher's. Or ``searcher: truncation`` (:mod:`searchers.truncation`), the baseline:
+   the sorted teacher's first k whole layers, k = 1..L, queued and retrained the same way;
 4. **final** — ``final.select`` (default: per speed-up 2, 5 and 15 over the teacher, the
    front point nearest it), each retrained ``final.seeds`` times by the full
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
@@ -41,53 +42,34 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nas.config import ConfigError, check_fields
-from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
 from recipes.search import (
     PROVIDED_PARTS,
+    SEARCHER_PARTS,
     EvaluatorChoice,
     FinalSettings,
     Search,
     SearchConfig,
     SearchContext,
-    are_ratios,
 )
+from searchers.knapsack import KnapsackSettings
 
 #: the space this method searches
 SPACE = "bert-subnet"
 #: where the search's batch-1 latency comes from
 LATENCIES = ("predicted", "measured")
-#: the searchers this method runs itself (searchers.base.METHOD_SEARCHERS): the blockwise
-#: knapsack, and uniform truncation (the first k whole layers, the baseline it must beat)
+#: the planned searchers over what the sort makes (searchers/knapsack.py,
+#: searchers/truncation.py): the blockwise knapsack, and uniform truncation (the first k
+#: whole layers, the baseline it must beat)
 KNAPSACK = "knapsack"
 TRUNCATION = "truncation"
-#: what a knapsack budget limits
-KNAPSACK_COSTS = ("latency_ms", "params")
-
-
-@dataclass
-class KnapsackSettings:
-    """``searcher: knapsack`` (Puzzle, Bercovich et al. 2025, §4): the ``cost`` each
-    budget limits (``latency_ms``, predicted batch 1 by the latency model, or ``params``)
-    and the budgets, as ratios of the teacher's cost: ``ratios`` given, else ``n_trials``
-    ratios log-spaced from 1 (the teacher) to the largest the space reaches; with
-    ``final.select: latency_ratios`` and a latency cost, the final ratios are added. Equal
-    picks are run once."""
-
-    cost: str = "latency_ms"
-    ratios: list = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        check_fields([("cost", self.cost in KNAPSACK_COSTS, " or ".join(KNAPSACK_COSTS)),
-                      ("ratios", are_ratios(self.ratios, above_one=False),
-                       "ratios >= 1 of the teacher's cost, e.g. [2, 5, 15]")], self)
 
 
 @dataclass
@@ -116,7 +98,10 @@ class CompressConfig(SearchConfig):
 
     provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss",
                                                  "table")
-    own_searchers: ClassVar[tuple[str, ...]] = (KNAPSACK, TRUNCATION)
+    #: beyond method search's: the sorted teacher's blockwise table (built when asked
+    #: for) and its truncations (the first k whole layers)
+    provided_searcher_parts: ClassVar[tuple[str, ...]] = (*SEARCHER_PARTS, "table",
+                                                          "truncations")
 
     space: str = SPACE
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
@@ -126,6 +111,8 @@ class CompressConfig(SearchConfig):
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
     latency: str = "predicted"
+    #: the knapsack searcher's settings as files before ``searcher: {name, settings}``
+    #: wrote them (still read; the searcher's own settings win)
     knapsack: KnapsackSettings = field(default_factory=KnapsackSettings)
     #: a multi-trial searcher's study starts with the truncations (the first k whole
     #: layers within the constraints) as its first trials, so that it models the
@@ -144,41 +131,41 @@ class CompressConfig(SearchConfig):
                               "the teacher; only layers (any or first) may be set")
         super().__post_init__()
 
-    def check_searcher_name(self, name: str | None = None) -> None:
+    def legacy_searcher_settings(self, name: str) -> dict[str, Any]:
+        """Method search's, and the ``knapsack:`` section for the knapsack searcher."""
+        if name == KNAPSACK:
+            return asdict(self.knapsack)
+        return super().legacy_searcher_settings(name)
+
+    def check_searcher_name(self, name: str | None = None, where: str = "searcher:") -> None:
         """Method search's check, and ``seed_truncations`` only for a multi-trial
-        searcher: the knapsack and truncation run their own picks, a one-shot searcher
-        has no trials to seed."""
-        super().check_searcher_name(name)
-        name = name or self.searcher
+        searcher: a planned one runs its own picks, a one-shot one has no trials to
+        seed."""
+        super().check_searcher_name(name, where)
+        name = name or self.searcher_name
         if not self.seed_truncations:
             return
         from searchers.base import SEARCHERS
 
-        if name in self.own_searchers or SEARCHERS.kind_of(name) == "one-shot":
+        if SEARCHERS.kind_of(name) != "multi-trial":
             raise ConfigError(f"seed_truncations: searcher {name} has no study to seed; use "
                               "it with a multi-trial searcher (tpe, random, nsga2, gp, lanas, "
                               "lamoo), or drop it")
 
-    def check_own_searcher(self, name: str) -> None:
-        """What ``searcher: knapsack`` or ``truncation`` cannot serve, refused in one line:
-        first-k layers (their architectures are of the any-subset space), several workers
-        (their trials are queued in one process), a FLOPs limit (the block table that
-        costs them has parameters and latency) and seed architectures (their study runs
-        their own picks only)."""
-        if self.space_config.get("layers", "any") != "any":
-            raise ConfigError(f"searcher: {name} queues architectures of the any-subset "
-                              "space; drop space_config.layers: first, or use another "
-                              "searcher")
-        if self.workers != 1:
-            raise ConfigError(f"workers: searcher {name} runs its picks in one process; "
-                              "set workers: 1")
-        if self.constraints.max_flops is not None:
-            raise ConfigError(f"constraints.max_flops: searcher {name} costs its picks by "
-                              "the block table's parameters and latency, not FLOPs; use "
-                              "max_params or max_latency_ms")
-        if self.multi_trial.get("seeds"):
-            raise ConfigError(f"multi_trial.seeds: searcher {name}'s study runs its own "
-                              "picks only; drop the seed architectures")
+    def check_planned_searcher(self, name: str, cls: Any) -> None:
+        """Method search's checks, and for one that reads the blockwise table (the
+        knapsack), what the table cannot serve: first-k layers (its picks are of the
+        any-subset space) and a FLOPs limit (it costs parameters and latency)."""
+        if "table" in cls.parts()[0]:
+            if self.space_config.get("layers", "any") != "any":
+                raise ConfigError(f"searcher: {name} queues architectures of the any-subset "
+                                  "space; drop space_config.layers: first, or use another "
+                                  "searcher")
+            if self.constraints.max_flops is not None:
+                raise ConfigError(f"constraints.max_flops: searcher {name} costs its picks "
+                                  "by the block table's parameters and latency, not FLOPs; "
+                                  "use max_params or max_latency_ms")
+        super().check_planned_searcher(name, cls)
 
 
 class CompressContext(SearchContext):
@@ -346,86 +333,33 @@ class Compress(Search):
                               ctx.space, seq_len=ctx.max_seq_len, log=note))
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
-        """Stage 3: the knapsack or the truncations for those searchers, else method
-        search's."""
+        """Stage 3: method search's, a multi-trial study seeded with the truncations when
+        ``seed_truncations`` asks for them."""
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
-        if name == KNAPSACK:
-            return self.knapsack_search(ctx)
-        if name == TRUNCATION:
-            return self.truncation_search(ctx)
         if ctx.cfg.seed_truncations:  # a multi-trial searcher (checked with the config)
             queue = self.truncation_queue(ctx)
             ctx.run.log("seeded", truncations=[tag for tag, _ in queue])
             return self.multi_trial(ctx, name, queue=queue)
         return super().search_stage(ctx, name)
 
-    def knapsack_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
-        """The blockwise table, the knapsack at each budget (:class:`KnapsackSettings`,
-        within the run's ``constraints``), and its distinct picks queued on the run's
-        study, each scored by the configured evaluator (:mod:`searchers.queued`)."""
-        from evaluators.blockwise_knapsack import knapsack_sweep, ratio_range
+    def searcher_parts(self, ctx: SearchContext, wanted: set[str]) -> dict[str, Any]:
+        """Method search's parts, the sorted teacher's truncations (the first k whole
+        layers, k = 1..L) and its blockwise table (built when asked for)."""
+        from spaces.bert_subnet import truncation
 
-        cfg, k = ctx.cfg, ctx.cfg.knapsack
-        table = ctx.block_table()
-        ratios = set(k.ratios or ratio_range(table, cfg.n_trials, k.cost))
-        if cfg.final.select == "latency_ratios" and k.cost == "latency_ms":
-            ratios |= set(cfg.final.ratios)
-        with ctx.timed("knapsack"):
-            sweep = knapsack_sweep(table, sorted(float(r) for r in ratios), k.cost,
-                                   limits=_limits(cfg))
-        picks = [{"ratio": ratio, "arch_id": pick.arch.id, "block_error": pick.error,
-                  **{f"table_{n}": v for n, v in pick.costs.items()}} for ratio, pick in sweep]
-        ctx.run.log("knapsack", cost=k.cost, ratios=sorted(ratios), picks=picks,
-                    seconds=ctx.seconds["knapsack"])
-        ctx.stage(3, "knapsack over %d %s budget(s): %d distinct sub-network(s), %.2f s",
-                  len(ratios), k.cost, len(sweep), ctx.seconds["knapsack"])
-        queue = [(f"knapsack-{ratio:.4g}x", pick.arch) for ratio, pick in sweep]
-        summary, chosen = self._run_queue(ctx, KNAPSACK, queue)
-        summary["knapsack"] = {"cost": k.cost, "picks": picks,
-                               "table_seconds": dict(table.seconds),
-                               "seconds": ctx.seconds["knapsack"]}
-        return summary, chosen
-
-    def truncation_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
-        """Uniform truncation, the baseline every compression must beat (issue 30's
-        direct check; DynaBERT, Hou et al. 2020, §3.2, keeps layers the same way): the
-        sorted teacher's first k whole layers, k = 1..L, at its width, within the run's
-        ``constraints``, queued on the run's study and scored by the configured evaluator,
-        so the final retrain treats them exactly as the searched points."""
-        queue = self.truncation_queue(ctx)
-        ctx.stage(3, "uniform truncation: %d sub-network(s), the first k whole layers",
-                  len(queue))
-        return self._run_queue(ctx, TRUNCATION, queue)
+        assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
+        parts = super().searcher_parts(ctx, wanted)
+        parts["truncations"] = [truncation(ctx.space, k) for k in
+                                range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
+        if "table" in wanted:
+            parts["table"] = ctx.block_table()
+        return parts
 
     def truncation_queue(self, ctx: CompressContext) -> list[tuple[str, Any]]:
         """``[("first-k", architecture)]`` for k = 1..L within the run's constraints (all
-        of them, FLOPs included when a seeded study has that limit), costed by the study's
-        own budget check, as any proposal is (no blockwise table)."""
-        from searchers.optuna_bridge import Budget
-        from spaces.bert_subnet import truncation
-
-        limits = ctx.cfg.study_settings().budget_kwargs
-        # the latency model's notes reach the run log when the study starts (multi_trial)
-        latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
-                      if limits["max_latency_ms"] is not None else None)
-        budget = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
-        archs = [truncation(ctx.space, k)
-                 for k in range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
-        queue = [(f"first-{k}", arch) for k, arch in enumerate(archs, start=1)
-                 if budget.violation(budget.costs(ctx.space, arch)) is None]
-        if not queue:
-            raise NasError("constraints: no truncation of the teacher (first k whole "
-                           "layers) fits them; raise max_params, max_flops or max_latency_ms")
-        return queue
-
-    def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]
-                   ) -> tuple[dict[str, Any], list[Any]]:
-        """The queued architectures as the run's study, one trial each."""
-        from searchers.queued import QueuedSearcher
-
-        settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
-        return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
-                                settings=settings)
+        of them, FLOPs included when a seeded study has that limit): the ``truncation``
+        searcher's plan, which seeds a multi-trial study."""
+        return self.plan_of(ctx, TRUNCATION).queue
 
 
 def _arm_label(name: str, settings: Any) -> str:
@@ -433,13 +367,6 @@ def _arm_label(name: str, settings: Any) -> str:
     metric (``inherited-kd, teacher-kl``)."""
     score = dict(settings or {}).get("score", "metric")
     return name if score == "metric" else f"{name}, {score}"
-
-
-def _limits(cfg: CompressConfig) -> dict[str, float]:
-    """The run's parameter and latency limits, for the block table's costs."""
-    c = cfg.constraints
-    return {n: float(v) for n, v in (("params", c.max_params),
-                                     ("latency_ms", c.max_latency_ms)) if v is not None}
 
 
 __all__ = ["KNAPSACK", "TRUNCATION", "Compress", "CompressConfig", "CompressContext",

@@ -551,7 +551,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         ranks candidates with the ``inherited`` evaluator, without any per-candidate
         training (docs/reference.md#efficientbert)."""
         from evaluators.inherited import InheritedEvaluator, InheritedTask
-        from searchers.base import SEARCHERS
+        from searchers.base import resolve_searcher
 
         s = ctx.cfg.stage3
         if not s.enabled:
@@ -565,8 +565,9 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         trainer = Stage3Trainer(ctx, warm)
         scorer = InheritedEvaluator(ctx.space, InheritedTask(
             supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
-        searcher = SEARCHERS.one_shot("sampled-supernet")(
-            seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
+        searcher = resolve_searcher("sampled-supernet", kinds=("one-shot",),
+                                    settings={"candidates": s.candidates}).build(
+            seed=ctx.seed, stage="stage3", incumbent=current,
             max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
             record=trainer.terms.records, evaluator=scorer)
         best = searcher.search(ctx.space, trainer)

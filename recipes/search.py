@@ -17,6 +17,9 @@ The steps, in order (:meth:`Search.stages`):
    * or the one-shot ``differentiable`` searcher (GDAS, Dong & Yang 2019; AdaBERT, Chen
      et al. 2020, §3.2): one supernet trained with hard Gumbel samples of every op and
      depth choice, the KD loss and an optional efficiency term, then its argmax;
+   * or a planned searcher (one that proposes a fixed list from what the run hands it,
+     :class:`searchers.base.PlannedSearcher`): its list queued on the study and scored
+     by the evaluator as any searcher's trials;
 4. **final** — what ``final.select`` picks (the best trial, the Pareto front, or the
    front points nearest given speed-ups over the teacher) retrained on the whole training
    subset with ``final.seeds`` seeds, scored on dev and the report split;
@@ -40,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from nas.config import ConfigError, check_fields, from_dict
+from nas.config import ConfigError, are_ratios, check_fields, from_dict
 from nas.device import table_rows
 from nas.distill.losses import kd_loss
 from nas.errors import NasError
@@ -57,7 +60,6 @@ from recipes.common import (
     run_study_stage,
     worker_options,
 )
-from searchers.base import METHOD_SEARCHERS
 
 log = logging.getLogger("nas.search")
 
@@ -67,6 +69,11 @@ SELECTIONS = ("best", "pareto", "latency_ratios", "all")
 #: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
 PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
                   "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
+#: the run parts this recipe can hand a planned searcher (:meth:`Search.searcher_parts`):
+#: the space, the study's budget (hard limits, costed as any proposal is), the trial
+#: count, the constraints as numbers and the speed-ups ``final.select: latency_ratios``
+#: asks for
+SEARCHER_PARTS = ("space", "budget", "n_trials", "constraints", "final_ratios")
 
 
 # ---------------------------------------------------------------------------- config
@@ -162,17 +169,6 @@ class OneShot:
                       ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
 
 
-def are_ratios(values: Any, *, above_one: bool) -> bool:
-    """Whether ``values`` is a list of ratios of the teacher's cost: numbers (``true`` is
-    not one) of at least 1, or above 1 (``above_one``: a speed-up; 1 is the teacher
-    itself). A ratio below 1 (or ``true``, read as 1) asks for a model costlier than the
-    teacher, which is not a speed-up; the final retrain and the knapsack check theirs
-    alike."""
-    return isinstance(values, list) and all(
-        isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
-        and (r > 1 if above_one else r >= 1) for r in values)
-
-
 @dataclass
 class FinalSettings:
     """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
@@ -221,13 +217,16 @@ class SearchConfig(MethodConfig):
     #: the parts this method's context can hand an evaluator (a subclass whose context
     #: gives more, as compress's sorted-teacher supernet, widens it)
     provided_parts: ClassVar[tuple[str, ...]] = PROVIDED_PARTS
-    #: the names of :data:`METHOD_SEARCHERS` this method runs (compress: ``knapsack``)
-    own_searchers: ClassVar[tuple[str, ...]] = ()
+    #: the run parts this method's context can hand a planned searcher (compress adds
+    #: the sorted teacher's blockwise table and truncations)
+    provided_searcher_parts: ClassVar[tuple[str, ...]] = SEARCHER_PARTS
 
     space: str = ""
     space_config: dict = field(default_factory=dict)
     plugins: list = field(default_factory=list)
-    searcher: str = "tpe"
+    #: a registered searcher's name, or ``{name: NAME, settings: {...}}`` (its settings;
+    #: a multi-trial searcher's are its sampler's options, as ``multi_trial.samplers``)
+    searcher: str | dict = "tpe"
     evaluator: EvaluatorChoice = field(default_factory=EvaluatorChoice)
     objectives: list = field(default_factory=lambda: ["accuracy"])
     constraints: Constraints = field(default_factory=Constraints)
@@ -274,27 +273,77 @@ class SearchConfig(MethodConfig):
         check_evaluator(self.evaluator.name, self.space, self.provided_parts)
         check_evaluator_settings(self.evaluator.name, self.evaluator.settings, self.retrain)
 
-    def check_searcher_name(self, name: str | None = None) -> None:
-        """``name`` (default: the file's ``searcher:``; ``nas run --searcher`` passes its
-        own): a registered searcher (an unknown name lists the close ones), or one of
-        :data:`METHOD_SEARCHERS` that this method runs and whose needs this file meets
-        (:meth:`check_own_searcher`); another method's is refused in one line."""
-        name = name or self.searcher
-        if name in self.own_searchers:
-            self.check_own_searcher(name)
-            return
-        check_searcher_known(name, self.own_searchers, "searcher:")
+    @property
+    def searcher_name(self) -> str:
+        """The name in ``searcher:`` (a bare name or ``{name, settings}``)."""
+        from searchers.base import searcher_choice
 
-    def check_own_searcher(self, name: str) -> None:
-        """What this file must meet for one of the method's own searchers (none here)."""
+        return searcher_choice(self.searcher)[0]
+
+    def resolve_searcher(self, name: str | None = None, where: str = "searcher:") -> Any:
+        """The searcher ``name`` (default: the file's ``searcher:``; ``nas run --searcher``
+        passes its own) as :func:`searchers.base.resolve_searcher` finds it, with its
+        settings: the file's ``{name, settings}`` over the older sections that held them
+        (:meth:`legacy_searcher_settings`). A planned searcher whose run parts this
+        method cannot hand is refused in one line."""
+        from searchers.base import resolve_searcher, searcher_choice
+
+        own_name, own = searcher_choice(self.searcher)
+        name = name or own_name
+        return resolve_searcher(name, settings={**self.legacy_searcher_settings(name),
+                                                **(own if name == own_name else {})},
+                                provided=self.provided_searcher_parts, where=where)
+
+    def legacy_searcher_settings(self, name: str) -> dict[str, Any]:
+        """Settings of searcher ``name`` written where files before ``searcher: {name,
+        settings}`` put them, still read: a multi-trial searcher's
+        ``multi_trial.samplers`` entry, a one-shot searcher's fields of ``one_shot:``
+        (compress adds its ``knapsack:`` section)."""
+        from dataclasses import fields, is_dataclass
+
+        from searchers.base import SEARCHERS
+
+        if name in SEARCHERS and SEARCHERS.kind_of(name) == "one-shot":
+            typed = SEARCHERS.get(name).settings_type()
+            if typed is None or not is_dataclass(typed):
+                return {}  # the one_shot: values it takes come as keywords (one_shot())
+            own = {f.name for f in fields(typed)}
+            return {k: v for k, v in _one_shot_settings(self.one_shot).items() if k in own}
+        return dict(self.multi_trial.get("samplers", {}).get(name) or {})
+
+    def check_searcher_name(self, name: str | None = None, where: str = "searcher:") -> None:
+        """``name`` (default: the file's ``searcher:``): a registered searcher (an unknown
+        name lists the close ones) with valid settings; a planned one needs run parts
+        this method hands (else refused in one line) and a run it can serve
+        (:meth:`check_planned_searcher`)."""
+        resolved = self.resolve_searcher(name, where)
+        if resolved.kind == "planned":
+            self.check_planned_searcher(resolved.name, resolved.cls)
+
+    def check_planned_searcher(self, name: str, cls: Any) -> None:
+        """What a planned searcher's run must meet, refused in one line: one process
+        (its picks are queued on one study) and no seed architectures (its study runs
+        its own picks only)."""
+        if self.workers != 1:
+            raise ConfigError(f"workers: searcher {name} runs its picks in one process; "
+                              "set workers: 1")
+        if self.multi_trial.get("seeds"):
+            raise ConfigError(f"multi_trial.seeds: searcher {name}'s study runs its own "
+                              "picks only; drop the seed architectures")
 
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
         the cost objectives."""
+        from searchers.base import searcher_choice, searcher_names
         from searchers.settings import StudySettings
 
         c = self.constraints
-        settings = {**self.multi_trial, "n_trials": self.n_trials,
+        name, own = searcher_choice(self.searcher)
+        samplers = dict(self.multi_trial.get("samplers") or {})
+        if own and name in searcher_names("multi-trial"):  # searcher: {name, settings}
+            samplers[name] = {**dict(samplers.get(name) or {}), **own}
+        settings = {**self.multi_trial, **({"samplers": samplers} if samplers else {}),
+                    "n_trials": self.n_trials,
                     "max_params": c.max_params, "max_flops": c.max_flops,
                     "max_latency_ms": c.max_latency_ms,
                     "extra_objectives": list(self.objectives[1:])}
@@ -328,23 +377,6 @@ class SearchConfig(MethodConfig):
         if not space.choices():
             raise ConfigError(f"space {self.space!r} has no choices: there is nothing to "
                               "search; use it as a fixed design instead")
-
-
-def check_searcher_known(name: str, own: tuple[str, ...], where: str) -> None:
-    """``name`` is one of the method's ``own`` searchers or a registered one (an unknown
-    name lists the close ones); another method's own searcher (:data:`METHOD_SEARCHERS`)
-    is refused in one line, naming ``where`` it was asked for (``searcher:`` or
-    ``--searcher``)."""
-    from searchers.base import SEARCHERS
-
-    if name in own:
-        return
-    if name in METHOD_SEARCHERS:
-        method, needs = METHOD_SEARCHERS[name]
-        raise ConfigError(f"{where} {name} needs {needs}, which only method {method} makes; "
-                          f"use method: {method}, or a registered searcher (random, tpe, "
-                          "nsga2, gp, lanas, lamoo)")
-    SEARCHERS.get(name)
 
 
 def _parameters(factory: Any) -> set[str]:
@@ -580,15 +612,20 @@ class Search(Recipe[SearchConfig]):
     def default_searcher(self) -> str | None:
         return None  # the file's `searcher:` (default tpe)
 
-    def check_searcher(self, searcher: str | None) -> str | None:
-        """Any registered searcher (plug-ins' included), or one the method runs itself
-        (:data:`METHOD_SEARCHERS`)."""
-        if searcher is not None:
-            check_searcher_known(searcher, self.config_class.own_searchers, "--searcher")
-        return searcher
+    def check_searcher(self, searcher: Any) -> str | None:
+        """Any registered searcher of any kind (plug-ins' included: the command line
+        loads the experiment's plug-ins first), named or written ``{name, settings}``; a
+        planned one whose run parts this method cannot hand is refused in one line.
+        Returns the name."""
+        if searcher is None:
+            return None
+        from searchers.base import resolve_searcher
+
+        return resolve_searcher(searcher, provided=self.config_class.provided_searcher_parts,
+                                where="--searcher").name
 
     def searcher_of(self, config: SearchConfig, options: RunOptions) -> str:
-        return options.searcher or config.searcher
+        return options.searcher or config.searcher_name
 
     def done_fields(self, config: SearchConfig, options: RunOptions) -> dict[str, Any]:
         return {"searcher": self.searcher_of(config, options)}
@@ -597,7 +634,7 @@ class Search(Recipe[SearchConfig]):
         # before stage 1: --searcher checked against the file as `searcher:` is, and a
         # constraint no architecture meets, are answered now
         if options.searcher:
-            config.check_searcher_name(options.searcher)
+            config.check_searcher_name(options.searcher, "--searcher")
         self.check_feasible(config, options)
         return super().prepared(config, options, **extra)
 
@@ -638,12 +675,67 @@ class Search(Recipe[SearchConfig]):
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
         """Stage 3: ``(summary, [(tag, architecture, trial number)])``, by the searcher's
-        kind (a method's own searcher, compress's knapsack, overrides this)."""
+        kind: a one-shot search, a planned list queued on the study, or a study."""
         from searchers.base import SEARCHERS
 
-        if SEARCHERS.kind_of(name) == "one-shot":
+        kind = SEARCHERS.kind_of(name)
+        if kind == "one-shot":
             return self.one_shot(ctx, name)
+        if kind == "planned":
+            return self.planned(ctx, name)
         return self.multi_trial(ctx, name)
+
+    # -- stage 3 -------------------------------------------------------------------
+    def planned(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """A planned searcher: its list, from the run parts it asks for
+        (:meth:`searcher_parts`), queued on the run's study, one trial each, scored by
+        the configured evaluator; what it reports goes to the run log and the summary
+        (under its name)."""
+        with ctx.timed(name):
+            plan = self.plan_of(ctx, name)
+        seconds = ctx.seconds[name]
+        ctx.run.log(name, **plan.info, seconds=seconds)
+        ctx.stage(3, "%s: %d architecture(s) planned, %.2f s", name, len(plan.queue), seconds)
+        summary, chosen = self.run_queue(ctx, name, plan.queue)
+        if plan.info:
+            summary[name] = {**plan.info, "seconds": seconds}
+        return summary, chosen
+
+    def plan_of(self, ctx: SearchContext, name: str) -> Any:
+        """The :class:`~searchers.base.Plan` of the planned searcher ``name``, with the
+        file's settings, over the run parts it asks for."""
+        searcher = ctx.cfg.resolve_searcher(name).build()
+        required, optional = searcher.parts()
+        parts = self.searcher_parts(ctx, {*required, *optional})
+        return searcher.plan(**{p: parts[p] for p in (*required, *optional) if p in parts})
+
+    def searcher_parts(self, ctx: SearchContext, wanted: set[str]) -> dict[str, Any]:
+        """The run parts a planned searcher asks for (``SEARCHER_PARTS``), each built only
+        when wanted (the budget's latency model calibrates once)."""
+        from searchers.optuna_bridge import Budget
+
+        cfg = ctx.cfg
+        limits = cfg.study_settings().budget_kwargs
+        parts: dict[str, Any] = {"space": ctx.space, "n_trials": cfg.n_trials,
+                                 "constraints": dict(limits),
+                                 "final_ratios": [float(r) for r in cfg.final.ratios]
+                                 if cfg.final.select == "latency_ratios" else []}
+        if "budget" in wanted:
+            # the latency model's notes reach the run log when the study starts
+            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
+                          if limits["max_latency_ms"] is not None else None)
+            parts["budget"] = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
+        return parts
+
+    def run_queue(self, ctx: SearchContext, name: str, queue: Sequence[tuple[str, Any]]
+                  ) -> tuple[dict[str, Any], list[Any]]:
+        """Architectures a method or a planned searcher chose, as the run's study, one
+        trial each (:mod:`searchers.queued`)."""
+        from searchers.queued import QueuedSearcher
+
+        settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
+        return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
+                                settings=settings)
 
     # -- stage 3 -------------------------------------------------------------------
     def multi_trial(self, ctx: SearchContext, name: str, *, factory: Any = None,
@@ -697,7 +789,6 @@ class Search(Recipe[SearchConfig]):
         """The supernet search; its derived architecture is kept and never searched again."""
         from nas.builder import build_supernet
         from nas.seeding import seed_stage
-        from searchers.base import SEARCHERS
 
         done = ctx.run.load_json("derived_arch.json")
         if done is not None:
@@ -709,7 +800,8 @@ class Search(Recipe[SearchConfig]):
         ctx.init_model(supernet)
         trainer = _supernet_trainer(ctx, supernet, s)
         seed = seed_stage(ctx.seed, "search")
-        searcher = _one_shot_searcher(SEARCHERS.get(name), seed, ctx.cfg, ctx.space)
+        resolved = ctx.cfg.resolve_searcher(name)
+        searcher = resolved.build(**_one_shot_options(resolved.cls, seed, ctx.cfg, ctx.space))
         ctx.stage(3, "%s search over %s, %d epoch(s) × %d steps", name, ctx.space.name,
                   s.epochs, trainer.steps_per_epoch)
         with ctx.timed("search"):
@@ -927,9 +1019,20 @@ def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
                              progress=ctx.progress, on_epoch=on_epoch)
 
 
-def _one_shot_searcher(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> Any:
-    """A one-shot searcher with the file's settings, each given only if its class takes
-    it (a plug-in's one-shot searcher gets what it asks for):
+def _one_shot_settings(s: OneShot) -> dict[str, Any]:
+    """The searcher settings that ``one_shot:`` holds (the rest of it is the supernet
+    training's): ``differentiable``'s β, optimisers and τ with ``derive: argmax`` (every
+    relaxed choice takes its most probable value), ``sampled-supernet``'s candidates."""
+    return {"beta": s.beta, "lr": s.lr, "lr_min": s.lr_min, "arch_lr": s.arch_lr,
+            "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
+            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
+            "candidates": s.candidates}
+
+
+def _one_shot_options(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> dict[str, Any]:
+    """A one-shot searcher's keywords from the file's ``one_shot:`` section, each given
+    only if its class takes it (a plug-in's one-shot searcher gets what it asks for;
+    ``searcher: {name, settings}`` overrides them):
 
     * ``differentiable``: ``derive="argmax"`` (every relaxed choice takes its most probable
       value), β, the weight and architecture optimisers, τ's staircase;
@@ -939,16 +1042,13 @@ def _one_shot_searcher(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> An
     from searchers.differentiable import weight_settings
 
     s = cfg.one_shot
-    pool = {"seed": seed, "beta": s.beta, "lr": s.lr, "lr_min": s.lr_min,
-            "arch_lr": s.arch_lr, "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
-            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
+    pool = {"seed": seed, **_one_shot_settings(s),
             "kinds": tuple(sorted({c.kind for c in space.choices()})),
             "max_params": cfg.constraints.max_params, "seq_len": cfg.data.max_seq_len,
-            "candidates": s.candidates,
             "settings": weight_settings(epochs=s.epochs, lr=s.lr, lr_min=s.lr_min,
                                         checkpoint_every=s.checkpoint_every)}
     accepts = _parameters(cls.__init__)
-    return cls(**{k: v for k, v in pool.items() if k in accepts or "**" in accepts})
+    return {k: v for k, v in pool.items() if k in accepts or "**" in accepts}
 
 
 __all__ = ["Search", "SearchConfig", "load_config", "select_trials"]

@@ -40,7 +40,8 @@ class StudySettings:
         SuccessiveHalvingPruner) with ``pruner_options``.
     samplers: per searcher name, keyword options of its sampler (``{lanas:
         {n_startup_trials: 4}, nsga2: {population_size: 4}, lamoo: {cp: 0.1}}``; LaMOO's
-        options and defaults: :class:`searchers.lamoo.LaMOOSampler`, docs/optuna.md).
+        options and defaults: :class:`searchers.lamoo.LaMOOSampler`, docs/optuna.md);
+        method search also takes them as ``searcher: {name: lanas, settings: {...}}``.
     retries: how often a trial whose worker died is run again.
     heartbeat_interval, grace_period: seconds, for RDB storage (Optuna's heartbeat).
     """

@@ -238,25 +238,25 @@ def test_the_real_minilm_teacher_is_the_full_child():
 
 def test_compress_seeds_only_the_truncations_within_every_limit_flops_included():
     """The truncations queued by compress (``searcher: truncation`` or
-    ``seed_truncations``) are costed by the study's own budget: a FLOPs limit, which a
-    seeded study may have, keeps the ones over it out (an enqueued trial is always
-    trained, so the check must come before the queue)."""
-    from types import SimpleNamespace
-
+    ``seed_truncations``: the ``truncation`` searcher's plan) are costed by the study's own
+    budget: a FLOPs limit, which a seeded study may have, keeps the ones over it out (an
+    enqueued trial is always trained, so the check must come before the queue)."""
     from nas.cost import count_costs
     from nas.errors import NasError
-    from recipes.compress import Compress
-    from searchers.settings import StudySettings
+    from searchers.base import resolve_searcher
+    from searchers.optuna_bridge import Budget
     from spaces.bert_subnet import truncation
 
     space = small_space("any")
-    flops = [count_costs(space, truncation(space, k), 16).flops for k in (1, 2)]
+    truncations = [truncation(space, k) for k in (1, 2)]
+    flops = [count_costs(space, arch, 16).flops for arch in truncations]
     assert flops[0] < flops[1]
 
     def queue(**limits):
-        ctx = SimpleNamespace(space=space, max_seq_len=16, cfg=SimpleNamespace(
-            study_settings=lambda: StudySettings(**limits)))
-        return [tag for tag, _ in Compress().truncation_queue(ctx)]  # type: ignore[arg-type]
+        searcher = resolve_searcher("truncation").build()
+        plan = searcher.plan(truncations=truncations, space=space,
+                             budget=Budget(seq_len=16, **limits))
+        return [tag for tag, _ in plan.queue]
 
     assert queue() == ["first-1", "first-2"]
     assert queue(max_flops=(flops[0] + flops[1]) / 2) == ["first-1"]

@@ -101,7 +101,7 @@ def test_a_notebook_space_object_is_searched_without_registration(tmp_path, smok
     space = SearchSpace("notebook-cell", [Categorical("op", ("std_conv_3", "skip"))], g.graph)
     data = _example()
     keep = ("task", "teacher_finetune", "data", "latency_repeats")
-    result = nas.search(space, searcher="random", n_trials=2, run_dir=tmp_path / "run",
+    result = nas.search(space, searcher={"name": "random"}, n_trials=2, run_dir=tmp_path / "run",
                         evaluator={"name": "distilled-retrain", "settings": {"epochs": 1}},
                         retrain={"epochs": 1}, progress=False, **{k: data[k] for k in keep})
     assert len(result.trials) == 2 and result.best["arch"]["op"] in ("std_conv_3", "skip")
@@ -351,3 +351,47 @@ def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
     assert final_train_rows(config(300), 100, 500) == 300
     assert final_train_rows(config(900), 100, 500) == 500  # capped at the split
     assert final_train_rows({}, 100, 500) == 100  # a method without final:
+
+
+def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
+    """``nas.search``'s keywords are the configuration's keys (no copy of them to keep in
+    step): an unknown one, a bad value or an unknown searcher is one line naming it,
+    before the run folder is made."""
+    import dataclasses
+    import inspect
+
+    import nas
+    from nas.errors import NasError
+    from recipes.search import SearchConfig
+
+    keywords = inspect.signature(nas.search).parameters
+    assert set(keywords) == {"space", "task", "run_dir", "resume", "progress", "data_dir",
+                             *(f.name for f in dataclasses.fields(SearchConfig))}
+    assert keywords["n_trials"].default == 12 and keywords["searcher"].default == "tpe"
+    for keywords, message in [
+            ({"n_trial": 3}, r"nas\.search\(\): unknown key 'n_trial'; known keys: .*n_trials"),
+            ({"n_trials": 0}, r"n_trials must be an integer >= 1"),
+            ({"searcher": "tpee"}, r"unknown searcher 'tpee'; did you mean 'tpe'"),
+            ({"searcher": {"name": "tpe", "settings": {"n_startp": 1}}},
+             r"searcher 'tpe': bad sampler option")]:
+        with pytest.raises(NasError, match=message) as err:
+            nas.search("tiny-cell", plugins=[str(SPACE_FILE)], task="sst2",
+                       run_dir=tmp_path / "run", **keywords)
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_example_runs_with_a_planned_plugin_searcher(tmp_path, capsys):
+    """examples/custom_planned.py's ``my-list`` in method search, named by ``searcher:``
+    with its settings: its two architectures are the study's trials, in order."""
+    planned = str(ROOT / "examples" / "custom_planned.py")
+    data = _example(plugins=[str(SPACE_FILE), planned], searcher={
+        "name": "my-list", "settings": {"archs": [{"a": "skip"}, {"a": "std_conv_3"}]}})
+    code, err = _run(tmp_path, capsys, data)
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["search"]["searcher"] == "my-list" and metrics["search"]["evaluations"] == 2
+    trials = [json.loads((tmp_path / "run" / "trials" / str(n) / "result.json").read_text())
+              for n in range(2)]
+    assert [t["arch"]["a"] for t in trials] == ["skip", "std_conv_3"]

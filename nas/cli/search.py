@@ -39,9 +39,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                    help="a Python file or module imported first, e.g. a space of your own "
                         "(my_space.py registers it); repeatable, added to the file's "
                         "`plugins:`")
-    p.add_argument("--searcher", choices=searcher_names,
-                   help="a registered searcher the method accepts (default: the experiment's "
-                        "`searcher:`, else the method's own); e.g. random: random "
+    p.add_argument("--searcher", metavar="NAME",
+                   help="a registered searcher the method accepts, a plug-in's included "
+                        "(default: the experiment's `searcher:`, else the method's own); "
+                        f"built in: {', '.join(searcher_names)}; e.g. random: random "
                         "architectures trained with the same recipe; knapsack and "
                         "truncation: method compress only")
     study = p.add_argument_group("multi-trial searches (lanas, lamoo, tpe, nsga2, gp, random)")
@@ -68,9 +69,11 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from searchers.base import METHOD_SEARCHERS, searcher_names  # torch-free: cheap parser
+    from searchers.base import searcher_names  # torch-free: cheap parser
 
-    names = [*searcher_names(), *METHOD_SEARCHERS]
+    # the names are help only: --searcher is checked once the experiment's plug-ins are
+    # loaded (method.check_searcher), so a plug-in's searcher is found
+    names = searcher_names()
     _add_run_parser(subparsers, "run", "run an experiment YAML end to end (any method)", names)
     _add_run_parser(subparsers, "search", "alias of `nas run`", names)
 
@@ -118,7 +121,7 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
     from searchers.base import SEARCHERS
     from searchers.loop import StudyOptions
 
-    # a method's own searcher (compress's knapsack) is no registered one: it takes none
+    # a one-shot or planned searcher (compress's knapsack) runs no study of its own
     if searcher is None or searcher not in SEARCHERS or SEARCHERS.kind_of(searcher) != \
             "multi-trial":
         raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, lamoo, "
