@@ -411,11 +411,12 @@ class Compress(Search):
         budget = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
         archs = [truncation(ctx.space, k)
                  for k in range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
-        queue = [(f"first-{k}", arch) for k, arch in enumerate(archs, start=1)
-                 if budget.violation(budget.costs(ctx.space, arch)) is None]
+        costs = [budget.costs(ctx.space, arch) for arch in archs]
+        queue = [(f"first-{k}", arch) for k, (arch, c) in enumerate(zip(archs, costs,
+                                                                        strict=True), start=1)
+                 if budget.violation(c) is None]
         if not queue:
-            raise NasError("constraints: no truncation of the teacher (first k whole "
-                           "layers) fits them; raise max_params, max_flops or max_latency_ms")
+            raise NasError(_no_truncation_fits(budget, costs[0], latency_fn))
         return queue
 
     def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]
@@ -433,6 +434,22 @@ def _arm_label(name: str, settings: Any) -> str:
     metric (``inherited-kd, teacher-kl``)."""
     score = dict(settings or {}).get("score", "metric")
     return name if score == "metric" else f"{name}, {score}"
+
+
+def _no_truncation_fits(budget: Any, smallest: dict[str, Any], latency_fn: Any) -> str:
+    """Why no truncation fits: what the smallest one (the first layer) breaks, by how much,
+    and, when the predicted latency is among it, the latency table behind the prediction
+    (a table calibrated on a busy machine refuses what the limit was meant to allow)."""
+    from nas.latency import latency_source
+
+    broken = budget.violations(smallest)
+    found = ", ".join(f"{name} {budget.cost(smallest, name):.4g} > max_{name} "
+                      f"{budget.limits[name]:g}" for name in broken)
+    message = ("constraints: no truncation of the teacher (first k whole layers) fits them "
+               f"(the first layer alone: {found}); raise "
+               + " or ".join(f"max_{name}" for name in broken))
+    source = latency_source(latency_fn) if "latency_ms" in broken else None
+    return f"{message}; {source}" if source else message
 
 
 def _limits(cfg: CompressConfig) -> dict[str, float]:
