@@ -209,10 +209,8 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     kind ``block-activations`` (safetensors; see :func:`activations_key`)."""
     if task is None:
         return teacher_states(supernet, space, batches), False
-    from safetensors.torch import save_file
-
     from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
-    from nas.checkpoint import atomic_target
+    from nas.checkpoint import save_safetensors
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
     teacher = weights_fingerprint(supernet)
@@ -224,9 +222,8 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     def compute() -> dict[str, Any]:
         start = time.perf_counter()
         states = teacher_states(supernet, space, batches)
-        with atomic_target(path) as tmp:
-            save_file({f"batch{j}": s.detach().cpu().contiguous()
-                       for j, s in enumerate(states)}, str(tmp))
+        save_safetensors({f"batch{j}": s.detach().cpu().contiguous()
+                          for j, s in enumerate(states)}, path)
         return dict(teacher=teacher, task=task, sample=sample, samples=samples, seed=seed,
                     batches=len(states), seconds=round(time.perf_counter() - start, 3))
 

@@ -261,14 +261,12 @@ def read_scope() -> Iterator[None]:
 
 
 def save_weights(module: torch.nn.Module, path: Path) -> None:
-    """A module's tensors as safetensors, written atomically."""
-    from safetensors.torch import save_file
+    """A module's tensors as safetensors, written atomically (canonical header: the same
+    tensors give the same bytes)."""
+    from nas.checkpoint import save_safetensors
 
-    from nas.checkpoint import atomic_target
-
-    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-    with atomic_target(path) as tmp:
-        save_file(state, str(tmp))
+    save_safetensors({k: v.detach().contiguous() for k, v in module.state_dict().items()},
+                     path)
 
 
 def load_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:

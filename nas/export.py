@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import torch
 
 from nas.architecture import Architecture
+from nas.checkpoint import canonical_safetensors, save_safetensors
 from nas.errors import ExportError, NasError
 from nas.graph import to_json
 from nas.hf import CONVERTIBLE, FAMILIES
@@ -719,6 +720,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
             if text_input is not None:
                 hf_model.config.update({"nas_text_input": text_input})
             _quietly(hf_model.save_pretrained, str(out))  # no "Writing model shards" bar
+            for weights in sorted(out.glob("*.safetensors")):
+                canonical_safetensors(weights)  # the same weights, the same bytes
             config_path = out / CONFIG_FILE
             hf_config = json.loads(config_path.read_text())
             hf_config["nas_files"] = file_manifest(out)
@@ -750,8 +753,6 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         from nas.hf import hf_hparams
 
         config["hyperparameters"] = hf_hparams(meta.space_config, arch)  # HF names (pattern 7)
-    from safetensors.torch import save_file
-
     from nas import remote_code
 
     try:
@@ -773,7 +774,7 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
     # "format": "pt" is what transformers checks before loading (4.x refuses any other
     # value); the engine's own mark is a key of its own
-    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt", "nas_format": FORMAT})
+    save_safetensors(state, out / WEIGHTS_FILE, metadata={"format": "pt", "nas_format": FORMAT})
     if fmt == "onnx":
         config["onnx_inputs"] = export_onnx(
             child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000), weights=out / WEIGHTS_FILE,

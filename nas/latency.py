@@ -23,16 +23,27 @@ of two clocks (:data:`CLOCKS`): the wall clock, or the CPU time of the calling t
 which on a machine shared with other jobs leaves out the time they hold the core.
 
 The table is JSON in ``cache_root()/latency/<machine>[-cpu].json`` and records the CPU,
-core count, torch version, thread counts and clock; a table made on another machine
-loads with a warning. The model's error on held-out architectures, next to the noise
-floor of the measurements, is in ``benchmarks/RESULTS.md``
-(``benchmarks/latency_model.py``) and ``docs/latency.md``.
+core count, torch version, thread counts and clock, when it was calibrated and how noisy
+its timings were (per setting, the median over the timed points of the relative
+interquartile range of their repeated runs, :func:`nas.timing.relative_iqr`); a table
+made on another machine loads with a warning, a noisy calibration is logged as a warning
+(and kept: a busy machine still gets a table). The runs' clock (:data:`DEFAULT_CLOCK`)
+is the CPU clock at one thread: on the wall clock a table calibrated while the machine
+was busy predicted every child slower, and a ``max_latency_ms`` that worked elsewhere was
+refused (``docs/latency.md`` has the measurement). A refusal that a predicted latency
+caused names the table, its clock, date and noise (:func:`latency_source`).
+
+The model's error on held-out architectures, next to the noise floor of the
+measurements, is in ``benchmarks/RESULTS.md`` (``benchmarks/latency_model.py``) and
+``docs/latency.md``.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
@@ -55,18 +66,37 @@ from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS, Context, SelectOp
 from nas.space import SearchSpace
+from nas.timing import relative_iqr
 
-TABLE_FORMAT = 1
+log = logging.getLogger(__name__)
+
+TABLE_FORMAT = 1  # the clock, date and noise were added later; a table without them loads
 
 #: What a table's milliseconds measure: ``wall`` clock time, or ``cpu``, the CPU time of
 #: the calling thread (one thread only). On a machine shared with other jobs the wall
 #: clock also counts the time other processes hold the core; the CPU clock does not.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
 
+#: The clock of the runs' tables (:func:`space_predictor`) and of ``nas latency``'s
+#: commands: the CPU clock, which the load of other jobs moves far less than the wall
+#: clock (measured: ``docs/latency.md``, "Which clock").
+DEFAULT_CLOCK = "cpu"
+
+#: A calibration whose median relative IQR (:func:`nas.timing.relative_iqr`) is above this
+#: is logged as noisy; it is kept all the same (CI runs on busy machines). Measured on the
+#: 2-core machine (``docs/latency.md``): 3-7 % for wall-clock tables of a shared machine,
+#: 8-9 % with a busy loop beside them, 3-6 % on the CPU clock either way.
+NOISY_SPREAD = 0.075
+
 
 def time_runs(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, float]:
     """Median milliseconds of ``repeats`` calls of ``fn`` (after ``warmup`` untimed ones)
     on every clock of :data:`CLOCKS`, from the same runs."""
+    return {c: statistics.median(v) for c, v in _runs(fn, warmup, repeats).items()}
+
+
+def _runs(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, list[float]]:
+    """The milliseconds of each of ``repeats`` calls of ``fn`` on every clock."""
     for _ in range(warmup):
         fn()
     runs: dict[str, list[float]] = {c: [] for c in CLOCKS}
@@ -75,7 +105,17 @@ def time_runs(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, flo
         fn()
         for c, clock in CLOCKS.items():
             runs[c].append((clock() - start[c]) * 1000.0)
-    return {c: statistics.median(v) for c, v in runs.items()}
+    return runs
+
+
+def _timed(fn: Callable[[], Any], repeats: int, budget_s: float, clock: str
+           ) -> tuple[float, float]:
+    """``(median ms, relative IQR)`` of ``fn`` on ``clock``: one probe run sets how many
+    runs fit in ``budget_s`` (at least three, at most ``repeats``), after a warm-up run."""
+    probe = time_runs(fn, 1, 1)["wall"]
+    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
+    runs = _runs(fn, 1, n)[clock]
+    return statistics.median(runs), relative_iqr(runs)
 
 
 def _check_clock(clock: str, settings: Sequence[Setting] = ()) -> None:
@@ -132,7 +172,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
-def default_table_path(clock: str = "wall",
+def default_table_path(clock: str = DEFAULT_CLOCK,
                        cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``cache_root()/latency/<cpu>-<cores>cores[-cpu].json`` for this machine and clock."""
     _check_clock(clock)
@@ -212,12 +252,16 @@ class LatencyTable:
     """Per setting, the time of each op call key; per space and setting, the :class:`Fit`."""
 
     machine: dict[str, Any]
-    clock: str = "wall"
+    clock: str = DEFAULT_CLOCK  # "unknown" for a table written before tables said it
     ops: dict[str, dict[str, float]] = field(default_factory=dict)
     fits: dict[str, dict[str, Fit]] = field(default_factory=dict)
+    #: when it was last calibrated (UTC, ISO 8601 to the second); None: not recorded
+    calibrated: str | None = None
+    #: per setting key, the median relative IQR of the timings of its last calibration
+    noise: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, clock: str = "wall") -> LatencyTable:
+    def new(cls, clock: str = DEFAULT_CLOCK) -> LatencyTable:
         _check_clock(clock)
         return cls({**machine(), "threads": []}, clock)
 
@@ -225,9 +269,23 @@ class LatencyTable:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, {
             "format": TABLE_FORMAT, "machine": self.machine, "clock": self.clock,
-            "ops": self.ops,
+            "calibrated": self.calibrated, "noise": self.noise, "ops": self.ops,
             "fits": {s: {k: asdict(f) for k, f in by.items()} for s, by in self.fits.items()},
         })
+
+    def describe(self, setting: Setting | None = None) -> str:
+        """``clock cpu, calibrated 2026-11-27T19:02:11Z, noise 3.1 %``: how the table was
+        made, at ``setting`` (the noisiest of its settings without one); "unknown" for
+        what a table written before tables said it lacks."""
+        if setting is not None:
+            noise = self.noise.get(setting.key)
+        else:
+            noise = max(self.noise.values()) if self.noise else None
+        spread = "noise unknown" if noise is None else f"noise {100 * noise:.1f} %"
+        if noise is not None and noise > NOISY_SPREAD:
+            spread += " (noisy: calibrated on a busy machine?)"
+        return (f"clock {self.clock}, calibrated {self.calibrated or 'unknown'}, {spread} "
+                "(median relative IQR of its repeated timings)")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> LatencyTable:
@@ -238,13 +296,17 @@ class LatencyTable:
                 raise LatencyError(
                     f"latency table {path} has format {data.get('format')!r}, this engine "
                     f"reads {TABLE_FORMAT}; calibrate again with `nas latency calibrate`")
-            _check_clock(data["clock"])
-            return cls(dict(data["machine"]), data["clock"],
+            clock = data.get("clock", "unknown")  # not recorded by the first tables
+            if clock != "unknown":
+                _check_clock(clock)
+            return cls(dict(data["machine"]), clock,
                        {k: {op: float(t) for op, t in v.items()} for k, v in data["ops"].items()},
                        {s: {k: Fit(**f) for k, f in by.items()}
-                        for s, by in data["fits"].items()})
+                        for s, by in data["fits"].items()},
+                       data.get("calibrated"),
+                       {k: float(v) for k, v in (data.get("noise") or {}).items()})
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError,
-                AttributeError) as err:
+                AttributeError, ValueError) as err:
             why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
             raise LatencyError(f"latency table {path} is broken ({why}); "
                                f"{clear_hint(Path(path))}, or run `nas latency calibrate`"
@@ -277,7 +339,7 @@ class LatencyModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None,
-             clock: str = "wall") -> LatencyModel:
+             clock: str = DEFAULT_CLOCK) -> LatencyModel:
         """This machine's table for ``clock`` (or ``path``); a table from another machine
         warns."""
         if path is None:
@@ -331,11 +393,12 @@ class LatencyModel:
         return self.explain(space, arch, batch_size, seq_len, threads).latency_ms
 
     def predictor(self, space: SearchSpace, batch_size: int = 1, seq_len: int = 128,
-                  threads: int = 1) -> Callable[[Mapping[str, Any]], float]:
+                  threads: int = 1) -> Predictor:
         """``arch -> ms`` for one space and setting: the ``latency_fn`` of the evaluators
         (:class:`evaluators.penalty.PenaltyEvaluator`, :class:`evaluators.costs.CostEvaluator`)."""
-        self._fit(space, Setting(batch_size, seq_len, threads))  # fail now, not mid-search
-        return lambda arch: self.predict(space, arch, batch_size, seq_len, threads)
+        setting = Setting(batch_size, seq_len, threads)
+        self._fit(space, setting)  # fail now, not mid-search
+        return Predictor(self, space, setting)
 
     def _fit(self, space: SearchSpace, setting: Setting) -> Fit:
         fit = self.table.fits.get(space_key(space), {}).get(setting.key)
@@ -353,6 +416,41 @@ class LatencyModel:
             self._estimators[setting.key] = _op_estimator(self.table.ops.get(setting.key, {}),
                                                           setting)
         return self._estimators[setting.key]
+
+
+@dataclass(frozen=True, eq=False)
+class Predictor:
+    """``arch -> ms`` of one space at one setting, which knows its table
+    (:func:`latency_source`)."""
+
+    model: LatencyModel
+    space: SearchSpace
+    setting: Setting
+
+    def __call__(self, arch: Mapping[str, Any]) -> float:
+        s = self.setting
+        return self.model.predict(self.space, arch, s.batch_size, s.seq_len, s.threads)
+
+    def source(self) -> str:
+        """The table this predicts from, how it was made, and how to make it again."""
+        table, s = self.model.table, self.setting
+        path = self.model.path
+        where = f"latency table {path}" if path else "a latency table"
+        clock = table.clock if table.clock in CLOCKS else DEFAULT_CLOCK
+        table_flag = f"--table {path} " if path else ""
+        again = (f"`nas latency calibrate {table_flag}--spaces {self.space.name} "
+                 f"--batch-sizes {s.batch_size} --seq-lens {s.seq_len} --threads {s.threads} "
+                 f"--clock {clock}`")
+        if path is not None and "nas cache clear" in clear_hint(path, ""):
+            again = f"`nas cache clear latency` (the next run calibrates again) or {again}"
+        return (f"latency predicted by {where} ({table.describe(s)}); if it was calibrated "
+                f"while the machine was busy, recalibrate: {again}")
+
+
+def latency_source(latency_fn: Any) -> str | None:
+    """What a refusal caused by predicted latency should say about the prediction
+    (:meth:`Predictor.source`); ``None`` for a latency function that is not a table's."""
+    return latency_fn.source() if isinstance(latency_fn, Predictor) else None
 
 
 def _op_features(op: str, in_widths: Sequence[int], width: int, params: Mapping[str, Any],
@@ -444,6 +542,11 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
     alone at its widths, its inputs random ``(batch, length, width)`` states and the
     batch's token ids (at most ``repeats`` runs after two warm-up runs, fewer past
     ``budget_s``)."""
+    return _timed(_op_runner(call, space, setting), repeats, budget_s, clock)[0]
+
+
+def _op_runner(call: OpCall, space: SearchSpace, setting: Setting) -> Callable[[], Any]:
+    """One call of ``call``'s op, built alone at its widths, on seeded random inputs."""
     from nas.cost import batch_for
 
     module = OPS.get(call.op)(list(call.in_widths), call.width, dict(call.params)).eval()
@@ -462,14 +565,12 @@ def time_op(call: OpCall, space: SearchSpace, setting: Setting, repeats: int = 1
     else:
         def run() -> Any:
             return module(xs, call.width, call.params, ctx)
-    probe = time_runs(run, 1, 1)["wall"]
-    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
-    return time_runs(run, 1, n)[clock]
+    return run
 
 
 def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
               archs: int = 10, pool: int = 200, repeats: int = 10, end_to_end: int = 10,
-              seed: int = 0, clock: str = "wall", table: LatencyTable | None = None,
+              seed: int = 0, clock: str = DEFAULT_CLOCK, table: LatencyTable | None = None,
               log: Callable[[str], None] | None = None) -> LatencyTable:
     """Time the op calls of each space and fit its overhead at each setting (see the
     module docstring); adds to ``table`` (a new one by default) and returns it.
@@ -486,15 +587,20 @@ def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
     table = table or LatencyTable.new(clock)
     table.machine = {**machine(), "threads": sorted(
         set(table.machine.get("threads", [])) | {s.threads for s in settings})}
+    table.calibrated = _now()
     for setting in settings:
         times = table.ops.setdefault(setting.key, {})
+        spreads: list[float] = []
         with cpu_threads(setting.threads):
             for space in spaces:
                 failed = 0
                 for key, call in op_keys(space, pool, seed).items():
                     if key not in times:
                         try:
-                            times[key] = time_op(call, space, setting, repeats, clock=clock)
+                            with torch.no_grad():
+                                times[key], spread = _timed(_op_runner(call, space, setting),
+                                                            repeats, 0.25, clock)
+                            spreads.append(spread)
                         except Exception:  # noqa: BLE001 - estimated instead, and counted
                             failed += 1
                 model = LatencyModel(table)
@@ -503,7 +609,8 @@ def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
                 for arch in picked:
                     child = build_child(space, arch).eval()
                     batch = batch_for(space, setting.batch_size, setting.seq_len)
-                    measured = time_child(child, batch, end_to_end, clock=clock)
+                    measured, spread = _time_child(child, batch, end_to_end, 2.0, clock)
+                    spreads.append(spread)
                     p = model.ops_ms(space, arch, setting)
                     rows.append(([p.ops_ms, float(p.calls), 1.0], measured))
                 fit = _fit_overhead(rows, [a.id for a in picked])
@@ -513,7 +620,30 @@ def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
                         f"{f' ({failed} failed to time)' if failed else ''}; {len(picked)} "
                         f"children: latency = {fit.scale:.3f} x ops + "
                         f"{fit.per_call_ms * 1000:.1f} us x calls + {fit.const_ms:.2f} ms")
+        _record_noise(table, setting, spreads)
     return table
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _record_noise(table: LatencyTable, setting: Setting, spreads: Sequence[float]) -> None:
+    """Keep the setting's noise (the median of its points' relative IQRs) in the table
+    and warn when it is above :data:`NOISY_SPREAD`: the predictions of a table timed on
+    a busy machine are off by the load of that moment."""
+    if not spreads:
+        return
+    noise = statistics.median(spreads)
+    table.noise[setting.key] = noise
+    if noise > NOISY_SPREAD:
+        message = (f"latency calibration at {setting.describe()} is noisy: the median "
+                   f"relative IQR of {len(spreads)} timed points is {100 * noise:.1f} % "
+                   f"(above {100 * NOISY_SPREAD:.0f} %; the machine was probably busy), "
+                   f"recorded in the table; its predictions may be off: recalibrate on a "
+                   f"quieter machine"
+                   + (", or use --clock cpu" if table.clock == "wall" else ""))
+        log.warning(message)
 
 
 @torch.no_grad()
@@ -530,9 +660,15 @@ def time_child(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], repeat
     """Median milliseconds of a child's forward pass after three warm-up runs (the first
     two of a fresh model are slow), over ``repeats`` runs or fewer past ``budget_s``
     (at least three)."""
-    probe = time_forward(model, batch, 1, 1)["wall"]
-    n = max(3, min(repeats, int(budget_s * 1000 / max(probe, 1e-3))))
-    return time_forward(model, batch, 1, n)[clock]
+    return _time_child(model, batch, repeats, budget_s, clock)[0]
+
+
+@torch.no_grad()
+def _time_child(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], repeats: int,
+                budget_s: float, clock: str) -> tuple[float, float]:
+    """:func:`time_child`'s median and the relative IQR of its runs."""
+    model.eval()
+    return _timed(lambda: model(batch), repeats, budget_s, clock)
 
 
 def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -> Fit:
@@ -544,10 +680,10 @@ def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -
 
 
 def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
-                    threads: int = 1, clock: str = "wall",
+                    threads: int = 1, clock: str = DEFAULT_CLOCK,
                     log: Callable[[str], None] | None = None,
                     calibration: Mapping[str, Any] | None = None
-                    ) -> Callable[[Mapping[str, Any]], float]:
+                    ) -> Predictor:
     """``arch -> ms`` for ``space`` on this machine, from the cached latency table
     (:func:`default_table_path`, the cache's ``latency`` kind). A table without a fit
     for this space and setting, or no table, is calibrated once (:func:`calibrate`, its
@@ -580,9 +716,11 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
                 if log:
                     log(f"latency model: no table for space {space.name!r} at "
                         f"{setting.describe()} on this machine; calibrated in "
-                        f"{time.perf_counter() - start:.1f} s and cached in {path}")
+                        f"{time.perf_counter() - start:.1f} s and cached in {path} "
+                        f"({table.describe(setting)})")
             elif log:
-                log(f"latency model: {path} (calibrated by another process)")
+                log(f"latency model: {path} (calibrated by another process; "
+                    f"{table.describe(setting)})")
     elif log:
-        log(f"latency model: {path} (cached)")
+        log(f"latency model: {path} (cached; {table.describe(setting)})")
     return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)

@@ -32,7 +32,7 @@ from nas.cache import (
     moved_hint,
     read_record,
 )
-from nas.checkpoint import atomic_write_json
+from nas.checkpoint import atomic_write_json, canonical_safetensors
 from nas.config import cap_ok
 from nas.errors import DataError, NasError
 from nas.seeding import SEED_RANGE, is_seed
@@ -518,6 +518,8 @@ def finetune_teacher(
     tmp_dir = run_dir / "model.tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     model.save_pretrained(str(tmp_dir))
+    for weights in sorted(tmp_dir.glob("*.safetensors")):
+        canonical_safetensors(weights)  # the same weights, the same bytes
     tokenizer.save_pretrained(str(tmp_dir))
     shutil.rmtree(model_dir, ignore_errors=True)
     os.replace(tmp_dir, model_dir)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +43,22 @@ def time_call(fn: Callable[[], object], warmup: int = 3, repeats: int = 10,
             times.append((time.perf_counter() - start) * 1000.0)
     times.sort()
     p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
-    iqr = 0.0
-    if len(times) >= 2:
-        q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
-        iqr = q3 - q1
-    return Timing(statistics.median(times), p90, repeats, iqr)
+    return Timing(statistics.median(times), p90, repeats, iqr(times))
+
+
+def iqr(times: Sequence[float]) -> float:
+    """Third minus first quartile of ``times`` (inclusive method); 0 for fewer than two."""
+    if len(times) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return q3 - q1
+
+
+def relative_iqr(times: Sequence[float]) -> float:
+    """The spread of repeated timings as a fraction of their median (``iqr / median``):
+    0.05 means the middle half of the runs lie within 5 % of the median's size."""
+    median = statistics.median(times) if times else 0.0
+    return iqr(times) / median if median > 0 else 0.0
 
 
 def _cuda_times(fn: Callable[[], object], repeats: int, device: Any) -> list[float]:

@@ -644,14 +644,22 @@ class Search(Recipe[SearchConfig]):
         costed by the cost model). A latency limit calibrates the latency model for the
         space now if this machine's table has none; the note goes to the run log at
         stage 3."""
-        from searchers.feasibility import check_feasible
+        from nas.latency import latency_source
+        from searchers.feasibility import InfeasibleConstraintError, check_feasible
 
         space, _ = config.build_space(2)
         latency_fn = None
         if config.constraints.max_latency_ms is not None:
             latency_fn = self.latency_model(space, config.data.max_seq_len)
-        check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
-                       seed=config.seed, latency_fn=latency_fn)
+        try:
+            check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
+                           seed=config.seed, latency_fn=latency_fn)
+        except InfeasibleConstraintError as err:
+            # a latency limit refused on predictions: say which table made them, and how
+            source = latency_source(latency_fn) if "max_latency_ms" in str(err) else None
+            if source is None:
+                raise
+            raise InfeasibleConstraintError(f"{err}; {source}") from None
 
     def latency_model(self, space: Any, seq_len: int) -> Any:
         """This machine's latency predictor for ``space`` (calibrated once and cached when

@@ -262,3 +262,32 @@ def test_compress_seeds_only_the_truncations_within_every_limit_flops_included()
     assert queue(max_flops=(flops[0] + flops[1]) / 2) == ["first-1"]
     with pytest.raises(NasError, match="no truncation of the teacher .* fits them"):
         queue(max_flops=flops[0] / 2)
+
+
+def test_a_latency_limit_no_truncation_meets_names_the_latency_table(tmp_path):
+    """A ``max_latency_ms`` refused on predictions says which table predicted them, on
+    which clock, when and how noisily it was calibrated, and how to calibrate again."""
+    from nas.errors import NasError
+    from nas.latency import Fit, LatencyModel, LatencyTable, Setting, space_key
+    from searchers.base import resolve_searcher
+    from searchers.optuna_bridge import Budget
+    from spaces.bert_subnet import truncation
+
+    space = small_space("any")
+    setting = Setting(1, 16)
+    table = LatencyTable.new()
+    table.fits[space_key(space)] = {setting.key: Fit(0.0, 0.0, 50.0)}  # 50 ms, any child
+    table.calibrated, table.noise = "2026-01-02T03:04:05Z", {setting.key: 0.3}
+    path = tmp_path / "busy.json"
+    budget = Budget(seq_len=16, max_latency_ms=10.5,
+                    latency_fn=LatencyModel(table, path).predictor(space, 1, 16))
+    with pytest.raises(NasError) as err:
+        resolve_searcher("truncation").build().plan(
+            truncations=[truncation(space, k) for k in (1, 2)], space=space, budget=budget)
+    message = str(err.value)
+    assert message.startswith("constraints: no truncation of the teacher (first k whole "
+                              "layers) fits them (the first layer alone: latency_ms 50 > "
+                              "max_latency_ms 10.5); raise max_latency_ms; latency predicted "
+                              f"by latency table {path} (clock cpu, calibrated "
+                              "2026-01-02T03:04:05Z, noise 30.0 % (noisy")
+    assert "nas latency calibrate --table" in message and "\n" not in message

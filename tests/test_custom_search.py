@@ -151,6 +151,31 @@ def test_a_constraint_no_architecture_meets_is_refused_before_stage_one(tmp_path
     assert not (tmp_path / "run").exists()  # before the run folder, the teacher, anything
 
 
+def test_a_latency_limit_refused_on_predictions_names_the_latency_table(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A ``max_latency_ms`` that no predicted latency meets names the table that predicted
+    it (a table calibrated on a busy machine refuses what the limit was meant to allow)."""
+    from nas.latency import Fit, LatencyModel, LatencyTable, Setting, space_key
+    from recipes.search import Search
+
+    table_path = tmp_path / "table.json"
+
+    def predictor(self, space, seq_len):
+        setting = Setting(1, seq_len)
+        table = LatencyTable.new()
+        table.fits[space_key(space)] = {setting.key: Fit(0.0, 0.0, 5.0)}  # 5 ms, any child
+        table.calibrated, table.noise = "2026-01-02T03:04:05Z", {setting.key: 0.02}
+        return LatencyModel(table, table_path).predictor(space, 1, seq_len)
+
+    monkeypatch.setattr(Search, "latency_model", predictor)
+    code, err = _run(tmp_path, capsys, _example(constraints={"max_latency_ms": 2.5}))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no architecture of space 'tiny-cell' meets them" in err
+    assert (f"latency predicted by latency table {table_path} (clock cpu, calibrated "
+            "2026-01-02T03:04:05Z, noise 2.0 %") in err
+    assert "`nas latency calibrate --table" in err and "--clock cpu`" in err
+
+
 def test_a_latency_limit_is_checked_with_the_latency_model(tmp_path):
     """``max_latency_ms`` is costed by a latency predictor (here a stand-in: the
     calibrated one is tests/test_latency_model.py's); a sampled space says how many it

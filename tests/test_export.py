@@ -432,3 +432,29 @@ def test_stock_subnet_says_why_a_shape_is_not_stock(tiny_teacher):
         "intermediate_size", "max_position_embeddings")}, layers="first")
     assert stock_subnet(first.config, {**first.default(), "num_hidden_layers": 1}) == {
         "num_hidden_layers": 1, "intermediate_size": 48}
+
+
+def test_identical_exports_have_identical_bytes(tmp_path):
+    """Two exports of the same model give the same bytes in every file but the model card
+    (it records measured latency), in every format; the SHA-256s that ``config.json``
+    lists are the files'."""
+    import hashlib
+
+    space = get_space("tinybert", num_hidden_layers=1)
+    torch.manual_seed(0)
+    child = build_child(space).eval()
+    for fmt in ("native", "onnx", "hf"):
+        a, b = (export(space, None, tmp_path / f"{fmt}-{i}", fmt=fmt, model=child,
+                       labels=["a", "b"]) for i in (1, 2))
+        names = sorted(p.name for p in a.iterdir())
+        assert names == sorted(p.name for p in b.iterdir())
+        assert {"model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                "special_tokens_map.json"} <= set(names)
+        assert fmt != "onnx" or "model.onnx" in names
+        differ = [n for n in names if (a / n).read_bytes() != (b / n).read_bytes()]
+        assert differ in ([], ["README.md"]), fmt
+        config = json.loads((a / "config.json").read_text())
+        listed = config["files"] if fmt != "hf" else config["nas_files"]
+        assert set(listed) == set(names) - {"config.json", "README.md"}
+        for name, entry in listed.items():
+            assert entry["sha256"] == hashlib.sha256((a / name).read_bytes()).hexdigest()

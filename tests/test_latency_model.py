@@ -6,7 +6,9 @@ on the small configurations."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 
 import pytest
 
@@ -14,6 +16,7 @@ from evaluators.base import EvalResult, Evaluator, Objective
 from evaluators.penalty import PenaltyEvaluator
 from nas.cli import main
 from nas.latency import (
+    DEFAULT_CLOCK,
     LatencyError,
     LatencyModel,
     LatencyTable,
@@ -22,6 +25,7 @@ from nas.latency import (
     calibrate,
     calibration_archs,
     default_table_path,
+    latency_source,
     machine,
     op_calls,
     op_keys,
@@ -207,7 +211,7 @@ def test_a_space_without_a_table_is_calibrated_once_and_cached(spaces, tmp_path,
     assert len(notes) == 1 and "no table for space 'adabert'" in notes[0]
     assert " s and cached in " in notes[0] and default_table_path().is_file()
     again = space_predictor(spaces[0], seq_len=8, log=notes.append, calibration=TINY)
-    assert notes[1].endswith("(cached)")
+    assert "(cached; clock cpu, calibrated " in notes[1]
     arch = spaces[0].sample(1)
     assert first(arch) == again(arch) == LatencyModel.load().predict(spaces[0], arch,
                                                                       seq_len=8)
@@ -226,3 +230,66 @@ def test_the_cpu_clock_times_one_thread(spaces, tmp_path):
         calibrate(spaces[:1], [Setting(2, 8, threads=2)], clock="cpu", **TINY)
     with pytest.raises(LatencyError, match="unknown latency clock"):
         calibrate(spaces[:1], [SETTING], clock="gpu", **TINY)
+
+
+def test_a_table_records_its_clock_date_and_noise(spaces, table, tmp_path):
+    """The runs' clock is the CPU clock; a table says when it was calibrated and how much
+    its repeated timings spread, in the file too."""
+    assert DEFAULT_CLOCK == "cpu" and table.clock == "cpu"
+    assert default_table_path().name.endswith("cores-cpu.json")
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ", table.calibrated or "")
+    assert set(table.noise) == {SETTING.key} and table.noise[SETTING.key] >= 0
+    path = tmp_path / "t.json"
+    table.save(path)
+    data = json.loads(path.read_text())
+    assert (data["clock"], data["calibrated"], data["noise"]) == (
+        "cpu", table.calibrated, table.noise)
+    loaded = LatencyTable.load(path)
+    assert (loaded.calibrated, loaded.noise) == (table.calibrated, table.noise)
+    assert loaded.describe(SETTING).startswith(
+        f"clock cpu, calibrated {table.calibrated}, noise {100 * table.noise[SETTING.key]:.1f} %")
+
+
+def test_a_table_without_clock_date_or_noise_still_loads(spaces, table, tmp_path):
+    path = tmp_path / "old.json"
+    table.save(path)
+    data = json.loads(path.read_text())
+    for key in ("clock", "calibrated", "noise"):
+        del data[key]
+    path.write_text(json.dumps(data))
+    old = LatencyModel.load(path)
+    assert old.table.clock == "unknown" and old.table.calibrated is None
+    assert old.table.describe(SETTING).startswith(
+        "clock unknown, calibrated unknown, noise unknown")
+    arch = spaces[0].sample(1)
+    assert old.predict(spaces[0], arch, 2, 8) == pytest.approx(
+        LatencyModel(table).predict(spaces[0], arch, 2, 8), rel=1e-12)
+    source = old.predictor(spaces[0], 2, 8).source()
+    assert "clock unknown" in source and "--clock cpu" in source
+
+
+def test_a_noisy_calibration_is_logged_and_kept(spaces, monkeypatch, caplog):
+    """Never refused (CI runs on busy machines): a warning, and the noise in the table."""
+    monkeypatch.setattr("nas.latency.NOISY_SPREAD", -1.0)  # every calibration is noisy
+    with caplog.at_level(logging.WARNING, logger="nas.latency"):
+        noisy = calibrate(spaces[:1], [SETTING], **TINY)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "is noisy" in warning and "batch 2, sequence length 8" in warning
+    assert SETTING.key in noisy.fits[space_key(spaces[0])] and SETTING.key in noisy.noise
+    assert "(noisy: calibrated on a busy machine?)" in noisy.describe(SETTING)
+
+
+def test_a_predictor_names_its_table_and_how_to_recalibrate(spaces, table, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
+    path = default_table_path()
+    table.save(path)
+    predictor = LatencyModel.load().predictor(spaces[0], 2, 8)
+    assert predictor(spaces[0].default()) > 0
+    source = latency_source(predictor)
+    assert source is not None and source.startswith(f"latency predicted by latency table {path} "
+                                                     f"(clock cpu, calibrated {table.calibrated}")
+    assert "`nas cache clear latency`" in source
+    assert ("`nas latency calibrate --table " + str(path) + " --spaces adabert --batch-sizes 2 "
+            "--seq-lens 8 --threads 1 --clock cpu`") in source
+    assert latency_source(lambda arch: 1.0) is None

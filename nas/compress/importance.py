@@ -400,10 +400,8 @@ def sort_teacher(model: nn.Module, batches: Iterable[Mapping[str, torch.Tensor]]
 
 def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed: int,
                    cache_dir: str | Path | None) -> Importance:
-    from safetensors.torch import save_file
-
     from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
-    from nas.checkpoint import atomic_target
+    from nas.checkpoint import save_safetensors
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
     teacher = weights_fingerprint(model)
@@ -414,8 +412,7 @@ def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed
     def compute() -> dict[str, Any]:
         start = time.perf_counter()
         scores = importance_scores(model, batches, method)
-        with atomic_target(path) as tmp:
-            save_file({k: v.contiguous() for k, v in scores.tensors().items()}, str(tmp))
+        save_safetensors({k: v.contiguous() for k, v in scores.tensors().items()}, path)
         return dict(teacher=teacher, task=task, method=method, samples=samples, seed=seed,
                     seconds=round(time.perf_counter() - start, 3))
 

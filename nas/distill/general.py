@@ -226,10 +226,8 @@ class CachedTeacher:
         return h.hexdigest()[:24]
 
     def __call__(self, batch: Any, record: Sequence[str] = ()) -> Any:
-        from safetensors.torch import save_file
-
         from nas.cache import load_tensors
-        from nas.checkpoint import atomic_target
+        from nas.checkpoint import save_safetensors
         from nas.network import ModelOutput
 
         path = self.folder / f"{self.key(batch, record)}.safetensors"
@@ -252,8 +250,8 @@ class CachedTeacher:
             for i, t in enumerate(tensors):
                 state[f"{kind}.{i:03d}"] = t.detach().half().contiguous()
         self.folder.mkdir(parents=True, exist_ok=True)
-        with atomic_target(path) as tmp:  # written from the host, whatever the device
-            save_file({k: v.cpu() for k, v in state.items()}, str(tmp))
+        # written from the host, whatever the device
+        save_safetensors({k: v.cpu() for k, v in state.items()}, path)
         # the caller gets what a hit would give: every candidate sees the same targets
         return ModelOutput(state["logits"].float(), {
             kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})

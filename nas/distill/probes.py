@@ -49,13 +49,10 @@ class ProbeSet:
         return np.concatenate(out, axis=1).astype(np.float32)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        from safetensors.torch import save_file
+        from nas.checkpoint import save_safetensors
 
-        from nas.checkpoint import atomic_target
-
-        with atomic_target(path) as tmp:
-            save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
-                       "mean": self.mean.contiguous(), "std": self.std.contiguous()}, str(tmp))
+        save_safetensors({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
+                          "mean": self.mean.contiguous(), "std": self.std.contiguous()}, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProbeSet:
