@@ -360,3 +360,47 @@ def test_other_teacher_types_are_refused_in_one_line(model_type, tmp_path):
     message = str(err.value)
     assert "\n" not in message and repr(model_type) in message
     assert "supported: bert, roberta, xlm-roberta, camembert, electra, distilbert" in message
+
+
+def test_compress_exports_a_teacher_subnetwork_as_its_own_class(teacher, tmp_path):
+    """Method compress below the recipe, for each teacher type: the importance sort (the
+    sorted teacher computes what the teacher does), the ``bert-subnet`` supernet of the
+    sorted teacher, then two children exported with ``--format hf``: a stock shape (layer 1
+    dropped, FFN 1/2) as the teacher's own stock class, another (half of layer 0's heads,
+    a narrower width) with the runtime as remote code; each reloaded by ``transformers``
+    gives the child's logits."""
+    from transformers import AutoModelForSequenceClassification
+
+    from nas.builder import extract_child
+    from nas.compress.importance import sort_teacher
+    from nas.export import export
+    from spaces.bert_subnet import from_design
+
+    model_type, folder, theirs, batches = teacher
+    design, model = hf.load_teacher_as_design(folder)
+    sorted_teacher, _ = sort_teacher(model, batches, "activation")
+    space, supernet = from_design(sorted_teacher, design.config, "any")
+    assert space.config["model_type"] == model_type
+    full = extract_child(supernet, space, space.default()).eval()
+    with torch.no_grad():  # the same logits (its hidden channels are permuted)
+        diff = (full(batches[1]).logits - theirs(**_their_inputs(theirs, batches[1])).logits)
+    assert diff.abs().max().item() <= TEACHER_TOL
+    narrow = space.choice_map["hidden_size"].values[1]
+    shapes = {"stock": {**space.default(), "L1_keep": 0, "L0_ffn": "1/2"},
+              "remote": {**space.default(), "L0_heads": "1/2", "hidden_size": narrow}}
+    for name, arch in shapes.items():
+        child = extract_child(supernet, space, arch).eval()
+        out = export(space, arch, tmp_path / name, model=child, fmt="hf", tokenizer=folder)
+        remote = any(out.glob("modeling_nas_graph_*.py"))
+        assert remote == (name == "remote")
+        with hf.quiet_transformers():
+            loaded = AutoModelForSequenceClassification.from_pretrained(
+                str(out), trust_remote_code=remote).eval()
+        if not remote:
+            assert type(loaded).__name__ == hf.TEACHER_TYPES[model_type].classifier
+            assert loaded.config.num_hidden_layers == 1
+        for batch in batches:
+            inputs = _their_inputs(theirs, batch)
+            with torch.no_grad():
+                diff = (loaded(**inputs).logits - child(batch).logits).abs().max().item()
+            assert diff <= TEACHER_TOL, (name, diff)
