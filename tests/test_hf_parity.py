@@ -9,6 +9,8 @@ their sequence-classification models; outputs on real tokenised text agree withi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -404,3 +406,55 @@ def test_compress_exports_a_teacher_subnetwork_as_its_own_class(teacher, tmp_pat
             with torch.no_grad():
                 diff = (loaded(**inputs).logits - child(batch).logits).abs().max().item()
             assert diff <= TEACHER_TOL, (name, diff)
+
+
+@pytest.mark.slow
+def test_method_compress_runs_from_a_roberta_teacher(tmp_path):
+    """``nas run`` of the compress smoke from a random RoBERTa teacher (byte-level BPE,
+    300 tokens, 514 positions): fine-tuned, sorted, searched by truncation, retrained and
+    exported as a stock ``RobertaForSequenceClassification`` that ``nas predict`` reads;
+    its model card names the teacher by its folder name."""
+    from pathlib import Path
+
+    from transformers import AutoModelForSequenceClassification
+
+    from nas.cli import main
+    from nas.tokenization import load_tokenizer
+
+    folder = bpe_tokenizer(tmp_path / "my-roberta")
+    tok = load_tokenizer(folder)
+    torch.manual_seed(0)
+    config = _teacher_config("roberta", len(tok), tok.pad_token_id)
+    config.update(dict(max_position_embeddings=514, num_labels=2))
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(str(folder))
+    run = tmp_path / "run"
+    smoke = Path(__file__).resolve().parents[1] / "experiments" / "compress_smoke.yaml"
+    sets = (f"teacher={folder}", "searcher=truncation", "teacher_finetune.max_train_examples=32",
+            "teacher_finetune.max_dev_examples=32", "data.max_train_examples=80",
+            "importance.samples=16", "evaluator.settings.max_steps=1")
+    argv = ["run", str(smoke), "--run-dir", str(run), "--no-progress"]
+    assert main([*argv, *[a for s in sets for a in ("--set", s)]]) == 0
+    exported = json.loads((run / "export" / "config.json").read_text())
+    assert exported["architectures"] == ["RobertaForSequenceClassification"]
+    card = (run / "export" / "README.md").read_text()
+    assert "model: my-roberta" in card and str(tmp_path) not in card
+    assert main(["predict", str(run / "export"), "a fine film"]) == 0
+
+
+def test_a_search_checks_the_head_of_a_small_vocabulary_teacher():
+    """The search's head check feeds ids within the space's vocabulary: a teacher of 300
+    tokens (a small BPE) once failed it with ids up to 1,000."""
+    from types import SimpleNamespace
+
+    from nas.config import ConfigError
+    from recipes.search import SearchContext
+    from spaces.bert_subnet import bert_subnet_space
+
+    space = bert_subnet_space(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                              num_attention_heads=2, intermediate_size=8, type_vocab_size=1,
+                              model_type="roberta")
+    ctx = SimpleNamespace(space=space, train=SimpleNamespace(num_labels=2))
+    SearchContext._check_head(ctx)  # type: ignore[arg-type]
+    ctx.train.num_labels = 3
+    with pytest.raises(ConfigError, match="num_labels=3"):
+        SearchContext._check_head(ctx)  # type: ignore[arg-type]
