@@ -51,6 +51,7 @@ SUBNET = "bert-subnet"
 #: The families a child may convert to a stock ``transformers`` model from.
 CONVERTIBLE = (*FAMILIES, SUBNET)
 
+
 @dataclass(frozen=True)
 class HfType:
     """A BERT-family ``model_type`` in ``transformers``: the base model's attribute in its

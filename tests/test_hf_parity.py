@@ -352,6 +352,13 @@ def emb_params(space):
     return space.graph.nodes["emb"]["params"]
 
 
+def test_the_design_and_the_name_map_know_the_same_teacher_types():
+    """spaces/bert.py says what each type computes, nas.hf what its tensors are called."""
+    from spaces.bert import MODEL_TYPES
+
+    assert list(MODEL_TYPES) == list(hf.TEACHER_TYPES)
+
+
 @pytest.mark.parametrize("model_type", ["deberta-v2", "modernbert"])
 def test_other_teacher_types_are_refused_in_one_line(model_type, tmp_path):
     import json
