@@ -14,7 +14,8 @@ directory that :mod:`nas.runtime` loads without any search code:
   it), so the weights are on disk once;
 * ``hf``: a ``transformers`` directory. The bert and mobilebert families become stock
   ``BertForSequenceClassification`` / ``MobileBertForSequenceClassification`` (via
-  :mod:`nas.hf`; no remote code needed), and so does a ``bert-subnet`` child of stock
+  :mod:`nas.hf`; no remote code needed; a design of a RoBERTa, XLM-R, CamemBERT, ELECTRA or
+  DistilBERT teacher, its type's own class), and so does a ``bert-subnet`` child of stock
   shape (whole layers, all heads, one FFN width, the teacher's width:
   :func:`nas.hf.stock_subnet`; another shape falls back to the native layout); every
   other family (AdaBERT cells, EfficientBERT

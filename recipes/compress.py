@@ -33,7 +33,8 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
    run's whole training subset and budget; issue 30, item 3c), scored on dev and the
    report split;
-5. **export** — stock ``transformers`` ``BertForSequenceClassification`` where the child
+5. **export** — the teacher's stock ``transformers`` class (``BertForSequenceClassification``,
+   ``RobertaForSequenceClassification``..., :data:`nas.hf.TEACHER_TYPES`) where the child
    has that shape (whole layers dropped, all heads, one FFN width, the teacher's hidden
    width: docs/reference.md#teacher-compression), else the runtime as remote code
    (:mod:`nas.export`).

@@ -453,10 +453,11 @@ class SearchContext(TaskContext[SearchConfig]):
         """The space's classifier answers the task's labels (a space passed as an object,
         or one whose factory takes no ``num_labels``, may not)."""
         from nas.builder import build_child
-        from nas.cost import dummy_batch
+        from nas.cost import batch_for
 
-        with torch.no_grad():
-            out = build_child(self.space, self.space.default()).eval()(dummy_batch(1, 8))
+        with torch.no_grad():  # ids within the space's vocabulary (a small teacher's too)
+            out = build_child(self.space, self.space.default()).eval()(
+                batch_for(self.space, 1, 8))
         found, wanted = int(out.logits.shape[-1]), self.train.num_labels
         if found != wanted:
             raise ConfigError(f"space {self.space.name!r}: its head gives {found} outputs and "

@@ -96,6 +96,8 @@ class _Layout:
     head_size: int
     ffn: int
     hidden: int
+    #: ELECTRA's embeddings (E ≠ H): tables and norm at E, ``embeddings_project`` E → H
+    projected: bool = False
 
     def module(self, model: nn.Module, hf_param: str) -> nn.Module:
         """The module holding the HF-named parameter ``hf_param``."""
@@ -128,12 +130,17 @@ def _layout(model: nn.Module) -> _Layout:
             raise ImportanceError(f"layer {i} of the teacher is not the shape of layer 0; "
                                   "sort the full teacher, not a child")
     return _Layout(ours, layers, query.shape[0] // head_size, head_size, ffn,
-                   query.shape[1])
+                   query.shape[1], _PROJECT in ours)
+
+
+#: ELECTRA's projection of its E-wide embeddings to the hidden width (BERT's naming of it).
+_PROJECT = "embeddings.embeddings_project.weight"
 
 
 def _norm_params(layout: _Layout) -> list[str]:
-    """The HF names of the LayerNorm weights whose outputs are the hidden states."""
-    out = ["embeddings.LayerNorm.weight"]
+    """The HF names of the LayerNorm weights whose outputs are the hidden states (of the
+    embeddings' projection where it has one: its LayerNorm is then at E)."""
+    out = [_PROJECT if layout.projected else "embeddings.LayerNorm.weight"]
     for i in range(layout.layers):
         out += [f"encoder.layer.{i}.attention.output.LayerNorm.weight",
                 f"encoder.layer.{i}.output.LayerNorm.weight"]
@@ -300,6 +307,8 @@ def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Import
 _AXES: list[tuple[str, tuple[str | None, ...]]] = [
     (r"embeddings\.(word|position|token_type)_embeddings\.weight", (None, "H")),
     (r"embeddings\.LayerNorm\.(weight|bias)", ("H",)),
+    (r"embeddings\.embeddings_project\.weight", ("H", None)),
+    (r"embeddings\.embeddings_project\.bias", ("H",)),
     (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)\.weight", ("A", "H")),
     (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)\.bias", ("A",)),
     (r"encoder\.layer\.\d+\.attention\.output\.dense\.weight", ("H", "A")),
@@ -344,6 +353,8 @@ def permute_teacher(model: nn.Module, orders: Mapping[str, torch.Tensor]) -> nn.
         axes = next((a for pattern, a in _AXES if re.fullmatch(pattern, hf)), None)
         if axes is None:
             raise ImportanceError(f"{hf}: no rule says how it is permuted")
+        if layout.projected and re.match(r"embeddings\.(?!embeddings_project)", hf):
+            axes = (None,) * len(axes)  # at E, before the projection to the hidden width
         layer = re.match(r"encoder\.layer\.(\d+)\.", hf)
         t = state[ours]
         for dim, kind in enumerate(axes):
