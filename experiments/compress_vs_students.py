@@ -6,15 +6,15 @@ The compress points are read from each run folder given (``final/<tag>/result.js
 mean over the final seeds, and ``teacher.json``), labelled by the run's searcher (TPE's
 front, the knapsack's picks, uniform truncation): a run that recorded paired timings
 (``metrics.json``'s ``speedup.final``: the teacher and each final model timed in
-interleaved rounds, docs/latency.md#speed-ups) gives those; an older run's speed-up is
-its teacher.json batch-1 latency over each model's (the previous protocol: the teacher
-as a ``transformers`` model, possibly a cached row), the model's latency the least of
-its seeds' medians (the seeds share one architecture, and a run beside another job can
-inflate one seed's timing: the knapsack run timed one model at 5.28 and 3.27 ms). The
-students' numbers are the
-recorded results of their method pages (each row names its page and commit); each
-student's speed-up was measured against the same one-epoch MiniLM-L6-H384 teacher
-(89.84 on the same sentences) in its own run.
+interleaved rounds, docs/latency.md#speed-ups-one-timing-protocol) gives those; an older
+run's speed-up is its teacher.json batch-1 latency over each model's (the previous
+protocol: the teacher as a ``transformers`` model, possibly a cached row), the model's
+latency the least of its seeds' medians (the seeds share one architecture, and a run
+beside another job can inflate one seed's timing: the knapsack run timed one model at
+5.28 and 3.27 ms). The students' numbers are the recorded results of their method
+pages (each row names its page and commit); each student's speed-up was measured against
+the same one-epoch MiniLM-L6-H384 teacher (89.84 on the same sentences) in its own run,
+under the previous protocol.
 
     python experiments/compress_vs_students.py runs/compress_sst2 \\
         runs/compress_sst2_knapsack runs/compress_sst2_truncation runs/compress_sst2_kl \\

@@ -10,7 +10,8 @@ inputs, not for the shortest one), on the threads the process was given.
 The teacher is timed as an engine graph (loaded into the ``bert`` design, like every
 student) in the run itself, never read from the ``teacher-costs`` cache, and a speed-up is
 the teacher and the student timed in interleaved rounds in one process
-(:func:`paired_speedups`, :func:`nas.timing.time_pair`; docs/latency.md#speed-ups).
+(:func:`paired_speedups`, :func:`nas.timing.time_pair`;
+docs/latency.md#speed-ups-one-timing-protocol).
 """
 
 from __future__ import annotations
@@ -84,8 +85,7 @@ def teacher_latency(model: torch.nn.Module, latency_batches: Mapping[int, Mappin
     design, :func:`nas.hf.load_teacher_as_design`), timed now, as a student is."""
     from nas.cost import measure_latency
 
-    return {f"batch{bs}": {**measure_latency(model, batch, repeats=repeats).to_dict(),
-                           "runtime": TORCH_FP32}
+    return {f"batch{bs}": measure_latency(model, batch, repeats=repeats).to_dict()
             for bs, batch in latency_batches.items()}
 
 

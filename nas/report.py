@@ -188,7 +188,8 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
     """How latency was timed, in words: the runtime every figure is in, the searched
     model's paired speed-up (against the teacher in PyTorch fp32 and in the student's own
     runtime) with its spread, a warning when the spread is larger than the difference,
-    and a note for runs timed under the previous protocol (docs/latency.md#speed-ups)."""
+    and a note for runs timed under the previous protocol
+    (docs/latency.md#speed-ups-one-timing-protocol)."""
     teacher = metrics["teacher"]
     runtime = teacher.get("runtime")
     if runtime is None:

@@ -428,22 +428,32 @@ class TaskContext(Generic[ConfigT]):
         return {**found, **({"final": finals} if finals else {})}
 
     def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
-        """:func:`nas.measure.paired_speedups` of the native export in ``folder`` against
-        the teacher; ``None`` without one (or for a stock ``transformers`` export)."""
-        from nas.device import to_device
+        """:func:`nas.measure.paired_speedups` of the export in ``folder`` against the
+        teacher, both as engine graphs: a native export's network; a stock
+        ``transformers`` BERT loaded into the ``bert`` design, as the teacher is; a
+        remote-code export runs the engine's graph inside ``transformers``. ``None``
+        without an export."""
+        from nas.device import place, to_device
+        from nas.errors import ExportError
+        from nas.hf import load_teacher_as_design
         from nas.measure import paired_speedups
         from nas.runtime import load
 
         if not (folder / "config.json").is_file():
             return None
         teacher = self.task_teacher()[1]
-        student = load(folder, device=str(next(teacher.parameters()).device))
-        if student.is_hf:
-            return None  # not an engine graph
-        batches = {bs: to_device(b, student.device) for bs, b in self.latency_batches.items()}
+        device = next(teacher.parameters()).device
+        exported = load(folder, device=str(device))
+        student: Callable[[Any], object] = exported.network.eval()
+        if exported.is_hf:
+            try:
+                student = place(load_teacher_as_design(folder)[1], device)
+            except ExportError:  # not a stock BERT: the bundled engine code
+                student = exported
+        batches = {bs: to_device(b, device) for bs, b in self.latency_batches.items()}
         with torch.no_grad():
-            return paired_speedups(teacher, student.network.eval(), batches,
-                                   self.cfg.latency_repeats, device=student.device, what=what)
+            return paired_speedups(teacher, student, batches, self.cfg.latency_repeats,
+                                   device=device, what=what)
 
     # -- what evaluators, exports and the report read --------------------------------------
     def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
@@ -573,7 +583,8 @@ class Recipe(Method, Generic[ConfigT]):
             metrics["teacher"] = ctx.teacher_costs()
             ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         metrics.update(self.stages(ctx))
-        if getattr(ctx, "teacher", None) is not None and "speedup" not in metrics:
+        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "speedup")
+                and "speedup" not in metrics):
             t0 = time.time()  # the teacher timed beside the searched model, never cached
             speedup = ctx.speedup(metrics)
             if speedup is not None:

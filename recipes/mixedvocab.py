@@ -597,6 +597,7 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         """Stage 7: the student and the teacher on dev (and the report split), their
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
+        from nas.device import module_device, to_device
         from nas.export import export
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
@@ -613,10 +614,12 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()),
                      runtime=TORCH_FP32)
         # the same texts in each model's own vocabulary, timed in interleaved rounds
+        pairs = {bs: (to_device(t_inputs[bs], module_device(t_model)),
+                      to_device(inputs[bs], module_device(student))) for bs in inputs}
         with torch.no_grad():
             speedup = paired_speedups(lambda pair: t_model(pair[0]), lambda pair: student(pair[1]),
-                                      {bs: (t_inputs[bs], inputs[bs]) for bs in inputs},
-                                      cfg.latency_repeats)
+                                      pairs, cfg.latency_repeats,
+                                      device=module_device(student))
         row.update(
             tag="student", space=cfg.student.space, vocabulary=cfg.student.vocabulary,
             vocab_size=vocab["size"],
