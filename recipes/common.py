@@ -429,27 +429,17 @@ class TaskContext(Generic[ConfigT]):
 
     def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
         """:func:`nas.measure.paired_speedups` of the export in ``folder`` against the
-        teacher, both as engine graphs: a native export's network; a stock
-        ``transformers`` BERT loaded into the ``bert`` design, as the teacher is; a
-        remote-code export runs the engine's graph inside ``transformers``. ``None``
+        teacher, both as engine graphs (:func:`nas.runtime.timed_callable`); ``None``
         without an export."""
-        from nas.device import place, to_device
-        from nas.errors import ExportError
-        from nas.hf import load_teacher_as_design
+        from nas.device import to_device
         from nas.measure import paired_speedups
-        from nas.runtime import load
+        from nas.runtime import load, timed_callable
 
         if not (folder / "config.json").is_file():
             return None
         teacher = self.task_teacher()[1]
         device = next(teacher.parameters()).device
-        exported = load(folder, device=str(device))
-        student: Callable[[Any], object] = exported.network.eval()
-        if exported.is_hf:
-            try:
-                student = place(load_teacher_as_design(folder)[1], device)
-            except ExportError:  # not a stock BERT: the bundled engine code
-                student = exported
+        student = timed_callable(load(folder, device=str(device)))
         batches = {bs: to_device(b, device) for bs, b in self.latency_batches.items()}
         with torch.no_grad():
             return paired_speedups(teacher, student, batches, self.cfg.latency_repeats,
