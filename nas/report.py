@@ -218,10 +218,11 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
                      f"`{r['runtime']}` (interquartile range {low:.2f}–{high:.2f}; teacher "
                      f"{_ms(r['teacher_ms'])} ms, {tag} {_ms(r['student_ms'])} ms); {fp32}.")
         if r.get("noisy"):
-            lines.append(f"Warning: at {key.replace('batch', 'batch ')} the speed-up's "
-                         "interquartile range is wider than its difference from 1: the "
-                         "machine was too busy to tell the two apart; time again on a quiet "
-                         "machine with more `latency_repeats`.")
+            lines.append(f"Warning: at {key.replace('batch', 'batch ')} the timings' spread "
+                         "(teacher's and student's interquartile ranges together) is larger "
+                         "than the difference between their medians: the machine was too "
+                         "busy to tell the two apart; time again on a quiet machine with more "
+                         "`latency_repeats`.")
     return lines
 
 

@@ -821,8 +821,8 @@ def benchmark_pair(model: ExportedModel, against: ExportedModel,
                    warmup: int = 3) -> list[dict[str, Any]]:
     """``model``'s speed-up over ``against`` (a teacher) per batch size by the one timing
     protocol (:func:`nas.timing.time_pair`: interleaved rounds on the same random batch,
-    the per-round ratio's median and interquartile range, ``noisy`` when that range is
-    wider than the difference), both in ``model``'s runtime."""
+    the per-round ratio's median and interquartile range, ``noisy`` when the timings'
+    spread is larger than their difference), both in ``model``'s runtime."""
     from nas.device import to_device
     from nas.timing import time_pair
 

@@ -7,8 +7,9 @@ Shared by the cost model (latency of a built child) and the standalone runtime
 A speed-up (teacher over student) is timed by one protocol, :func:`time_pair`: both models
 in the same process and runtime, in interleaved rounds on the same batches (a busy
 machine then slows both alike), each round's ratio kept, and the median ratio given with
-its interquartile range; when that range is wider than the ratio's distance from 1 the
-result is ``noisy`` (the two cannot be told apart on this machine now). A runtime is a
+its interquartile range; when the two models' timings spread more (their interquartile
+ranges together) than their medians differ, the result is ``noisy``: the two cannot be
+told apart on this machine now. A runtime is a
 name (:data:`TORCH_FP32`; ONNX Runtime graphs plug in under their own names): the
 callables decide what runs, the protocol how it is timed.
 
@@ -100,7 +101,8 @@ class TimingResult:
 
     ``speedup`` is the median over rounds of teacher time / student time (each round's
     two calls ran back to back), ``speedup_q1``/``speedup_q3`` its quartiles; ``noisy``
-    when their range is wider than the speed-up's distance from 1."""
+    when the timings' spread (the two interquartile ranges together) is larger than the
+    difference between the two medians."""
 
     runtime: str
     teacher: Timing
@@ -111,21 +113,23 @@ class TimingResult:
     rounds: int
 
     @property
-    def spread(self) -> float:
-        return self.speedup_q3 - self.speedup_q1
+    def spread_ms(self) -> float:
+        return self.teacher.iqr_ms + self.student.iqr_ms
 
     @property
     def noisy(self) -> bool:
-        return self.spread > abs(self.speedup - 1.0)
+        return self.spread_ms > abs(self.teacher.median_ms - self.student.median_ms)
 
     def warning(self, what: str) -> str | None:
         """One log line when the spread is larger than the difference, else ``None``."""
         if not self.noisy:
             return None
-        return (f"{what}: speed-up {self.speedup:.2f}x ({self.runtime}) has an interquartile "
-                f"range of {self.spread:.2f} over {self.rounds} rounds, wider than its "
-                "difference from 1: the machine was too busy to tell the two apart; "
-                "time again with more latency_repeats on a quiet machine")
+        return (f"{what}: speed-up {self.speedup:.2f}x ({self.runtime}): teacher "
+                f"{self.teacher.median_ms:.3g} ms and student {self.student.median_ms:.3g} ms "
+                f"differ by less than their spread over {self.rounds} rounds (interquartile "
+                f"ranges {self.teacher.iqr_ms:.3g} + {self.student.iqr_ms:.3g} ms): the "
+                "machine was too busy to tell the two apart; time again with more "
+                "latency_repeats on a quiet machine")
 
     def to_dict(self) -> dict[str, Any]:
         """The record in ``metrics.json``: runtime, protocol, both medians and the ratio."""

@@ -74,8 +74,19 @@ def test_a_spread_larger_than_the_difference_warns():
     result = ratio_result([10.0, 14.0, 8.0, 11.0, 9.0], [10.0, 9.0, 11.0, 10.0, 12.0])
     assert result.noisy and result.to_dict()["noisy"] is True
     message = result.warning("trial3")
-    assert message is not None and message.startswith("trial3: speed-up 1.00x (torch-fp32)")
-    assert "wider than its difference from 1" in message
+    assert message is not None and message.startswith("trial3: speed-up 1.00x (torch-fp32): "
+                                                      "teacher 10 ms and student 10 ms differ")
+    assert "(interquartile ranges 2 + 1 ms)" in message
+
+
+
+def test_a_wide_ratio_range_far_from_1_is_not_noisy():
+    """A 100x student whose own timings jitter: its ratio's range is wide, yet the two
+    models are plainly apart (the spread is ms, the difference hundreds of ms)."""
+    result = ratio_result([390.0, 391.0, 389.0, 390.0, 390.0], [1.5, 6.0, 2.2, 5.9, 1.58])
+    # ratios 260, 65, 177, 66, 247: a range wider than the speed-up's distance from 1
+    assert result.speedup_q3 - result.speedup_q1 > result.speedup - 1
+    assert not result.noisy and result.warning("searched") is None
 
 
 def test_paired_speedups_logs_and_records_a_noisy_batch(monkeypatch, caplog):
@@ -145,7 +156,7 @@ def test_the_report_names_the_runtime_and_gives_the_paired_speed_up(tmp_path):
             "on the same batches): 3.10× against the teacher in the same runtime "
             "`torch-fp32` (interquartile range 3.00–3.20") in text
     assert "the teacher in PyTorch fp32: the same runtime here" in text
-    assert "Warning: at batch 32 the speed-up's interquartile range is wider" in text
+    assert "Warning: at batch 32 the timings' spread (teacher's and student's" in text
     assert "Warning: at batch 1" not in text
 
 

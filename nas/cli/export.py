@@ -346,7 +346,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     for r in paired:
         if r["noisy"]:
-            print(f"warning: batch {r['batch_size']}: the speed-up's IQR is wider than its "
-                  "difference from 1; the two cannot be told apart on this machine now (use "
-                  "more --repeats, --threads 1, an idle machine)", file=sys.stderr)
+            print(f"warning: batch {r['batch_size']}: the two timings' IQRs together are "
+                  "larger than the difference between their medians; the two cannot be told "
+                  "apart on this machine now (use more --repeats, --threads 1, an idle "
+                  "machine)", file=sys.stderr)
     return 0
