@@ -23,17 +23,22 @@ def _ms(value: float) -> str:
 
 
 def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any],
-         split: str = "dev", paired: dict[str, Any] | None = None) -> str:
-    """A model's row; its speed-up is ``paired``'s (the interleaved timing of
-    :func:`nas.measure.paired_speedups`, marked "(paired)") when given, else the ratio of
-    the two rows' medians."""
+         split: str = "dev", paired: dict[str, Any] | None = None,
+         side: str = "student_ms") -> str:
+    """A model's row. With ``paired`` (the interleaved timing of
+    :func:`nas.measure.paired_speedups`) its milliseconds are that timing's ``side``
+    (``teacher_ms`` for the teacher's row) and its speed-up the paired one, marked
+    "(paired)"; else its own medians and the ratio of the two rows' batch-1 medians."""
     lat1 = m["latency"]["batch1"]["median_ms"]
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
     how = ""
     if paired and "batch1" in paired:
-        speed, how = paired["batch1"]["speedup"], " (paired)"
+        lat1 = paired["batch1"][side]
+        lat32 = paired.get("batch32", {}).get(side, lat32)
+        if side == "student_ms":
+            speed, how = paired["batch1"]["speedup"], " (paired)"
     flops = human(m["flops"]) if "flops" in m else "-"  # from 512 to billions
     scores = m.get(split)
     value = (" / ".join(f"{100 * scores[p]:.2f}" for p in metric_parts(metric))
@@ -144,7 +149,8 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
              f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
-             _row("teacher", teacher, metric, teacher, split)]
+             _row("teacher", teacher, metric, teacher, split, metrics.get("speedup"),
+                  side="teacher_ms")]
     if "searched" in metrics:
         # a fixed-design recipe (TinyBERT, MobileBERT, mixed vocab) tags its row "student"
         lines.append(_row(metrics["searched"].get("tag") or "searched", metrics["searched"],
@@ -198,7 +204,9 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
                 "speed-ups are not comparable with runs that time both in one runtime."]
     lines = [f"Runtime of every latency figure: `{runtime}` ({RUNTIMES.get(runtime, runtime)});"
              " the teacher was timed in this run in the engine's `bert` design, as the "
-             "students are. Speed-ups not marked (paired) divide separately timed medians."]
+             "students are. Rows marked (paired) show the paired timing below (the "
+             "teacher's row too); other speed-ups divide the teacher's and the row's "
+             "separately timed medians."]
     paired = metrics.get("speedup")
     if not paired:
         return lines

@@ -150,7 +150,9 @@ def test_the_report_names_the_runtime_and_gives_the_paired_speed_up(tmp_path):
         "speedup": {"runtime": "torch-fp32", "protocol": "interleaved", "noisy": True,
                     "batch1": _paired(3.1), "batch32": _paired(1.02, noisy=True)}})
     text, _ = write_report(tmp_path / "run")
-    assert "| 5.0× | 3.1× (paired) |" in text
+    # both rows show the paired medians (teacher 10 ms, searched 10 / 3.1 ms)
+    assert "| 10.0 | 10.0 | 1.0× | 1.0× |" in text
+    assert "| 3.23 | 9.80 | 5.0× | 3.1× (paired) |" in text
     assert "Runtime of every latency figure: `torch-fp32` (PyTorch, float32, eager)" in text
     assert ("Speed-up of searched over the teacher at batch 1 (paired: 5 interleaved rounds "
             "on the same batches): 3.10× against the teacher in the same runtime "
