@@ -214,6 +214,7 @@ class Latency:
     repeats: int
     threads: int
     device: str = "cpu"  # where it was measured; a GPU's latency is recorded as such
+    runtime: str = "torch-fp32"  # what ran the model (nas.timing.TORCH_FP32: eager float32)
 
     @property
     def throughput(self) -> float:

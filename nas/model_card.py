@@ -355,6 +355,8 @@ def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
         if row.get("seq_len"):
             nas_block["latency_seq_len"] = row["seq_len"]
         nas_block["latency"] = _latency(row)
+        if teacher_row.get("runtime"):  # runs timed by the one protocol name their runtime
+            nas_block["latency_runtime"] = teacher_row["runtime"]
         if teacher_row:
             nas_block["teacher"] = {"model": teacher["name"],
                                     "params": teacher_row.get("params"),
@@ -414,9 +416,11 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
         lines.append(f"- {split}: {scores}" + (f" on {size:,} examples" if size else "")
                      + (f" (a seeded sample of {of:,})" if of else ""))
         for key, ms in facts.get("latency", {}).items():
+            runtime = facts.get("latency_runtime")
             lines.append(f"- latency {key.removesuffix('_median_ms')}: {ms} ms (median, "
-                         f"{facts.get('latency_seq_len', '?')} tokens, the machine that "
-                         "ran it)")
+                         f"{facts.get('latency_seq_len', '?')} tokens"
+                         + (f", runtime {runtime}" if runtime else "")
+                         + ", the machine that ran it)")
         teacher = facts.get("teacher")
         if teacher:
             t_scores = ", ".join(f"{k} {v:.4f}" for k, v in

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -791,5 +791,57 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     return results
 
 
-__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "build_network", "label_names",
-           "length_batches", "load", "load_state", "read_config"]
+def runtime_name(model: ExportedModel) -> str:
+    """The name a timing of ``model`` is recorded under (:mod:`nas.timing`): what runs it
+    and in which precision (``torch-fp32``, ``onnx-fp32``)."""
+    return f"{model.runtime}-fp32"
+
+
+def timed_callable(model: ExportedModel) -> Callable[[Mapping[str, torch.Tensor]], object]:
+    """What the timing protocol runs for an export, in one implementation for teacher and
+    student alike: under torch, the engine's graph (a native export's network; a stock
+    ``transformers`` BERT loaded into the engine's ``bert`` design, as a run times its
+    teacher; a remote-code export runs the engine's bundled graph); under ONNX Runtime,
+    its session."""
+    if model.runtime != "torch":
+        return model
+    if not model.is_hf:
+        return model.network.eval()
+    from nas.device import place
+    from nas.hf import load_teacher_as_design
+
+    try:
+        return place(load_teacher_as_design(model.directory)[1], model.device)
+    except ExportError:  # not a stock BERT: the engine code bundled with it
+        return model
+
+
+def benchmark_pair(model: ExportedModel, against: ExportedModel,
+                   batch_sizes: Sequence[int] = (1, 32), seq_len: int = 128, repeats: int = 10,
+                   warmup: int = 3) -> list[dict[str, Any]]:
+    """``model``'s speed-up over ``against`` (a teacher) per batch size by the one timing
+    protocol (:func:`nas.timing.time_pair`: interleaved rounds on the same random batch,
+    the per-round ratio's median and interquartile range, ``noisy`` when the timings'
+    spread is larger than their difference), both in ``model``'s runtime."""
+    from nas.device import to_device
+    from nas.timing import time_pair
+
+    for one in (model, against):
+        one.check_seq_len(seq_len)
+    student, teacher = timed_callable(model), timed_callable(against)
+    vocab = min(model.vocab_size, against.vocab_size, 30000)
+    rows = []
+    for bs in batch_sizes:
+        batch = {**random_batch(against, bs, seq_len), **random_batch(model, bs, seq_len)}
+        batch = to_device({k: v % vocab if k.startswith("input_ids") else v
+                           for k, v in batch.items()}, model.device)
+        with torch.no_grad():
+            result = time_pair(teacher, student, [batch], repeats, warmup=warmup,
+                               runtime=runtime_name(model), device=model.device)
+        rows.append({"batch_size": bs, "seq_len": seq_len, **result.to_dict()})
+    return rows
+
+
+__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "benchmark_pair",
+           "build_network", "label_names", "length_batches", "load", "load_state",
+           "read_config", "runtime_name", "timed_callable"]

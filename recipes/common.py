@@ -418,7 +418,43 @@ class TaskContext(Generic[ConfigT]):
         return cached_teacher_costs(
             self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
             report=self.report, tokenizer=self.tokenizer, max_seq_len=self.max_seq_len,
-            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
+            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats,
+            engine_teacher=lambda: self.task_teacher()[1])
+
+    def speedup(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The searched model's speed-up over the teacher, both timed now in interleaved
+        rounds as engine graphs in PyTorch fp32 (:func:`nas.measure.paired_speedups`):
+        the run's native export against the teacher in the ``bert`` design, on the
+        latency batches; each final point with an export of its own (``final/<tag>``,
+        method search and compress) under ``final``. ``None`` when the run exported no
+        native model."""
+        found = self._paired_export(self.run.path / "export",
+                                    (metrics.get("searched") or {}).get("tag") or "searched")
+        if found is None or "searched" not in metrics:
+            return None
+        finals = {row["tag"]: self._paired_export(self.run.path / "final" / row["tag"] / "export",
+                                                  row["tag"])
+                  for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)}
+        finals = {tag: timed for tag, timed in finals.items() if timed is not None}
+        return {**found, **({"final": finals} if finals else {})}
+
+    def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
+        """:func:`nas.measure.paired_speedups` of the export in ``folder`` against the
+        teacher, both as engine graphs (:func:`nas.runtime.timed_callable`); ``None``
+        without an export."""
+        from nas.device import to_device
+        from nas.measure import paired_speedups
+        from nas.runtime import load, timed_callable
+
+        if not (folder / "config.json").is_file():
+            return None
+        teacher = self.task_teacher()[1]
+        device = next(teacher.parameters()).device
+        student = timed_callable(load(folder, device=str(device)))
+        batches = {bs: to_device(b, device) for bs, b in self.latency_batches.items()}
+        with torch.no_grad():
+            return paired_speedups(teacher, student, batches, self.cfg.latency_repeats,
+                                   device=device, what=what)
 
     # -- what evaluators, exports and the report read --------------------------------------
     def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
@@ -548,6 +584,13 @@ class Recipe(Method, Generic[ConfigT]):
             metrics["teacher"] = ctx.teacher_costs()
             ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         metrics.update(self.stages(ctx))
+        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "speedup")
+                and "speedup" not in metrics):
+            t0 = time.time()  # the teacher timed beside the searched model, never cached
+            speedup = ctx.speedup(metrics)
+            if speedup is not None:
+                metrics["speedup"] = speedup
+                ctx.seconds["speedup"] = round(time.time() - t0, 1)
         metrics.setdefault("metric", ctx.metric)
         if getattr(ctx, "report", None) is not None and "evaluation" not in metrics:
             metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own
@@ -713,15 +756,25 @@ def worker_options(options: RunOptions) -> RunOptions:
 
 
 def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The teacher as the reference point of a study's Pareto plot."""
+    """The teacher as the reference point of a study's Pareto plot, on the trials' scale:
+    when the study's ``latency_ms`` was predicted by the latency model (the search
+    summary's ``latency_scale``), the teacher's predicted latency; else (measured, or no
+    scale recorded: the methods whose studies time each trial) the teacher's latency
+    timed in the run, as the trials were, in PyTorch fp32. Never a measured point among
+    predicted ones."""
     from nas.teacher import metric_score
 
     teacher, metric = metrics.get("teacher") or {}, metrics.get("metric", "accuracy")
     if not (teacher.get("dev") and teacher.get("latency")):
         return {}
-    return {"teacher": {f"val_{metric}": metric_score(teacher["dev"], metric),
-                        "latency_ms": teacher["latency"]["batch1"]["median_ms"],
-                        "params": teacher["params"], "flops": teacher["flops"]}}
+    point = {f"val_{metric}": metric_score(teacher["dev"], metric),
+             "params": teacher["params"], "flops": teacher["flops"]}
+    search = metrics.get("search") or {}
+    if search.get("latency_scale") == "predicted" and "teacher_latency_ms" in search:
+        point["latency_ms"] = search["teacher_latency_ms"]
+    elif search.get("latency_scale", "measured") == "measured":
+        point["latency_ms"] = teacher["latency"]["batch1"]["median_ms"]
+    return {"teacher": point}
 
 
 __all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",

@@ -62,9 +62,11 @@ from nas.cache import cache_root, cached_entry, load_weights, save_weights, sett
 from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill import mixedvocab as mv
 from nas.distill.general import check_text_settings
+from nas.measure import paired_speedups
 from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import SEED_RANGE, is_seed, seed_stage
+from nas.timing import TORCH_FP32
 from nas.train import TrainSettings, loop_settings
 from recipes.common import (
     DataSettings,
@@ -342,7 +344,8 @@ class MixedVocab(Recipe[MixedVocabConfig]):
             self.task(ctx, vocab, stage2, teacher)
             student = self.evaluate_and_export(ctx, vocab, teacher, stage1, stage2)
         return {"searched": student, "teacher": student.get("teacher"),
-                "evaluation": student.get("evaluation")}
+                "evaluation": student.get("evaluation"),
+                **({"speedup": student["speedup"]} if "speedup" in student else {})}
 
     # -- stage 2 ---------------------------------------------------------------------
     def vocabulary(self, ctx: MixedVocabContext) -> dict[str, Any]:
@@ -601,6 +604,7 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         """Stage 7: the student and the teacher on dev (and the report split), their
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
+        from nas.device import module_device, to_device
         from nas.export import export
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
@@ -613,8 +617,16 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         measure = dict(dev=ctx.dev, report=report, report_split=split,
                        max_seq_len=cfg.data.max_seq_len, repeats=cfg.latency_repeats)
         row, inputs = mv.model_row(student, space, ctx.reader(True), **measure)
-        t_row, _ = mv.model_row(t_model, t_space, ctx.reader(False), **measure)
-        t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()))
+        t_row, t_inputs = mv.model_row(t_model, t_space, ctx.reader(False), **measure)
+        t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()),
+                     runtime=TORCH_FP32)
+        # the same texts in each model's own vocabulary, timed in interleaved rounds
+        pairs = {bs: (to_device(t_inputs[bs], module_device(t_model)),
+                      to_device(inputs[bs], module_device(student))) for bs in inputs}
+        with torch.no_grad():
+            speedup = paired_speedups(lambda pair: t_model(pair[0]), lambda pair: student(pair[1]),
+                                      pairs, cfg.latency_repeats,
+                                      device=module_device(student))
         row.update(
             tag="student", space=cfg.student.space, vocabulary=cfg.student.vocabulary,
             vocab_size=vocab["size"],
@@ -633,8 +645,8 @@ class MixedVocab(Recipe[MixedVocabConfig]):
                 "train_examples": len(ctx.train), "vocab_dir": vocab["dir"]},
             ratios={"params": row["params"] / t_row["params"],
                     "embedding_params": row["embedding_params"] / t_row["embedding_params"],
-                    "latency_batch1": row["latency"]["batch1"]["median_ms"]
-                    / t_row["latency"]["batch1"]["median_ms"]},
+                    "latency_batch1": 1 / speedup["batch1"]["speedup"]},
+            speedup=speedup,
             evaluation={"split": split, "file": ", ".join(report.sources),
                         "examples": len(report),
                         "latency_tokens": int(inputs[1]["input_ids"].shape[1])})

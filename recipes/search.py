@@ -785,6 +785,7 @@ class Search(Recipe[SearchConfig]):
         chosen = select_trials(found.study, found.trials, cfg.final, teacher_ms=teacher_ms)
         summary = {"searcher": name, "study": found.spec.study_name,
                    **({"ratios_teacher_ms": teacher_ms} if teacher_ms is not None else {}),
+                   **latency_scale(ctx, found.study.metric_names or cfg.objectives),
                    "n_trials": found.spec.n_trials, "evaluations": len(found.trials),
                    "objectives": list(found.study.metric_names or cfg.objectives),
                    "chosen": [t.number for t in chosen],
@@ -891,6 +892,17 @@ class Search(Recipe[SearchConfig]):
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
         more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
         return lines + more, pictures
+
+
+def latency_scale(ctx: SearchContext, objectives: Sequence[str]) -> dict[str, Any]:
+    """What the report's Pareto plot needs to draw the teacher on the trials' latency
+    scale: ``latency_scale`` (``predicted`` by the latency model, or ``measured`` by the
+    evaluator) and the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing
+    when latency is not an objective."""
+    if "latency_ms" not in objectives:
+        return {}
+    scale = "predicted" if ctx.study_latency_fn() is not None else "measured"
+    return {"latency_scale": scale, "teacher_latency_ms": ctx.teacher_latency_ms()}
 
 
 def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[str]:

@@ -338,6 +338,45 @@ def test_cli_export_predict_bench(tmp_path):
                             "--repeats", "1", "--runtime", "onnx")
 
 
+def test_bench_against_a_teacher_times_both_by_the_one_protocol(tmp_path, monkeypatch):
+    """``nas bench DIR --against TEACHER``: a stock transformers teacher is timed as the
+    engine's bert design beside the student, in interleaved rounds on the same batch
+    (the result's timings are injected: nothing here compares measured time)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from nas import runtime, timing
+    from nas.network import GraphNet
+
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, num_labels=2)).save_pretrained(
+        str(tmp_path / "teacher"))
+    out = tmp_path / "student"
+    _cli("export", "--space", "tinybert", "-c", "num_hidden_layers=1", "-o", str(out),
+         "--labels", "neg,pos", "--random-init")
+    assert isinstance(runtime.timed_callable(runtime.load(tmp_path / "teacher")), GraphNet)
+    seen = []
+
+    def fake_pair(teacher, student, batches, repeats, **kw):
+        seen.append((type(teacher).__name__, type(student).__name__, kw["runtime"]))
+        teacher(batches[0]), student(batches[0])  # both run the one batch
+        return timing.ratio_result([10.0, 11.0, 9.0, 10.0, 10.0], [2.0] * 5, kw["runtime"])
+
+    monkeypatch.setattr(timing, "time_pair", fake_pair)
+    doc = json.loads(_cli("bench", str(out), "--batch-sizes", "1,2", "--seq-len", "8",
+                          "--repeats", "1", "--warmup", "0", "--against",
+                          str(tmp_path / "teacher"), "--json"))
+    assert seen == [("GraphNet", "GraphNet", "torch-fp32")] * 2
+    rows = doc["against"]["results"]
+    assert [r["batch_size"] for r in rows] == [1, 2]
+    assert rows[0]["speedup"] == pytest.approx(5.0) and rows[0]["runtime"] == "torch-fp32"
+    assert rows[0]["protocol"] == "interleaved" and rows[0]["noisy"] is False
+    text = _cli("bench", str(out), "--batch-sizes", "1", "--seq-len", "8", "--repeats", "1",
+                "--against", str(tmp_path / "teacher"))
+    assert "speed-up over" in text and "5.00x  IQR 5.00-5.00" in text
+
+
 # ---------------------------------------------------------------------------
 # bert-subnet: stock BertForSequenceClassification where the shape allows
 # (docs/reference.md#teacher-compression)

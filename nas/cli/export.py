@@ -6,7 +6,8 @@
     nas predict DIR "text" ["second text"] [--runtime torch|onnx] [--json]
     nas predict DIR --file texts.txt|data.csv [--text-column C] [--pair-column C2]
                 [--batch-size N] [--json]
-    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx] [--json]
+    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx]
+              [--against TEACHER_DIR] [--json]
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
                         "often fastest)")
     add_device_option(p, "cpu", "the torch runtime computes; a GPU is timed with CUDA events")
+    p.add_argument("--against", metavar="TEACHER_DIR",
+                   help="also time the model against this one (a teacher's folder or another "
+                        "export) in interleaved rounds on the same batches, in the same "
+                        "runtime, and print the speed-up with its interquartile range")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
     p.set_defaults(func=cmd_bench)
 
@@ -309,7 +314,7 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from nas.runtime import NOISY_IQR, benchmark, load
+    from nas.runtime import NOISY_IQR, benchmark, benchmark_pair, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
     model = load(args.directory, args.runtime, args.threads, device=args.device)
@@ -320,11 +325,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     lines += [f"  batch {r['batch_size']:>4}: median {r['median_ms']:8.2f} ms  IQR "
               f"{r['iqr_ms']:7.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
               f"{r['throughput_per_s']:9.1f} sequences/s" for r in rows]
-    emit(args, {"directory": str(args.directory), "results": rows}, "\n".join(lines))
+    document: dict[str, Any] = {"directory": str(args.directory), "results": rows}
+    paired = []
+    if args.against:
+        against = load(args.against, args.runtime, args.threads, device=args.device)
+        paired = benchmark_pair(model, against, sizes, args.seq_len, args.repeats, args.warmup)
+        document["against"] = {"directory": str(args.against), "results": paired}
+        lines.append(f"speed-up over {args.against} (interleaved rounds, same batches, "
+                     f"{paired[0]['runtime']}):")
+        lines += [f"  batch {r['batch_size']:>4}: {r['speedup']:.2f}x  IQR "
+                  f"{r['speedup_iqr'][0]:.2f}-{r['speedup_iqr'][1]:.2f}  ({r['rounds']} "
+                  f"rounds; {r['teacher_ms']:.2f} ms against {r['student_ms']:.2f} ms)"
+                  for r in paired]
+    emit(args, document, "\n".join(lines))
     for r in rows:
         if r["noisy"]:
             print(f"warning: batch {r['batch_size']}: the IQR ({r['iqr_ms']:.2f} ms) is over "
                   f"{NOISY_IQR:.0%} of the median ({r['median_ms']:.2f} ms); the machine is busy "
                   "or the run too short (use more --repeats, --threads 1, an idle machine)",
                   file=sys.stderr)
+    for r in paired:
+        if r["noisy"]:
+            print(f"warning: batch {r['batch_size']}: the two timings' IQRs together are "
+                  "larger than the difference between their medians; the two cannot be told "
+                  "apart on this machine now (use more --repeats, --threads 1, an idle "
+                  "machine)", file=sys.stderr)
     return 0
