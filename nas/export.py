@@ -633,8 +633,11 @@ def _quantize_folder(out: Path, int8: Int8) -> None:
     config = json.loads(path.read_text(encoding="utf-8"))
     native = config.get("format") == FORMAT
     settings = config.get("tokenizer" if native else "nas_tokenizer") or {}
-    record = quantize_export(out, config, int8.dev, int8.max_drop,
-                             seq_len=int(settings.get("max_length", 128)))
+    length = int(settings.get("max_length") or config.get("trained_length") or 128)
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        length = min(length, positions)  # timed at a length the model reads
+    record = quantize_export(out, config, int8.dev, int8.max_drop, seq_len=length)
     config[QUANTIZATION_KEY if native else f"nas_{QUANTIZATION_KEY}"] = record
     config[MANIFEST_KEY if native else "nas_files"] = file_manifest(out)
     path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")

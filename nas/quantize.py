@@ -174,6 +174,17 @@ def layer_groups(path: Path) -> dict[str, list[str]]:
     return groups
 
 
+def empty_weight_nodes(path: Path) -> list[str]:
+    """Quantisable nodes whose weight has a zero-size axis (a pruned child's layer with
+    no heads left): ``quantize_dynamic`` fails on them, and there is nothing to quantise."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    empty = {t.name for t in graph.initializer if 0 in t.dims}
+    return [n.name for n in graph.node
+            if n.op_type in QUANTIZED_OPS and n.name and empty & set(n.input)]
+
+
 def _layer_key(name: str) -> str:
     found = re.search(r"layer[._](\d+)", name) or re.search(r"nodes\.([^/]+?)(?:\.|/|$)", name)
     return found.group(0).rstrip("./") if found else name
@@ -244,9 +255,11 @@ def quantize_export(directory: Path, config: Mapping[str, Any], dev: DevSet | No
         shapes = pre_process(work / "optimized.onnx", work / "pre.onnx",
                              symbolic=optimized is not None)
 
+        empty = empty_weight_nodes(work / "pre.onnx")
+
         def build(exclude: Sequence[str]) -> Path:
             out = work / f"int8-{len(list(work.iterdir()))}.onnx"
-            quantize(work / "pre.onnx", out, reduce_range, exclude)
+            quantize(work / "pre.onnx", out, reduce_range, [*empty, *exclude])
             return out
 
         int8 = build(())

@@ -224,3 +224,35 @@ def test_a_runs_results_convert_to_int8_and_are_read(smoke_runs, method, tmp_pat
     assert code == 0, err
     scored = json.loads(text)
     assert scored["split"] == "test" and 0.0 <= scored["metrics"]["accuracy"] <= 1.0
+
+
+def test_every_family_exports_an_int8_graph_that_reads_its_tokenizers_output(tmp_path):
+    """Stock (bert) and remote-code families alike: the int8 graph is model.onnx, runs on
+    what the export's tokenizer returns, and answers within reach of the fp32 graph."""
+    import torch
+
+    from nas.builder import build_child
+    from nas.space import list_spaces, small_config
+
+    for name in list_spaces(tabular=False):
+        torch.manual_seed(0)
+        space = get_space(name, **small_config(name))
+        child = build_child(space, space.sample(3)).eval()
+        fp32 = export(space, None, tmp_path / f"{name}-fp32", fmt="onnx", model=child)
+        int8 = export(space, None, tmp_path / f"{name}-int8", fmt="onnx", model=child,
+                      quantize="int8")
+        model = load(int8)
+        assert model.runtime == "onnx", name
+        config = json.loads((int8 / "config.json").read_text())
+        assert config["quantization"]["dev"] == "not measured", name
+        names = sorted(i.name for i in model.network.get_inputs())
+        if config.get("tokenizer"):
+            encoded = dict(model.tokenizer(TEXTS[0], return_tensors="np"))
+            assert sorted(encoded) == names, name  # exactly what the tokenizer returns
+            batch = {k: torch.from_numpy(v) for k, v in encoded.items()}
+        else:
+            from nas.cost import batch_for
+
+            batch = batch_for(space, 1, 9)
+        got, want = model(batch), load(fp32, "onnx")(batch)
+        assert got.shape == want.shape and bool(torch.isfinite(got).all()), name
