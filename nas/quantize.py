@@ -362,7 +362,8 @@ def _compare(directory: Path, fp32: Path, int8: Path, pre: Path, dev: DevSet,
     agreement = sum(a == b for a, b in zip(fp32_preds, preds, strict=True)) / max(n, 1)
     record: dict[str, Any] = {
         "examples": n, "metric": dev.metric, "fp32": round(fp32_score, 4),
-        "int8": round(fp32_score - drop, 4), "change_points": round(-drop, 4),
+        "int8": round(fp32_score - drop, 4),
+        "change_points": round(-drop, 4) + 0.0,  # + 0.0: no "-0.0"
         "agreement": round(agreement, 4), "max_drop_points": max_drop,
         "fp32_layers": tried}
     if drop > max_drop:
