@@ -224,6 +224,11 @@ def test_a_runs_results_convert_to_int8_and_are_read(smoke_runs, method, tmp_pat
     assert code == 0, err
     scored = json.loads(text)
     assert scored["split"] == "test" and 0.0 <= scored["metrics"]["accuracy"] <= 1.0
+    if method == "compress":  # a run with final points: the Python face too
+        from nas.api import SearchResult
+
+        api = SearchResult.open(run).export(tmp_path / "api", "onnx", quantize="int8")
+        assert json.loads((api / "config.json").read_text())["quantization"]["dev"] == dev
 
 
 def test_every_family_exports_an_int8_graph_that_reads_its_tokenizers_output(tmp_path):
