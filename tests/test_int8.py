@@ -261,3 +261,21 @@ def test_every_family_exports_an_int8_graph_that_reads_its_tokenizers_output(tmp
             batch = batch_for(space, 1, 9)
         got, want = model(batch), load(fp32, "onnx")(batch)
         assert got.shape == want.shape and bool(torch.isfinite(got).all()), name
+
+
+@pytest.mark.slow
+def test_final_export_in_the_experiment_file_quantizes_every_final_point(tiny_teacher, tmp_path):
+    """compress's truncation arm with the tiny teacher: two final points (one and two
+    layers), each exported as int8 ONNX and compared on dev."""
+    from test_compress import _tiny_compress
+
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=truncation",
+                          "evaluator.settings.max_steps=1", "final={select: all, seeds: 1, "
+                          "export: {format: onnx, quantize: int8, max_int8_drop: 0.5}}") == 0
+    folders = [run / "export", *sorted((run / "final").glob("*/export"))]
+    assert len(folders) == 3
+    for folder in folders:
+        record = json.loads((folder / "config.json").read_text())["quantization"]
+        assert record["dev"]["examples"] == 64 and record["dev"]["max_drop_points"] == 0.5
+        assert load(folder).runtime == "onnx"
