@@ -146,6 +146,41 @@ def test_a_stock_transformers_folder_converts_to_int8_onnx_at_its_length(
         convert(hf, tmp_path / "native", "native")
 
 
+def test_a_run_of_stock_transformers_results_converts_every_point_optimised(
+        tiny_teacher, tmp_path, capsys):
+    """A compress run whose points are stock BERT folders (written by hand here: the run's
+    snapshot, the searched model and two final points): nas export --run converts each
+    at its trained length, through ONNX Runtime's BERT optimiser, compared on dev as the
+    run cut it."""
+    import shutil
+
+    run = tmp_path / "run"
+    hf = tmp_path / "hf"
+    code, _, err = _cli(capsys, "export", "--weights", str(tiny_teacher), "-o", str(hf),
+                        "--format", "hf", "--max-length", "24", "--labels",
+                        "negative,positive")
+    assert code == 0, err
+    for folder in ("export", "final/k1/export", "final/k2/export"):
+        shutil.copytree(hf, run / folder)
+    (run / "config.yaml").write_text("method: compress\ntask: sst2\nseed: 0\n"
+                                     "data: {max_dev_examples: 16}\n"
+                                     "final: {export: {max_int8_drop: 1.5}}\n")
+    code, text, err = _cli(capsys, "export", "--run", str(run), "--format", "onnx",
+                           "--quantize", "int8", "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["directory"] == str(run / "exports" / "onnx-int8")
+    assert [d["directory"] for d in doc["final"]] == [
+        str(run / "final" / k / "exports" / "onnx-int8") for k in ("k1", "k2")]
+    for out in [doc["directory"], *(d["directory"] for d in doc["final"])]:
+        config = json.loads((Path(out) / "config.json").read_text())
+        record = config["nas_quantization"]
+        assert config["model_type"] == "bert" and record["optimizer"] == "bert"
+        assert config["nas_tokenizer"]["max_length"] == 24 == record["latency"]["seq_len"]
+        assert record["dev"]["examples"] == 16 and record["dev"]["max_drop_points"] == 1.5
+        assert load(out).runtime == "onnx"
+
+
 def test_the_int8_file_runs_with_onnxruntime_and_tokenizers_alone(
         tmp_path, capsys, without_this_project):
     out = tmp_path / "int8"
