@@ -10,8 +10,10 @@ directory that :mod:`nas.runtime` loads without any search code:
   that ``AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)``
   and ``pipeline("text-classification", model=DIR, trust_remote_code=True)`` load it;
 * ``onnx``: the native files plus ``model.onnx`` (dynamic batch and sequence length),
-  whose initializers are stored in ``model.safetensors`` (ONNX external data pointing into
-  it), so the weights are on disk once;
+  its weights inside the file and its inputs exactly what the tokenizer returns, so that
+  stock tools (``onnxruntime``, ``quant_pre_process``) take it as it is; with
+  ``quantize="int8"`` it is ONNX Runtime's dynamic int8 graph (:mod:`nas.quantize`). A
+  stock ``transformers`` folder gets its ``model.onnx`` from :func:`convert`;
 * ``hf``: a ``transformers`` directory. The bert and mobilebert families become stock
   ``BertForSequenceClassification`` / ``MobileBertForSequenceClassification`` (via
   :mod:`nas.hf`; no remote code needed), and so does a ``bert-subnet`` child of stock

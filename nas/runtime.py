@@ -7,7 +7,9 @@ An export directory (written by :mod:`nas.export`) holds
   architecture, the **resolved child graph** (:func:`nas.graph.to_json`), the label names,
   the model's input names and the tokenizer settings;
 * ``model.safetensors`` -- the child's weights under their graph names;
-* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime;
+* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime; int8 with
+  ``--quantize int8`` (``quantization`` in ``config.json``), and then the only model the
+  export answers with (:func:`load`'s ``auto``);
 * the tokenizer files (``tokenizer.json``, ``vocab.txt``...), when the export has one.
 
 This module rebuilds the network from the graph alone (``GraphNet(from_json(graph),
