@@ -704,12 +704,12 @@ def _convert_native(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: I
 def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8) -> Path:
     """A stock ``transformers`` export folder with ``model.onnx`` added, at its trained
     length (``nas_tokenizer.max_length``)."""
-    from nas.runtime import load
+    from nas.runtime import load_fp32
 
     if fmt != "onnx":
         raise ExportError(f"{src}: already a transformers export; --format onnx adds "
                           "model.onnx to it, other formats convert from a native export")
-    load(src, "torch")  # its file list and labels checked before anything is written
+    load_fp32(src)  # its file list and labels checked before anything is written
 
     def fill(out: Path) -> None:
         for f in src.iterdir():

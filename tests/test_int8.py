@@ -78,6 +78,9 @@ def test_int8_export_without_dev_says_not_measured_and_answers_from_onnx(tmp_pat
     code, _, err = _cli(capsys, "predict", str(out), "a fine film", "--runtime", "torch")
     assert code == 2
     assert err.count("\n") == 1 and "an int8 export answers from model.onnx" in err
+    native = convert(out, tmp_path / "native", "native")  # from the fp32 weights beside it
+    assert "quantization" not in json.loads((native / "config.json").read_text())
+    assert load(native).runtime == "torch"
 
 
 def test_quantize_needs_the_onnx_format(tmp_path, capsys):
@@ -144,6 +147,10 @@ def test_a_stock_transformers_folder_converts_to_int8_onnx_at_its_length(
     assert json.loads((again / "config.json").read_text())["tokenizer"]["max_length"] == 24
     with pytest.raises(ExportError, match="already a transformers export; --format onnx"):
         convert(hf, tmp_path / "native", "native")
+    # an int8 folder converts again from the fp32 weights beside its graph
+    again = convert(int8, tmp_path / "fp32-again", "onnx")
+    assert "nas_quantization" not in json.loads((again / "config.json").read_text())
+    assert (load(again, "onnx")(batch) - torch_model(batch)).abs().max() <= 1e-4
 
 
 def test_a_run_of_stock_transformers_results_converts_every_point_optimised(
