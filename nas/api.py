@@ -95,9 +95,25 @@ class SearchResult:
         return study.trials_dataframe()
 
     def export(self, directory: str | Path, format: str = "native", *,  # noqa: A002
-               trial: int | str | None = None, overwrite: bool = False) -> Path:
+               trial: int | str | None = None, overwrite: bool = False,
+               quantize: str | None = None) -> Path:
         """The best final model (or study trial ``trial``'s model, ``"best"`` or a number)
-        written to ``directory`` as ``native``, ``hf`` or ``onnx``."""
+        written to ``directory`` as ``native``, ``hf`` or ``onnx``; ``quantize="int8"``
+        (``onnx`` only, not with ``trial``): ONNX Runtime's int8 graph, compared with fp32
+        on the run's dev (:mod:`nas.quantize`)."""
+        if quantize is not None:
+            from nas.export import convert
+            from nas.quantize import check_quantize, run_dev, run_max_drop
+            from nas.rundir import RunDir
+
+            check_quantize(quantize, format)
+            if trial is not None:
+                raise NasError("quantize goes with the run's final model, not with a trial")
+            source = self.run_dir / "export"
+            convert(source, directory, format, overwrite=overwrite, quantize=quantize,
+                    dev=run_dev(self.run_dir, source), max_int8_drop=run_max_drop(self.run_dir),
+                    metrics=RunDir(self.run_dir).load_json("metrics.json"))
+            return Path(directory)
         if trial is not None:
             from searchers.results import export_trial
 

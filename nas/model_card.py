@@ -261,7 +261,7 @@ def _params_in(directory: Path) -> int | None:
 
 def _facts(directory: Path) -> dict[str, Any]:
     """What the export's ``config.json`` says about the model."""
-    from nas.runtime import CONFIG_FILE, FORMAT, label_names
+    from nas.runtime import CONFIG_FILE, FORMAT, label_names, quantization
 
     config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     native = config.get("format") == FORMAT
@@ -281,7 +281,8 @@ def _facts(directory: Path) -> dict[str, Any]:
             "joint": bool(head), "num_intents": (head or {}).get("num_intents"),
             "trained_length": tokenizer.get("max_length"), "random_init":
             bool(config.get("random_init", False)), "model_type": config.get("model_type"),
-            "remote_code": "auto_map" in config, "onnx": bool(config.get("onnx"))}
+            "remote_code": "auto_map" in config, "onnx": bool(config.get("onnx")),
+            "int8": quantization(config)}
 
 
 def _row(metrics: Mapping[str, Any] | None, arch_id: str | None) -> dict[str, Any] | None:
@@ -306,6 +307,22 @@ def _numbers(scores: Any) -> dict[str, float]:
         return {}
     return {k: float(v) for k, v in scores.items()
             if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _int8_block(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the card says of an int8 ``model.onnx``: its dev comparison with fp32 ("not
+    measured" outside a run) and both latencies."""
+    dev = record.get("dev")
+    keys = ("examples", "metric", "fp32", "int8", "change_points", "agreement",
+            "max_drop_points", "warning")
+    latency = record.get("latency") or {}
+    return {"runtime": "onnxruntime, dynamic int8 per channel",
+            "dev": {k: dev[k] for k in keys if k in dev} if isinstance(dev, Mapping)
+            else "not measured",
+            "fp32_layers": len(record.get("excluded_nodes") or []),
+            "latency_ms": {k: latency[k]["median_ms"] for k in ("fp32", "int8")
+                           if isinstance(latency.get(k), Mapping)},
+            "latency_tokens": latency.get("seq_len")}
 
 
 def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
@@ -333,6 +350,8 @@ def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
         nas_block["engine_commit"] = environment["commit"]
     if facts["joint"]:
         nas_block["num_intents"] = facts["num_intents"]
+    if facts["int8"] is not None:
+        nas_block["int8"] = _int8_block(facts["int8"])
     teacher_row = (metrics or {}).get("teacher") or {}
     teacher = teacher_facts(teacher_row.get("model_dir"))
     dataset = hub_dataset(facts["task"])
@@ -431,6 +450,8 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
     else:
         lines.append("- metrics: not measured (exported outside a run; `nas evaluate DIR` "
                      "scores it)")
+    if facts.get("int8"):
+        lines += _int8_lines(facts["int8"])
     lines += ["", "## Loading", "", "```python"]
     if header["pipeline_tag"] == "token-classification":  # a joint intent + slot model
         lines += ["from transformers import AutoModel, AutoTokenizer",
@@ -448,6 +469,25 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
                   'print(clf("a gorgeous, witty, seductive movie", truncation=True))']
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def _int8_lines(int8: Mapping[str, Any]) -> list[str]:
+    dev = int8["dev"]
+    latency = int8["latency_ms"]
+    out = ["- model.onnx is int8 (ONNX Runtime dynamic quantisation, per channel); "
+           "model.safetensors keeps the fp32 weights it was quantised from"]
+    if isinstance(dev, Mapping):
+        out.append(f"- int8 vs fp32 on dev ({dev['examples']} examples): {dev['metric']} "
+                   f"{dev['fp32']:.2f} -> {dev['int8']:.2f} ({dev['change_points']:+.2f} "
+                   f"points), the same answer on {100 * dev['agreement']:.1f}%"
+                   + (f"; {dev['warning']}" if dev.get("warning") else ""))
+    else:
+        out.append("- int8 vs fp32 on dev: not measured (exported outside a run)")
+    if latency:
+        out.append(f"- latency fp32 {latency.get('fp32')} ms, int8 {latency.get('int8')} ms "
+                   f"(ONNX Runtime, batch 1, one thread, {int8['latency_tokens']} tokens, "
+                   "the machine that exported it)")
+    return out
 
 
 def write_card(directory: str | Path, metrics: Mapping[str, Any] | None = None,

@@ -7,7 +7,9 @@ An export directory (written by :mod:`nas.export`) holds
   architecture, the **resolved child graph** (:func:`nas.graph.to_json`), the label names,
   the model's input names and the tokenizer settings;
 * ``model.safetensors`` -- the child's weights under their graph names;
-* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime;
+* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime; int8 with
+  ``--quantize int8`` (``quantization`` in ``config.json``), and then the only model the
+  export answers with (:func:`load`'s ``auto``);
 * the tokenizer files (``tokenizer.json``, ``vocab.txt``...), when the export has one.
 
 This module rebuilds the network from the graph alone (``GraphNet(from_json(graph),
@@ -43,7 +45,11 @@ WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 #: The model card (:mod:`nas.model_card`): documentation, left out of the file list.
 CARD_FILE = "README.md"
-RUNTIMES = ("torch", "onnx")
+#: ``auto``: ``onnx`` for an int8 export (:func:`is_int8`), else ``torch``.
+RUNTIMES = ("auto", "torch", "onnx")
+#: config.json's record of an int8 ``model.onnx`` (``nas_quantization`` in a transformers
+#: config): :mod:`nas.quantize`.
+QUANTIZATION_KEY = "quantization"
 #: what ``text_input`` in config.json records: one text per example, or a pair
 TEXT_INPUTS = ("single", "pair")
 #: Examples per forward pass of :meth:`ExportedModel.predict` (one token length each).
@@ -347,6 +353,9 @@ class ExportedModel:
 
     @property
     def labels(self) -> list[str]:
+        if self.is_hf and self.runtime == "onnx":
+            n = len(self.config.get("id2label") or {}) or int(self.config.get("num_labels", 2))
+            return label_names(self.config) or [f"LABEL_{i}" for i in range(n)]
         if self.is_hf:  # transformers leaves default names out of config.json
             id2label = self.network.config.id2label
             return [id2label[k] for k in sorted(id2label, key=int)]
@@ -440,8 +449,12 @@ class ExportedModel:
         if self.runtime == "torch" and self.device.type != "cpu":
             feed = {k: v.to(self.device) for k, v in feed.items()}
         if self.runtime == "onnx":
-            names = [i.name for i in self.network.get_inputs()]
-            arrays = {n: feed[n].cpu().numpy().astype("int64") for n in names}
+            ids = feed["input_ids"]
+            # an input the caller's batch lacks is what the tokenizer means by leaving it
+            # out: no token types (zeros), nothing masked (ones)
+            arrays = {n: (feed[n] if n in feed else (torch.ones_like if n.startswith(
+                "attention_mask") else torch.zeros_like)(ids)).cpu().numpy().astype("int64")
+                for n in (i.name for i in self.network.get_inputs())}
             return torch.from_numpy(self.network.run(None, arrays)[0])
         with torch.no_grad():
             if self.is_hf:
@@ -608,9 +621,11 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
             for start in range(0, len(rows), batch_size)]
 
 
-def load(directory: str | Path, runtime: str = "torch", threads: int | None = None,
+def load(directory: str | Path, runtime: str = "auto", threads: int | None = None,
          device: str = "cpu") -> ExportedModel:
-    """Load an export directory with the ``torch`` (default) or ``onnx`` runtime.
+    """Load an export directory with the ``torch`` or ``onnx`` runtime; ``auto``
+    (default): ``onnx`` for an int8 export (whose ``model.safetensors`` holds the fp32
+    weights it was quantised from, never what it answers with), else ``torch``.
 
     ``threads`` sets the intra-op threads of either runtime (default: the library's own).
     On a shared machine one thread is often faster than several competing ones.
@@ -622,6 +637,10 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
 
     if runtime not in RUNTIMES:
         raise ExportError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime == "auto":
+        # an int8 export answers from the graph it ships, on the CPU
+        runtime = "onnx" if is_int8(directory) else "torch"
+        device = "cpu" if runtime == "onnx" else device
     where = resolve_device(device)
     if runtime == "onnx" and where.type != "cpu":
         raise ExportError(f"device {device}: the onnx runtime runs on the CPU here (no "
@@ -633,34 +652,42 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
     return loaded
 
 
-def _load(directory: str | Path, runtime: str, threads: int | None) -> ExportedModel:
-    """:func:`load` on the CPU."""
+def quantization(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The record of an int8 ``model.onnx`` in an export's config, ``None`` if fp32."""
+    record = config.get(QUANTIZATION_KEY if config.get("format") == FORMAT
+                        else f"nas_{QUANTIZATION_KEY}")
+    return record if isinstance(record, dict) else None
+
+
+def is_int8(directory: str | Path) -> bool:
+    """Whether the export in ``directory`` ships an int8 ``model.onnx``."""
+    return quantization(read_config(directory)) is not None
+
+
+def load_fp32(directory: str | Path) -> ExportedModel:
+    """The torch network of an export with its fp32 weights, int8 or not: what a
+    conversion re-exports (never what ``nas predict`` answers an int8 export with)."""
+    return _load(directory, "torch", None, fp32=True)
+
+
+def _load(directory: str | Path, runtime: str, threads: int | None, fp32: bool = False
+          ) -> ExportedModel:
+    """:func:`load` on the CPU; ``fp32``: an int8 export's fp32 weights (a conversion)."""
     if threads and runtime == "torch":
         torch.set_num_threads(int(threads))
     directory = Path(directory)
     config = read_config(directory)
     verify_files(directory, config)
+    if runtime == "torch" and not fp32 and quantization(config) is not None:
+        raise ExportError(f"{directory}: an int8 export answers from {ONNX_FILE}; use "
+                          f"--runtime onnx (or auto): {WEIGHTS_FILE} holds the fp32 weights "
+                          "it was quantised from, not the model it ships")
+    if runtime == "onnx":
+        return _checked(ExportedModel(directory, config, runtime,
+                                      _onnx_session(directory, threads)))
     if config.get("format") != FORMAT:  # a --format hf directory
-        if runtime == "onnx":
-            raise ExportError(f"{directory}: a transformers-format export has no {ONNX_FILE}; "
-                              "export with --format onnx")
         _check_hf_head(directory, config)
         return _checked(ExportedModel(directory, config, runtime, _load_hf(directory).eval()))
-    if runtime == "onnx":
-        path = directory / ONNX_FILE
-        if not path.is_file():
-            raise ExportError(f"{path}: missing; export with --format onnx to run on onnxruntime")
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = int(threads)
-        try:
-            session = ort.InferenceSession(str(path), options,
-                                           providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own untyped errors
-            raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
-        return _checked(ExportedModel(directory, config, runtime, session))
     network = build_network(config, str(directory / CONFIG_FILE))
     tables = _vocab_sizes(network.graph)
     if config.get("vocab_size") is not None and tables and config["vocab_size"] != tables[0]:
@@ -674,6 +701,22 @@ def _load(directory: str | Path, runtime: str, threads: int | None) -> ExportedM
     load_state(network, read_weights(path), str(path))
     check_runs(network, config["inputs"], str(directory / CONFIG_FILE))
     return _checked(ExportedModel(directory, config, runtime, network.eval()))
+
+
+def _onnx_session(directory: Path, threads: int | None) -> Any:
+    """An ONNX Runtime session of the export's ``model.onnx`` on the CPU."""
+    path = directory / ONNX_FILE
+    if not path.is_file():
+        raise ExportError(f"{path}: missing; export with --format onnx to run on onnxruntime")
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own untyped errors
+        raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
 
 
 def _checked(model: ExportedModel) -> ExportedModel:
@@ -793,8 +836,9 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
 
 def runtime_name(model: ExportedModel) -> str:
     """The name a timing of ``model`` is recorded under (:mod:`nas.timing`): what runs it
-    and in which precision (``torch-fp32``, ``onnx-fp32``)."""
-    return f"{model.runtime}-fp32"
+    and in which precision (``torch-fp32``, ``onnx-fp32``, ``onnx-int8``)."""
+    int8 = model.runtime == "onnx" and quantization(model.config) is not None
+    return f"{model.runtime}-{'int8' if int8 else 'fp32'}"
 
 
 def timed_callable(model: ExportedModel) -> Callable[[Mapping[str, torch.Tensor]], object]:
@@ -843,5 +887,5 @@ def benchmark_pair(model: ExportedModel, against: ExportedModel,
 
 
 __all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "benchmark_pair",
-           "build_network", "label_names", "length_batches", "load", "load_state",
-           "read_config", "runtime_name", "timed_callable"]
+           "build_network", "is_int8", "label_names", "length_batches", "load", "load_fp32",
+           "load_state", "quantization", "read_config", "runtime_name", "timed_callable"]

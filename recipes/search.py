@@ -48,6 +48,7 @@ from nas.device import table_rows
 from nas.distill.losses import kd_loss
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
+from nas.quantize import MAX_INT8_DROP, QUANTIZATIONS
 from nas.rundir import RunDir
 from nas.train import TrainSettings, loop_settings
 from recipes.common import (
@@ -170,6 +171,29 @@ class OneShot:
 
 
 @dataclass
+class FinalExport:
+    """How every final point is exported (``final.export``): ``format`` (default: the
+    method's: ``native``; compress: ``hf``), ``quantize: int8`` (with ``format: onnx``:
+    ONNX Runtime's dynamic int8 graph, :mod:`nas.quantize`, compared with fp32 on dev)
+    and ``max_int8_drop``, the dev points it may lose before its most sensitive layers
+    stay fp32."""
+
+    format: str | None = None
+    quantize: str | None = None
+    max_int8_drop: float = MAX_INT8_DROP
+
+    def __post_init__(self) -> None:
+        from nas.export import FORMATS
+
+        check_fields([("format", self.format in (None, *FORMATS), " or ".join(FORMATS)),
+                      ("quantize", self.quantize in (None, *QUANTIZATIONS)
+                       and (self.quantize is None or self.format == "onnx"),
+                       "int8, with format: onnx"),
+                      ("max_int8_drop", isinstance(self.max_int8_drop, int | float)
+                       and self.max_int8_drop >= 0, "a number of points >= 0")], self)
+
+
+@dataclass
 class FinalSettings:
     """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
     points of the front, spread along the first cost) or ``latency_ratios`` (per ratio
@@ -191,6 +215,7 @@ class FinalSettings:
     ratios: list = field(default_factory=list)
     seeds: int = 1
     train_examples: int | str | None = None
+    export: FinalExport = field(default_factory=FinalExport)
 
     def __post_init__(self) -> None:
         check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
@@ -861,8 +886,8 @@ class Search(Recipe[SearchConfig]):
                     for folder in ([ctx.run.path / "export"] if number == 0 else []) + [
                             ctx.run.path / "final" / tag / "export"]:
                         export(ctx.space, arch, folder, weights=evaluator.weights_path(arch),
-                               overwrite=True, fmt=self.export_format,
-                               **_export_keywords(ctx))
+                               overwrite=True, **_export_keywords(ctx),
+                               **self._format_keywords(ctx))
             split = ctx.report_split
             row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
                    "seeds": seeds, "split": split,
@@ -873,6 +898,20 @@ class Search(Recipe[SearchConfig]):
                 k: v for k, v in row.items() if k.startswith(split)})
             rows.append(row)
         return rows
+
+    def _format_keywords(self, ctx: SearchContext) -> dict[str, Any]:
+        """``final.export``: the format of every final point, and its int8 settings
+        (compared on dev, the report split untouched)."""
+        settings = ctx.cfg.final.export
+        if not settings.quantize:
+            return {"fmt": settings.format or self.export_format}
+        from nas.quantize import DevSet
+
+        dev = ctx.dev
+        return {"fmt": settings.format, "quantize": settings.quantize,
+                "max_int8_drop": float(settings.max_int8_drop),
+                "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
+                              list(dev.labels), ctx.metric)}
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:

@@ -148,6 +148,13 @@ def non_utf8_data(ctx: Ctx) -> list[str]:
             str(ctx.tmp / "data"), "--no-progress"]
 
 
+def int8_on_torch(ctx: Ctx) -> list[str]:
+    out = ctx.tmp / "int8"
+    assert main(["export", *TINY, "-o", str(out), "--format", "onnx", "--quantize",
+                 "int8"]) == 0
+    return ["predict", str(out), "a fine film", "--runtime", "torch"]
+
+
 def onnx_left_behind(ctx: Ctx) -> list[str]:
     out = ctx.export_copy("onnx")
     assert main(["export", *TINY, "-o", str(out), "--overwrite"]) == 0  # native now
@@ -387,6 +394,19 @@ CASES = {
     "export-tokenizer-deleted": Case(
         lambda ctx: ["predict", str(_without(ctx.export_copy(), "tokenizer.json", "vocab.txt")),
                      "a fine film"], 2, r"tokenizer\.json: missing \(the export lists it\)"),
+    # int8 exports: ONNX only, and the bound goes with the quantisation
+    "export-quantize-native": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "q"), "--quantize", "int8"], 2,
+        r"--quantize int8 needs --format onnx \(it quantises model\.onnx\), got --format "
+        r"native"),
+    "export-int8-drop-alone": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "q"), "--format", "onnx",
+                     "--max-int8-drop", "0.5"], 2, r"--max-int8-drop goes with --quantize int8"),
+    "predict-int8-on-torch": Case(int8_on_torch, 2, r"an int8 export answers from model\.onnx; "
+                                                    r"use --runtime onnx"),
+    "compress-final-int8-native": Case(
+        compress_with(final={"select": "best", "export": {"quantize": "int8"}}), 2,
+        r"final\.export: quantize must be int8, with format: onnx"),
     "export-old-onnx-refused": Case(
         lambda ctx: ["export", *TINY, "-o", str(ctx.export_copy("onnx"))], 2,
         r"holds a previous export; pass --overwrite"),

@@ -260,25 +260,24 @@ def test_hf_format_of_a_searched_family_is_remote_code(tmp_path):
     assert model.encode(["word " * 200])["input_ids"].shape[1] == 64
 
 
-def test_onnx_export_stores_the_weights_once(tmp_path):
+def test_onnx_export_keeps_its_weights_inside_the_file(tmp_path):
+    """Stock tools read the graph alone: quant_pre_process and ONNX Runtime's optimiser do
+    not follow external data into another format's file (model.safetensors)."""
     space = get_space("tinybert", num_hidden_layers=2)
     torch.manual_seed(0)
     child = build_child(space).eval()
     out = export(space, None, tmp_path / "onnx", fmt="onnx", model=child)
     assert all(p.stat().st_mode & 0o044 for p in out.iterdir())  # readable by others too
-    weights = (out / "model.safetensors").stat().st_size
-    graph = (out / "model.onnx").stat().st_size
-    assert graph < weights / 20, (graph, weights)  # the graph alone, not a second copy
     batch = batch_for(space, 2, 13)
     torch_logits = load(out, "torch")(batch)
     assert (load(out, "onnx")(batch) - torch_logits).abs().max() <= 1e-4
     import onnx
 
     proto = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    external = [t for t in proto.graph.initializer
+    assert not [t.name for t in proto.graph.initializer
                 if t.data_location == onnx.TensorProto.EXTERNAL]
-    assert external and {e.value for t in external for e in t.external_data
-                         if e.key == "location"} == {"model.safetensors"}
+    weights = (out / "model.safetensors").stat().st_size
+    assert (out / "model.onnx").stat().st_size > weights * 0.9  # the weights are in it
 
 
 def test_random_init_is_explicit_recorded_and_warned(tmp_path, capsys):

@@ -2,11 +2,11 @@
 
     nas export --space NAME [--arch A] [--weights CKPT|HF_DIR | --random-init] -o DIR
                [--format native|hf|onnx]
-    nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx]
-    nas predict DIR "text" ["second text"] [--runtime torch|onnx] [--json]
+    nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx] [--quantize int8]
+    nas predict DIR "text" ["second text"] [--runtime auto|torch|onnx] [--json]
     nas predict DIR --file texts.txt|data.csv [--text-column C] [--pair-column C2]
                 [--batch-size N] [--json]
-    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx]
+    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime auto|torch|onnx]
               [--against TEACHER_DIR] [--json]
 """
 
@@ -28,6 +28,7 @@ from nas.cli.common import (
     emit,
     non_negative_int,
     parse_space_config,
+    positive_float,
     positive_int,
     runtime_device,
 )
@@ -61,7 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="native (config.json + model.safetensors + the runtime as transformers "
                         "remote code), hf (stock transformers classes for the bert and "
                         "mobilebert families, remote code for the others) or onnx (native + "
-                        "model.onnx sharing the weights file)")
+                        "model.onnx, its weights inside; with --run, a stock transformers "
+                        "result gets model.onnx beside it)")
+    p.add_argument("--quantize", choices=("int8",),
+                   help="with --format onnx: model.onnx becomes ONNX Runtime's dynamic int8 "
+                        "graph (optimised where BERT-shaped, pre-processed, per-channel); "
+                        "with --run, compared with fp32 on dev and recorded")
+    p.add_argument("--max-int8-drop", type=positive_float, metavar="POINTS",
+                   help="with --run --quantize int8: the dev points the int8 model may lose "
+                        "before the most sensitive layers stay fp32 (default: the run's "
+                        "final.export.max_int8_drop, else 0.3)")
     p.add_argument("--labels", help="comma-separated label names (default: the checkpoint's, "
                                     "else LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
@@ -97,8 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, metavar="N",
                    help="texts per forward pass (default 64); each batch holds texts of one "
                         "token length, so answers do not depend on it")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="run with torch (default) or onnxruntime (an onnx export)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="run with torch or onnxruntime (an onnx export); auto (default): "
+                        "onnxruntime for an int8 export, which has no torch model, else torch")
     add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--threads", type=positive_int,
                    help="intra-op threads (default: the runtime's own)")
@@ -114,8 +125,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="tokens per example (at most the model's positions)")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="run with torch (default) or onnxruntime (an onnx export)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="run with torch or onnxruntime (an onnx export); auto (default): "
+                        "onnxruntime for an int8 export, which has no torch model, else torch")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per batch size")
     p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed runs per batch size")
     p.add_argument("--threads", type=positive_int,
@@ -151,6 +163,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     # a file in the way or a missing parent fails before any weights load; a folder
     # holding a previous export is nas.export.check_target's to judge (--overwrite)
     check_output(args.output, "dir")
+    from nas.quantize import check_quantize
+
+    check_quantize(args.quantize, args.format)
+    if args.max_int8_drop is not None and args.quantize is None:
+        raise NasError("--max-int8-drop goes with --quantize int8")
     if args.run is not None:
         return _export_run(args)
     doc = _arch_document(args.arch)
@@ -172,7 +189,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export(space, arch, args.output, weights=args.weights, fmt=args.format,
                  labels=labels, tokenizer=args.tokenizer,
                  max_length=args.max_length or info.get("max_length") or 128,
-                 task=info.get("task"), overwrite=args.overwrite, random_init=args.random_init)
+                 task=info.get("task"), overwrite=args.overwrite, random_init=args.random_init,
+                 quantize=args.quantize)
     files = sorted(p.name for p in out.iterdir())
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
                 "format": args.format, "files": files, "random_init": args.random_init},
@@ -192,20 +210,12 @@ def _export_run(args: argparse.Namespace) -> int:
         raise NasError(f"{clashing[0]} does not go with --run: the run records it")
     searched = Path(args.run) / "export"
     if args.trial is None and (searched / "config.json").is_file():
-        from nas.export import convert
-
-        out = Path(args.output) if args.output else Path(args.run) / "exports" / args.format
-        from nas.rundir import RunDir
-
-        convert(searched, out, args.format, overwrite=args.overwrite,
-                metrics=RunDir(args.run).load_json("metrics.json"))
-        files = sorted(p.name for p in out.iterdir())
-        emit(args, {"directory": str(out), "source": str(searched), "format": args.format,
-                    "files": files},
-             f"exported the run's searched model ({args.format}) to {out}: {', '.join(files)}")
-        return 0
+        return _convert_run(args, Path(args.run))
     from searchers.results import export_trial
 
+    if args.quantize:
+        raise NasError("--quantize goes with a run's result folders, not with --trial (a "
+                       "trial's weights are not the final retrain's); drop --trial")
     out, trial = export_trial(args.run, args.trial or "best", args.output, fmt=args.format,
                               overwrite=args.overwrite)
     files = sorted(p.name for p in out.iterdir())
@@ -214,6 +224,38 @@ def _export_run(args: argparse.Namespace) -> int:
                 "values": trial.values, "format": args.format, "files": files},
          f"exported trial {trial.number} (arch {arch_id}, values "
          f"{[round(v, 4) for v in trial.values]}) to {out}: {', '.join(files)}")
+    return 0
+
+
+def _convert_run(args: argparse.Namespace, run: Path) -> int:
+    """The run's searched model (``RUN/export``) and every final point
+    (``RUN/final/<tag>/export``) converted to ``--format`` (int8 with ``--quantize``,
+    compared with fp32 on the run's dev)."""
+    from nas.export import convert
+    from nas.quantize import run_dev, run_max_drop
+    from nas.rundir import RunDir
+
+    name = args.format + (f"-{args.quantize}" if args.quantize else "")
+    sources = [(run / "export", Path(args.output) if args.output else run / "exports" / name)]
+    sources += [(folder, folder.parent / "exports" / name)
+                for folder in sorted((run / "final").glob("*/export"))
+                if (folder / "config.json").is_file()]
+    metrics = RunDir(run).load_json("metrics.json")
+    keywords: dict[str, Any] = {}
+    if args.quantize:
+        keywords = {"quantize": args.quantize, "max_int8_drop": args.max_int8_drop
+                    if args.max_int8_drop is not None else run_max_drop(run)}
+    done = []
+    for src, out in sources:
+        dev = run_dev(run, src) if args.quantize else None
+        convert(src, out, args.format, overwrite=args.overwrite, metrics=metrics, dev=dev,
+                **keywords)
+        done.append({"directory": str(out), "source": str(src),
+                     "files": sorted(p.name for p in out.iterdir())})
+    emit(args, {**done[0], "format": args.format, "quantize": args.quantize,
+                "final": done[1:]},
+         "\n".join(f"exported {d['source']} ({name}) to {d['directory']}: "
+                   f"{', '.join(d['files'])}" for d in done))
     return 0
 
 

@@ -173,8 +173,9 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                    help="match the data's label names to the model's (e.g. "
                         "neg=negative,pos=positive); labels always match by name, never by "
                         "position")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="the runtime that runs the export")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="the runtime that runs the export; auto (default): onnxruntime for "
+                        "an int8 export, else torch")
     add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_evaluate)
