@@ -53,7 +53,6 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     mean_std,
     report_reference,
     run_study_stage,
@@ -156,10 +155,6 @@ class AdaBertConfig(MethodConfig):
         except NasError as err:
             raise ConfigError(f"space: {err}") from None
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
-    """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
-    return load_typed(path, AdaBert, overrides)
 
 
 # ------------------------------------------------------------------------- helpers
@@ -506,4 +501,4 @@ def _plots(run: RunDir) -> list[Path]:
     return [path]
 
 
-__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "load_config", "open_run"]
+__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "open_run"]

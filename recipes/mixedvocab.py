@@ -71,7 +71,6 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     seeded_subset,
 )
 
@@ -272,10 +271,6 @@ class MixedVocabConfig(MethodConfig):
             self.stage2.init = "random"
         self.student.build_space(vocab_size=1000)  # the shape's own checks, before any stage
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> MixedVocabConfig:
-    """A mixed-vocabulary experiment file's typed configuration."""
-    return load_typed(path, MixedVocab, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -689,4 +684,4 @@ class MixedVocab(Recipe[MixedVocabConfig]):
 
 
 
-__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData", "load_config"]
+__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData"]

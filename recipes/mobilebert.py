@@ -58,7 +58,7 @@ from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed, mean_std, report_reference
+from recipes.common import MethodConfig, Recipe, TaskContext, mean_std, report_reference
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -215,10 +215,6 @@ class MobileBertConfig(MethodConfig):
     def arm_space(self, arch: dict, num_labels: int) -> Any:
         return replace(self.student, arch={**self.student.arch, **arch}).build_space(num_labels)
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> MobileBertConfig:
-    """A MobileBERT experiment file's typed configuration (``method: mobilebert``)."""
-    return load_typed(path, MobileBert, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -511,4 +507,4 @@ def _search_parts(config: MobileBertConfig, options: Any, searcher: str) -> tupl
     return space, _search_evaluator(ctx, space, searcher)
 
 
-__all__ = ["TINY_CHOICES", "MobileBert", "MobileBertConfig", "load_config"]
+__all__ = ["TINY_CHOICES", "MobileBert", "MobileBertConfig"]

@@ -54,7 +54,6 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     mean_std,
     report_reference,
     run_study_stage,
@@ -387,10 +386,6 @@ def _parameters(factory: Any) -> set[str]:
         return {"**"}
     return {"**" if p.kind is p.VAR_KEYWORD else p.name for p in params}
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> SearchConfig:
-    """A generic search's typed configuration (``method: search``)."""
-    return load_typed(path, Search, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -1051,4 +1046,4 @@ def _one_shot_options(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> dic
     return {k: v for k, v in pool.items() if k in accepts or "**" in accepts}
 
 
-__all__ = ["Search", "SearchConfig", "load_config", "select_trials"]
+__all__ = ["Search", "SearchConfig", "select_trials"]

@@ -55,7 +55,7 @@ from nas.distill.tinybert import GeneralSettings, general_distillation, initial_
 from nas.methods import register_method
 from nas.seeding import seed_stage
 from nas.train import TrainSettings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed
+from recipes.common import MethodConfig, Recipe, TaskContext
 
 log = logging.getLogger("nas.tinybert")
 
@@ -142,10 +142,6 @@ class TinyBertConfig(MethodConfig):
                        " or ".join(LAYER_MAPPINGS))], self)
         self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
-    """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
-    return load_typed(path, TinyBert, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -371,4 +367,4 @@ class TinyBert(Recipe[TinyBertConfig]):
         return lines, []
 
 
-__all__ = ["TinyBert", "TinyBertConfig", "load_config"]
+__all__ = ["TinyBert", "TinyBertConfig"]
