@@ -57,7 +57,6 @@ from recipes.common import (
     mean_std,
     report_reference,
     run_study_stage,
-    worker_options,
 )
 
 log = logging.getLogger("nas.search")
@@ -739,7 +738,6 @@ class Search(Recipe[SearchConfig]):
         """The study: each proposal scored on the held-out part by the evaluator.
         ``factory``, ``queue`` and ``settings``: a method's own picks run as the study's
         trials (:func:`recipes.common.run_study_stage`), with the study's settings."""
-        from functools import partial
 
         from searchers.loop import StudyOptions
 
@@ -759,10 +757,10 @@ class Search(Recipe[SearchConfig]):
                 ctx.run.log("latency_model", note=message)
             self.latency_notes.clear()
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
-                                evaluator=_study_evaluator(ctx, factory or name),
+                                evaluator=_study_objective(ctx, factory or name)[1],
                                 settings=settings, default_trials=settings.n_trials,
-                                parts=partial(_study_parts, cfg, ctx.options, name,
-                                              type(ctx)), factory=factory, queue=queue)
+                                parts=ctx.worker_parts(_study_objective, name),
+                                factory=factory, queue=queue)
         ctx.seconds["search"] = found.seconds
         if not found.trials:
             raise NasError(f"the {name} search finished no trial (see nas report "
@@ -816,9 +814,6 @@ class Search(Recipe[SearchConfig]):
         """Each chosen architecture retrained on the whole training subset (or what
         ``final.train_examples`` says) with ``final.seeds`` seeds, scored on dev and the
         report split, and exported."""
-        from evaluators.base import run_evaluation
-        from evaluators.retrain import report_row
-        from nas.export import export
         from nas.teacher import metric_score
 
         cfg, rows = ctx.cfg, []
@@ -835,19 +830,11 @@ class Search(Recipe[SearchConfig]):
                     final_name, final_settings, data=ctx.final_train(), val_batches=None,
                     test=True, workdir=ctx.run.path / "final" / tag / f"seed{s}",
                     seed=cfg.seed + s, stage=f"final:{s}")
-                result = run_evaluation(evaluator, arch)
-                if not result.ok:
-                    raise NasError(f"the final retrain of {tag} ({arch.id}) {result.status}: "
-                                   f"{result.reason}")
-                seeds.append({**report_row(tag, arch, result, ctx.report_split),
-                              "seed": cfg.seed + s})
-                if s == 0:
-                    ctx.stage(5, "export of %s", tag)
-                    for folder in ([ctx.run.path / "export"] if number == 0 else []) + [
-                            ctx.run.path / "final" / tag / "export"]:
-                        export(ctx.space, arch, folder, weights=evaluator.weights_path(arch),
-                               overwrite=True, fmt=self.export_format,
-                               **_export_keywords(ctx))
+                folders = (["export"] if number == 0 else []) + [f"final/{tag}/export"]
+                seeds.append(ctx.finish(
+                    tag, ctx.space, arch, evaluator=evaluator, stage=5,
+                    what=f"the final retrain of {tag}", extra={"seed": cfg.seed + s},
+                    exports={f: self.export_format for f in folders} if s == 0 else {}))
             split = ctx.report_split
             row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
                    "seeds": seeds, "split": split,
@@ -920,11 +907,6 @@ def _candidate_lines(candidates: list[Mapping[str, Any]], shown: int = 10) -> li
     return lines
 
 
-def _export_keywords(ctx: SearchContext) -> dict[str, Any]:
-    info = ctx.export_info()
-    return {k: info[k] for k in ("labels", "tokenizer", "max_length", "task")}
-
-
 def select_trials(study: Any, trials: list[Any], final: FinalSettings,
                   teacher_ms: float | None = None) -> list[Any]:
     """The trials ``final`` retrains (see :class:`FinalSettings`), in a stable order."""
@@ -956,9 +938,9 @@ def select_trials(study: Any, trials: list[Any], final: FinalSettings,
     return chosen
 
 
-def _study_evaluator(ctx: SearchContext, searcher: Any) -> Any:
-    """The study's evaluator: the configured one on the held-out part, with the cost
-    objectives the file asks for."""
+def _study_objective(ctx: SearchContext, searcher: Any) -> tuple[Any, Any]:
+    """The study's space and evaluator: the configured evaluator on the held-out part,
+    with the cost objectives the file asks for."""
     from searchers.loop import study_evaluator
 
     cfg = ctx.cfg
@@ -966,21 +948,10 @@ def _study_evaluator(ctx: SearchContext, searcher: Any) -> Any:
                           val_batches=list(ctx.batches(ctx.search_val, ctx.eval_batch_size)),
                           test=False, workdir=ctx.run.path / "trial_weights", seed=cfg.seed,
                           stage="trials")
-    return study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
-                           seq_len=ctx.max_seq_len, latency_fn=ctx.study_latency_fn())
+    return ctx.space, study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
+                                      seq_len=ctx.max_seq_len,
+                                      latency_fn=ctx.study_latency_fn())
 
-
-def _study_parts(config: SearchConfig, options: RunOptions, searcher: str,
-                 context: type[SearchContext] = SearchContext) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): the plug-ins imported
-    again, stages 1–2 (and the method's own preparation) from the caches, in the run
-    folder the first process holds."""
-    from nas.plugins import import_plugins
-
-    import_plugins(config.plugins)
-    options = worker_options(options)
-    ctx = context(config, RunDir(options.run_dir), options).prepare()
-    return ctx.space, _study_evaluator(ctx, searcher)
 
 
 def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
