@@ -14,8 +14,10 @@ in order. :meth:`Recipe.run` does the rest the same way for every method::
       -> metrics.json (merged with what is on disk), log "done"
 
 What goes where: task data and batches live in :class:`TaskContext`; a stage that scores
-several architectures uses :func:`run_study_stage`; evaluators are built from the
-context's :meth:`TaskContext.scoring_data`.
+several architectures uses :func:`run_study_stage`, its worker processes
+:meth:`TaskContext.worker_parts` with the method's one study objective; an evaluator by
+name is :meth:`TaskContext.build_evaluator`; the end of a model's part of the run (score,
+row, export, record) is :meth:`TaskContext.finish`.
 """
 
 from __future__ import annotations
@@ -446,6 +448,26 @@ class TaskContext(Generic[ConfigT]):
 
         return FullTrainingData(**self.scoring_fields(val_batches),
                                 test_batches=self.report_batches_or_none())
+
+    def build_evaluator(self, name: str, settings: Mapping[str, Any] | None,
+                        parts: Mapping[str, Any], *, val_batches: list[Any] | None = None,
+                        test: bool = False) -> Any:
+        """The registered evaluator ``name`` with its ``settings``, scored on dev (or
+        ``val_batches``) and, with ``test``, on the report split. It gets the parts it asks
+        for (:meth:`evaluators.base.Evaluator.parts`) from ``parts`` (what the method can
+        give: a space, training batches, a loss...) and from the run (``latency_repeats``,
+        ``progress``, ``test_batches``); a part it needs and nobody gave is refused in one
+        line (:func:`evaluators.build.build_evaluator`)."""
+        from evaluators.base import EVALUATORS, FullTrainingData
+        from evaluators.build import build_evaluator
+
+        required, optional = EVALUATORS.get(name).parts()
+        test_batches = self.report_batches_or_none() if test else None
+        pool = {"latency_repeats": self.latency_repeats, "progress": self.progress,
+                "test_batches": test_batches, **parts}
+        given = {p: pool[p] for p in (*required, *optional) if p in pool}
+        scoring = FullTrainingData(**self.scoring_fields(val_batches), test_batches=test_batches)
+        return build_evaluator(name, settings, scoring, **given)
 
     def report_batches_or_none(self) -> list[Any] | None:
         """The report split's batches, or ``None`` when it is dev (scored once only)."""

@@ -129,25 +129,18 @@ class SearchContext(TaskContext[SearchConfig]):
         """The registered evaluator ``name`` built with the parts it asks for; one this
         recipe cannot give (a warm-up supernet, a teacher fit layer...) is refused in
         one line."""
-        from evaluators.base import EVALUATORS, FullTrainingData
-        from evaluators.build import build_evaluator
+        from evaluators.base import EVALUATORS
 
-        cls = EVALUATORS.get(name)
         check_evaluator(name, self.space.name, self.cfg.provided_parts)
-        required, optional = cls.parts()
+        required, optional = EVALUATORS.get(name).parts()
         given, train = evaluator_settings(name, settings, self.cfg.retrain)
         wanted = {*required, *optional}
         pool: dict[str, Any] = {
             "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
-            "latency_repeats": self.cfg.latency_repeats, "progress": self.progress,
-            "test_batches": self.report_batches_or_none() if test else None,
             **(self.distillation(data, train, stage) if wanted & {"loss", "logits_loss"}
                else {}),
             **self.evaluator_parts(wanted)}
-        parts = {p: pool[p] for p in (*required, *optional) if p in pool}
-        scoring = FullTrainingData(**self.scoring_fields(val_batches),
-                                   test_batches=pool["test_batches"])
-        return build_evaluator(name, given, scoring, **parts)
+        return self.build_evaluator(name, given, pool, val_batches=val_batches, test=test)
 
 
 __all__ = ["SearchContext"]
