@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nas.recipe")
 
 DEV_SUBSETS = ("head", "seeded")
+#: what every export of a run records (:meth:`TaskContext.export_keywords`)
+EXPORT_KEYWORDS = frozenset({"labels", "tokenizer", "max_length", "task"})
 
 
 # ---------------------------------------------------------------------------- config
@@ -528,14 +530,18 @@ class TaskContext(Generic[ConfigT]):
         return report_row(tag, arch, result, self.report_split)
 
     def export_model(self, space: Any, arch: Any, folder: str | Path, *, fmt: str = "native",
-                     model: GraphNet | None = None, weights: Any = None) -> Path:
+                     model: GraphNet | None = None, weights: Any = None,
+                     **keywords: Any) -> Path:
         """Export ``arch`` of ``space`` (a trained ``model``, or ``weights``) into
         ``folder`` (relative: inside the run folder) as ``fmt``, with the run's labels,
-        tokenizer, length and task; one place for every method's export."""
+        tokenizer, length and task (``keywords`` replace or add to them: a student's own
+        vocabulary, a tagging head); one place for every method's export."""
         from nas.export import export
 
+        if not EXPORT_KEYWORDS <= set(keywords):  # a context without a teacher gives all four
+            keywords = {**self.export_keywords(), **keywords}
         return export(space, arch if arch else None, self.run.path / folder, model=model,
-                      weights=weights, fmt=fmt, overwrite=True, **self.export_keywords())
+                      weights=weights, fmt=fmt, overwrite=True, **keywords)
 
     def finish(self, tag: str, space: Any, arch: Any, *, model: GraphNet | None = None,
                evaluator: Any = None, what: str = "the retrain",

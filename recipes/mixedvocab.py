@@ -596,7 +596,6 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         """Stage 7: the student and the teacher on dev (and the report split), their
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
-        from nas.export import export
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
         ctx.stage(7, "evaluation on %s", ctx.evaluated_splits)
@@ -635,9 +634,9 @@ class MixedVocab(Recipe[MixedVocabConfig]):
                         "latency_tokens": int(inputs[1]["input_ids"].shape[1])})
         ctx.stage(8, "export (native + onnx, with the student vocabulary)")
         labels, head = mv.export_labels(ctx.train)
-        export(space, None, run.path / "export", model=student, fmt="onnx", labels=labels,
-               tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=ctx.task,
-               overwrite=True, head=head)
+        ctx.export_model(space, None, "export", fmt="onnx", model=student, labels=labels,
+                         tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len,
+                         task=ctx.task, head=head)
         run.save_json("student.json", row)
         run.log("student", dev=row["dev"], params=row["params"], teacher_dev=t_row["dev"])
         return row
