@@ -183,7 +183,7 @@ def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | N
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
     file). ``settings``: the keys of ``method: search``'s configuration, as an experiment
     file writes them, which the signature lists with their defaults
-    (``recipes.search.SearchConfig``: ``plugins``, ``searcher``, ``evaluator``,
+    (``recipes.search_config.SearchConfig``: ``plugins``, ``searcher``, ``evaluator``,
     ``objectives``, ``constraints``, ``n_trials``, ``final``, ``retrain``, ``one_shot``,
     ``data``, ``seed``, ``teacher``, ``workers``, ``storage``, ``timeout``, ``device``,
     ``precision``...; docs/search.md), checked by that class as a file is (an unknown

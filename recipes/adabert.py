@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_row
+from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
 from nas.config import ConfigError, check_fields
@@ -53,11 +53,9 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     mean_std,
     report_reference,
     run_study_stage,
-    worker_options,
 )
 from searchers.loop import StudySettings
 
@@ -156,10 +154,6 @@ class AdaBertConfig(MethodConfig):
         except NasError as err:
             raise ConfigError(f"space: {err}") from None
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
-    """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
-    return load_typed(path, AdaBert, overrides)
 
 
 # ------------------------------------------------------------------------- helpers
@@ -392,24 +386,14 @@ class AdaBert(Recipe[AdaBertConfig]):
 
     # -- stages 4 and 5 --------------------------------------------------------------
     def retrain_and_export(self, ctx: AdaBertContext, arch: Architecture) -> dict[str, Any]:
-        from evaluators.base import run_evaluation
-        from nas.export import export
-
         searched = ctx.run.load_json("searched.json")
         if searched is not None and (ctx.run.path / "export" / "config.json").is_file():
             return searched
         ctx.stage(4, "retrain the derived architecture")
-        evaluator = ctx.retrain_evaluator()
-        result = run_evaluation(evaluator, arch)
-        if not result.ok:
-            raise NasError(f"the retrain of the derived architecture {arch.id} "
-                           f"{result.status}: {result.reason}")
-        searched = report_row("searched", arch, result, ctx.report_split)
+        searched = ctx.finish("searched", ctx.space, arch, evaluator=ctx.retrain_evaluator(),
+                              what="the retrain of the derived architecture", stage=5,
+                              record="searched.json")
         ctx.run.log("retrained", **searched)
-        ctx.stage(5, "export")
-        export(ctx.space, arch, ctx.run.path / "export", weights=evaluator.weights_path(arch),
-               overwrite=True, **ctx.export_info())
-        ctx.run.save_json("searched.json", searched)
         return searched
 
     def multi_trial(self, ctx: AdaBertContext, name: str) -> dict[str, Any]:
@@ -417,18 +401,17 @@ class AdaBert(Recipe[AdaBertConfig]):
         baseline, LaNAS, TPE, NSGA-II or GP, each candidate scored by the same retrain
         (scalarised with ``multi_trial.targets``, or with ``extra_objectives`` as more
         objectives); ``multi_trial.n_trials`` (default 3) trials."""
-        from functools import partial
 
         from nas.teacher import metric_score
 
         ctx.stage(3, "%s search, each candidate retrained (stages 3-4)", name)
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
-                                evaluator=_study_evaluator(ctx, name),
+                                evaluator=_study_objective(ctx, name)[1],
                                 settings=ctx.cfg.multi_trial, default_trials=3,
-                                parts=partial(_study_parts, ctx.cfg, ctx.options, name))
-        runs = [report_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
-                           SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
-                                           costs=t.user_attrs["costs"]), ctx.report_split)
+                                parts=ctx.worker_parts(_study_objective, name))
+        runs = [ctx.result_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
+                               SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
+                                               costs=t.user_attrs["costs"]))
                 for t in found.trials]
         outcome = {t.number: t.user_attrs.get("outcome") for t in found.study.trials}
         summary = {"study": found.spec.study_name, "n_trials": found.spec.n_trials,
@@ -448,19 +431,13 @@ class AdaBert(Recipe[AdaBertConfig]):
         return lines, _plots(run) + pictures
 
 
-def _study_evaluator(ctx: AdaBertContext, searcher: str) -> Any:
+def _study_objective(ctx: AdaBertContext, searcher: str) -> tuple[Any, Any]:
+    """The multi-trial study's space and evaluator: each candidate retrained."""
     from searchers.loop import study_evaluator
 
-    return study_evaluator(ctx.retrain_evaluator(), ctx.space, ctx.cfg.multi_trial, searcher,
-                           seq_len=ctx.max_seq_len)
+    return ctx.space, study_evaluator(ctx.retrain_evaluator(), ctx.space, ctx.cfg.multi_trial,
+                                      searcher, seq_len=ctx.max_seq_len)
 
-
-def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
-    caches, in the run folder the first process holds (read-only here)."""
-    options = worker_options(options)
-    ctx = AdaBertContext(config, RunDir(options.run_dir), options).prepare()
-    return ctx.space, _study_evaluator(ctx, searcher)
 
 
 # -------------------------------------------------------------------------- report
@@ -506,4 +483,4 @@ def _plots(run: RunDir) -> list[Path]:
     return [path]
 
 
-__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "load_config", "open_run"]
+__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "open_run"]

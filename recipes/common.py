@@ -14,8 +14,10 @@ in order. :meth:`Recipe.run` does the rest the same way for every method::
       -> metrics.json (merged with what is on disk), log "done"
 
 What goes where: task data and batches live in :class:`TaskContext`; a stage that scores
-several architectures uses :func:`run_study_stage`; evaluators are built from the
-context's :meth:`TaskContext.scoring_data`.
+several architectures uses :func:`run_study_stage`, its worker processes
+:meth:`TaskContext.worker_parts` with the method's one study objective; an evaluator by
+name is :meth:`TaskContext.build_evaluator`; the end of a model's part of the run (score,
+row, export, record) is :meth:`TaskContext.finish`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -47,9 +49,14 @@ from nas.seeding import (
 )
 from nas.teacher import FinetuneConfig
 
+if TYPE_CHECKING:
+    from nas.network import GraphNet
+
 log = logging.getLogger("nas.recipe")
 
 DEV_SUBSETS = ("head", "seeded")
+#: what every export of a run records (:meth:`TaskContext.export_keywords`)
+EXPORT_KEYWORDS = frozenset({"labels", "tokenizer", "max_length", "task"})
 
 
 # ---------------------------------------------------------------------------- config
@@ -373,6 +380,13 @@ class TaskContext(Generic[ConfigT]):
         self.run.remove_checkpoint(stage)
         return result
 
+    def worker_parts(self, objective: StudyObjective, *args: Any) -> Callable[[], tuple[Any, Any]]:
+        """What :func:`run_study_stage` hands a worker process (``parts``): it prepares
+        this method's context there and calls ``objective(ctx, *args)``."""
+        from functools import partial
+
+        return partial(worker_parts, type(self), self.cfg, self.options, objective, *args)
+
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
         """Record the wall time of a block in ``metrics.json``'s ``wall_seconds``."""
@@ -473,14 +487,142 @@ class TaskContext(Generic[ConfigT]):
         return FullTrainingData(**self.scoring_fields(val_batches),
                                 test_batches=self.report_batches_or_none())
 
+    def build_evaluator(self, name: str, settings: Mapping[str, Any] | None,
+                        parts: Mapping[str, Any], *, val_batches: list[Any] | None = None,
+                        test: bool = False) -> Any:
+        """The registered evaluator ``name`` with its ``settings``, scored on dev (or
+        ``val_batches``) and, with ``test``, on the report split. It gets the parts it asks
+        for (:meth:`evaluators.base.Evaluator.parts`) from ``parts`` (what the method can
+        give: a space, training batches, a loss...) and from the run (``latency_repeats``,
+        ``progress``, ``test_batches``); a part it needs and nobody gave is refused in one
+        line (:func:`evaluators.build.build_evaluator`)."""
+        from evaluators.base import EVALUATORS, FullTrainingData
+        from evaluators.build import build_evaluator
+
+        required, optional = EVALUATORS.get(name).parts()
+        test_batches = self.report_batches_or_none() if test else None
+        pool = {"latency_repeats": self.latency_repeats, "progress": self.progress,
+                "test_batches": test_batches, **parts}
+        given = {p: pool[p] for p in (*required, *optional) if p in pool}
+        scoring = FullTrainingData(**self.scoring_fields(val_batches), test_batches=test_batches)
+        return build_evaluator(name, settings, scoring, **given)
+
     def report_batches_or_none(self) -> list[Any] | None:
         """The report split's batches, or ``None`` when it is dev (scored once only)."""
         return self.report_batches if self.report_split != "dev" else None
 
-    def export_info(self) -> dict[str, Any]:
-        """What an export of this run records: labels, tokenizer, length, task."""
+    def export_keywords(self) -> dict[str, Any]:
+        """What an export of this run records: labels, tokenizer, length, task (the
+        keywords :meth:`export_model` gives :func:`nas.export.export`)."""
         return {"labels": list(self.train.label_names), "tokenizer": self.teacher.model_dir,
                 "max_length": self.max_seq_len, "task": self.task}
+
+    def export_info(self) -> dict[str, Any]:
+        """What a study records for ``nas export --run`` (a context adds how it rebuilds
+        its space)."""
+        return self.export_keywords()
+
+    # -- the end of a run: the model's score, its row, its export and its record --------
+    def score_model(self, space: Any, arch: Any, model: torch.nn.Module) -> dict[str, Any]:
+        """A trained model's row of ``metrics.json``: ``dev`` and report-split metrics,
+        parameters and FLOPs from the cost model at the run's length, batch-1 and batch-32
+        latency at the report split's median length (:mod:`nas.measure`), the same for
+        every method so that ``nas report`` compares like with like."""
+        from nas.architecture import Architecture
+        from nas.cost import count_costs, measure_latency
+        from nas.evaluate import classify
+
+        arch = arch if arch is not None else Architecture({}, space.name)
+        model.eval()
+        counted = count_costs(space, arch if len(arch) else None, self.max_seq_len)
+        row: dict[str, Any] = {
+            "arch": dict(arch), "arch_id": arch.id, "space": space.name,
+            "dev": classify(model, self.dev_batches, self.dev.metric),
+            "params": counted.params, "flops": counted.flops, "seq_len": counted.seq_len,
+            "latency": {f"batch{bs}": measure_latency(model, batch,
+                                                      repeats=self.latency_repeats).to_dict()
+                        for bs, batch in self.latency_batches.items()},
+        }
+        if self.report_split != "dev":
+            row[self.report_split] = classify(model, self.report_batches, self.dev.metric)
+        return row
+
+    def evaluate(self, evaluator: Any, arch: Any, what: str) -> Any:
+        """``evaluator``'s :class:`~evaluators.base.EvalResult` for ``arch``; a failed or
+        pruned one stops the run in one line naming ``what`` was scored."""
+        from evaluators.base import run_evaluation
+        from nas.errors import NasError
+
+        result = run_evaluation(evaluator, arch)
+        if not result.ok:
+            raise NasError(f"{what} ({arch.id}) {result.status}: {result.reason}")
+        return result
+
+    def result_row(self, tag: str, arch: Any, result: Any) -> dict[str, Any]:
+        """An evaluator's result (or a study trial's stored metrics and costs) as a row of
+        ``metrics.json`` (:func:`evaluators.retrain.report_row`)."""
+        from evaluators.retrain import report_row
+
+        return report_row(tag, arch, result, self.report_split)
+
+    def export_model(self, space: Any, arch: Any, folder: str | Path, *, fmt: str = "native",
+                     model: GraphNet | None = None, weights: Any = None,
+                     **keywords: Any) -> Path:
+        """Export ``arch`` of ``space`` (a trained ``model``, or ``weights``) into
+        ``folder`` (relative: inside the run folder) as ``fmt``, with the run's labels,
+        tokenizer, length and task (``keywords`` replace or add to them: a student's own
+        vocabulary, a tagging head); one place for every method's export."""
+        from nas.export import export
+
+        if not EXPORT_KEYWORDS <= set(keywords):  # a context without a teacher gives all four
+            keywords = {**self.export_keywords(), **keywords}
+        return export(space, arch if arch else None, self.run.path / folder, model=model,
+                      weights=weights, fmt=fmt, overwrite=True, **keywords)
+
+    def format_keywords(self, fmt: str) -> dict[str, Any]:
+        """The export format of a folder the method exports as ``fmt``, and its int8
+        settings, as the file's ``final.export`` sets them (methods search and compress:
+        ``format``, ``quantize: int8`` compared with fp32 on dev, the report split
+        untouched, and ``max_int8_drop``); ``fmt`` alone for a method without it."""
+        final = getattr(getattr(self.cfg, "final", None), "export", None)
+        if final is None or not final.quantize:
+            return {"fmt": getattr(final, "format", None) or fmt}
+        from nas.quantize import DevSet
+
+        dev = self.dev
+        return {"fmt": final.format, "quantize": final.quantize,
+                "max_int8_drop": float(final.max_int8_drop),
+                "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
+                              list(dev.labels), self.metric)}
+
+    def finish(self, tag: str, space: Any, arch: Any, *, model: GraphNet | None = None,
+               evaluator: Any = None, what: str = "the retrain",
+               exports: Mapping[str, str] | None = None, stage: int | None = None,
+               extra: Mapping[str, Any] | None = None, record: str | None = None
+               ) -> dict[str, Any]:
+        """The end of a model's part of the run, the same for every method: score it (a
+        trained ``model`` by :meth:`score_model`, or ``arch`` by ``evaluator``, which
+        trains it), make its row (``tag``, with ``extra``), export it into each
+        ``folder → format`` of ``exports`` (default ``export`` as ``native``; ``stage``
+        numbers the log line) and save the row as ``record`` in the run folder.
+        Returns the row."""
+        weights = None
+        if model is not None:
+            row = {"tag": tag, **self.score_model(space, arch, model)}
+        else:
+            row = self.result_row(tag, arch, self.evaluate(evaluator, arch, what))
+            weights = evaluator.weights_path(arch)
+        row.update(extra or {})
+        exports = {"export": "native"} if exports is None else exports
+        if exports and stage is not None:
+            self.stage(stage, "export of %s (%s)", tag, ", ".join(dict.fromkeys(
+                exports.values())))
+        for folder, fmt in exports.items():
+            self.export_model(space, arch, folder, model=model, weights=weights,
+                              **self.format_keywords(fmt))
+        if record is not None:
+            self.run.save_json(record, row)
+        return row
 
     def evaluation(self) -> dict[str, Any]:
         """``metrics.json``'s ``evaluation``: the report split, its files and size, the
@@ -658,8 +800,8 @@ class Recipe(Method, Generic[ConfigT]):
         raise NotImplementedError
 
 
-#: The folders a run exports its searched model into (``nas.distill.task.export_student``
-#: writes the second; the model cards of both carry the run's metrics).
+#: The folders a run exports its searched model into (:meth:`TaskContext.finish` with
+#: ``hf`` as the second's format; the model cards of both carry the run's metrics).
 RESULT_FOLDERS = ("export", "export_hf")
 
 
@@ -750,9 +892,28 @@ def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: A
                       seconds=round(time.time() - t0, 1))
 
 
-def worker_options(options: RunOptions) -> RunOptions:
-    """A worker process's options: no progress bars, the first process's run folder."""
-    return replace(options, progress=False)
+#: A method's study objective: ``objective(ctx, *args) -> (space, evaluator)``, the space a
+#: study searches and the evaluator that scores its trials
+#: (:func:`searchers.loop.study_evaluator`)
+StudyObjective = Callable[..., tuple[Any, Any]]
+
+
+def worker_parts(context_class: type[TaskContext[Any]], config: MethodConfig,
+                 options: RunOptions, objective: StudyObjective, *args: Any
+                 ) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``), for every method: the
+    experiment's plug-ins imported again, stages 1–2 and the method's own preparation from
+    the caches, in the run folder the first process holds (read-only here, no progress
+    bars), then the method's study ``objective(ctx, *args)``, as the first process built
+    its own. Built by :meth:`TaskContext.worker_parts` (picklable: module-level parts)."""
+    plugins = getattr(config, "plugins", None)
+    if plugins:
+        from nas.plugins import import_plugins
+
+        import_plugins(plugins)
+    options = replace(options, progress=False)
+    ctx = context_class(config, RunDir(options.run_dir), options).prepare()
+    return objective(ctx, *args)
 
 
 def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -779,4 +940,4 @@ def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",
            "load_typed", "mean_std", "report_reference", "run_study_stage",
-           "seeded_subset", "snapshot", "worker_options"]
+           "seeded_subset", "snapshot", "worker_parts"]

@@ -51,15 +51,15 @@ import numpy as np
 from nas.config import ConfigError, check_fields
 from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
-from recipes.search import (
+from recipes.search import Search
+from recipes.search_config import (
     PROVIDED_PARTS,
     SEARCHER_PARTS,
     EvaluatorChoice,
     FinalSettings,
-    Search,
     SearchConfig,
-    SearchContext,
 )
+from recipes.search_context import SearchContext
 from searchers.knapsack import KnapsackSettings
 
 #: the space this method searches

@@ -53,7 +53,6 @@ import numpy as np
 from nas.architecture import load_for_space
 from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill.warmup import WarmupSettings
-from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
@@ -64,7 +63,6 @@ from recipes.common import (
     TaskContext,
     mean_std,
     seeded_subset,
-    worker_options,
 )
 from searchers.loop import StudySettings
 from searchers.sampled_supernet import SHAPE_KINDS  # N and r: stage 2 fixes, stage 3 searches
@@ -486,11 +484,9 @@ class EfficientBert(Recipe[EfficientBertConfig]):
                      searcher: str) -> dict[str, Any] | None:
         """Stage 1 (everything) or stage 2 (N and r fixed from ``current``) as a study of
         the multi-trial loop, each candidate scored by the ``warmup-kd`` proxy."""
-        from functools import partial
 
         from nas.space import fix_choices
         from recipes.common import run_study_stage
-        from searchers.loop import study_evaluator
         from searchers.report import outcome
         from searchers.results import best_trial
 
@@ -514,11 +510,10 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         log.info("%s: %s search of %d choices (%s fixed), budget %.2fM params", name, searcher,
                  sum(len(c) > 1 for c in space.choices()), len(fixed) or "none",
                  ctx.budget / 1e6)
-        evaluator = study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
-                                    seq_len=ctx.max_seq_len)
+        space, evaluator = _study_objective(ctx, searcher, settings, fixed, warm)
         stage = run_study_stage(
             ctx, searcher=searcher, space=space, evaluator=evaluator, settings=settings,
-            parts=partial(_study_parts, ctx.cfg, ctx.options, searcher, settings, fixed),
+            parts=ctx.worker_parts(_study_objective, searcher, settings, fixed),
             name=f"{ctx.cfg.name}-{name}", run_dir=folder, seed=stage_seed(ctx.seed, name),
             default_trials=settings.n_trials or 16, resume=(folder / "study.json").is_file())
         best = best_trial(stage.study)
@@ -579,21 +574,15 @@ class EfficientBert(Recipe[EfficientBertConfig]):
             "candidates": rows, "seconds": round(time.time() - t0, 1)}, "candidates")
 
     # -- retrain, evaluation, export ---------------------------------------------------
-    def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str
-                ) -> tuple[dict[str, Any], Any]:
-        from evaluators.base import run_evaluation
-        from evaluators.retrain import report_row
-
-        evaluator = ctx.retrain_evaluator(warm)
-        result = run_evaluation(evaluator, arch)
-        if not result.ok:
-            raise NasError(f"the retrain of {tag} {arch.id} {result.status}: {result.reason}")
-        return report_row(tag, arch, result, ctx.report_split), evaluator
+    def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str,
+                exports: dict[str, str] | None = None) -> dict[str, Any]:
+        """``arch`` retrained with the full distillation and scored (and exported into
+        ``exports``: none unless given)."""
+        return ctx.finish(tag, ctx.space, arch, evaluator=ctx.retrain_evaluator(warm),
+                          what=f"the retrain of {tag}", exports=exports or {})
 
     def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any,
                            tag: str = "searched") -> dict[str, Any]:
-        from nas.export import export
-
         run = ctx.run
         searched = run.load_json("searched.json")
         if searched is not None and (run.path / "export" / "config.json").is_file():
@@ -601,10 +590,8 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         t0 = time.time()
         log.info("retrain: %s with the full distillation, then %s", arch.id,
                  ctx.evaluated_splits)
-        searched, evaluator = self.retrain(ctx, warm, arch, tag)
         log.info("export: native and ONNX")
-        export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
-               fmt="onnx", overwrite=True, **ctx.export_info())
+        searched = self.retrain(ctx, warm, arch, tag, exports={"export": "onnx"})
         space_config = {k: v for k, v in ctx.space.config.items()
                         if k not in ("paper_params_groups", "drawing_style")}
         run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
@@ -634,7 +621,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         for tag, arch in todo:
             if tag not in rows:
                 log.info("baseline %s (%s): the same retrain", tag, arch.id)
-                rows[tag], _ = self.retrain(ctx, warm, arch, tag)
+                rows[tag] = self.retrain(ctx, warm, arch, tag)
                 run.save_json("baselines.json", rows)  # after each: a resume skips it
         out: dict[str, Any] = {"baselines": [r for t, r in rows.items()
                                              if not t.startswith("random")]}
@@ -707,16 +694,14 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         return lines, []
 
 
-def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str,
-                 settings: SearchStage, fixed: dict[str, Any]) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): teacher, data and warm-up
-    from the caches, in the run folder the first process holds (read-only here)."""
+def _study_objective(ctx: EfficientBertContext, searcher: str, settings: SearchStage,
+                     fixed: dict[str, Any], warm: Any = None) -> tuple[Any, Any]:
+    """A search stage's space (``fixed`` choices pinned) and evaluator: the proxy on the
+    warm-up supernet (``warm``; a worker process takes it from the caches)."""
     from nas.space import fix_choices
     from searchers.loop import study_evaluator
 
-    options = worker_options(options)
-    ctx = EfficientBertContext(config, RunDir(options.run_dir), options).prepare()
-    warm = EfficientBert().warmup(ctx)
+    warm = warm if warm is not None else EfficientBert().warmup(ctx)
     space = fix_choices(ctx.space, fixed) if fixed else ctx.space
     return space, study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
                                   seq_len=ctx.max_seq_len)

@@ -73,7 +73,6 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     seeded_subset,
 )
 
@@ -274,10 +273,6 @@ class MixedVocabConfig(MethodConfig):
             self.stage2.init = "random"
         self.student.build_space(vocab_size=1000)  # the shape's own checks, before any stage
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> MixedVocabConfig:
-    """A mixed-vocabulary experiment file's typed configuration."""
-    return load_typed(path, MixedVocab, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -605,7 +600,6 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
         from nas.device import module_device, to_device
-        from nas.export import export
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
         ctx.stage(7, "evaluation on %s", ctx.evaluated_splits)
@@ -652,9 +646,9 @@ class MixedVocab(Recipe[MixedVocabConfig]):
                         "latency_tokens": int(inputs[1]["input_ids"].shape[1])})
         ctx.stage(8, "export (native + onnx, with the student vocabulary)")
         labels, head = mv.export_labels(ctx.train)
-        export(space, None, run.path / "export", model=student, fmt="onnx", labels=labels,
-               tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=ctx.task,
-               overwrite=True, head=head)
+        ctx.export_model(space, None, "export", fmt="onnx", model=student, labels=labels,
+                         tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len,
+                         task=ctx.task, head=head)
         run.save_json("student.json", row)
         run.log("student", dev=row["dev"], params=row["params"], teacher_dev=t_row["dev"])
         return row
@@ -701,4 +695,4 @@ class MixedVocab(Recipe[MixedVocabConfig]):
 
 
 
-__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData", "load_config"]
+__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData"]

@@ -102,11 +102,12 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     each training section and the rough wall-time estimate (module docstring)."""
     from nas.data import resolve_task
     from nas.teacher import finetune_plan
-    from recipes.common import TaskContext
 
     task = resolve_task(config.task)
     resolved = dataclasses.replace(config, task=task)
-    ctx = TaskContext(resolved, _NoRunFolder(), options)  # type: ignore[arg-type]  # a stand-in RunDir: only .log is called
+    # the method's own context (``Recipe.context``), so that its data choices are the run's;
+    # taken from ``method``, so that this module never imports the skeleton that calls it
+    ctx = method.context(resolved, _NoRunFolder(), options)
     cuts = ctx.select_data()
     finetune = resolved.finetune_config()
     teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)

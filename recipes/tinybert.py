@@ -50,12 +50,12 @@ from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
 from nas.device import table_rows
 from nas.distill.init import EMBEDDING_INITS
-from nas.distill.task import PredictionSettings, evaluate_student, export_student
+from nas.distill.task import PredictionSettings
 from nas.distill.tinybert import GeneralSettings, general_distillation, initial_student
 from nas.methods import register_method
 from nas.seeding import seed_stage
 from nas.train import TrainSettings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed
+from recipes.common import MethodConfig, Recipe, TaskContext
 
 log = logging.getLogger("nas.tinybert")
 
@@ -142,10 +142,6 @@ class TinyBertConfig(MethodConfig):
                        " or ".join(LAYER_MAPPINGS))], self)
         self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
 
-
-def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
-    """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
-    return load_typed(path, TinyBert, overrides)
 
 
 # --------------------------------------------------------------------- the context
@@ -322,15 +318,11 @@ class TinyBert(Recipe[TinyBertConfig]):
         shape = {k: ctx.space.config[k] for k in ("num_hidden_layers", "hidden_size",
                                                   "num_attention_heads", "intermediate_size",
                                                   "vocab_size")}
-        row: dict[str, Any] = {"tag": "student",
-                               **evaluate_student(ctx, ctx.space, None, student),
-                               "shape": shape, "space": cfg.student.space}
         # training time of the task stages, from their log rows (a resumed run logs each
         # stage once, when it finishes)
         stages = {e["stage"]: e["seconds"] for e in run.read_log()
                   if e["stage"] in ("intermediate", "prediction")}
-        row["train_seconds"] = round(sum(stages.values()), 1)
-        row["recipe"] = {
+        recipe = {
             "general": {k: general.get(k) for k in ("enabled", "texts", "tokens", "steps",
                                                      "train_seconds", "from_cache", "key")
                         if k in general},
@@ -338,9 +330,11 @@ class TinyBert(Recipe[TinyBertConfig]):
             "augmented": cfg.augment.enabled, "losses": asdict(cfg.losses),
             "prediction_distill": cfg.prediction.distill, "stage_seconds": stages,
         }
-        ctx.stage(8, "export (native and hf)")
-        export_student(ctx, ctx.space, None, student, {"export": "native", "export_hf": "hf"})
-        run.save_json("student.json", row)
+        row = ctx.finish("student", ctx.space, None, model=student, stage=8,
+                         exports={"export": "native", "export_hf": "hf"},
+                         extra={"shape": shape, "space": cfg.student.space,
+                                "train_seconds": round(sum(stages.values()), 1),
+                                "recipe": recipe}, record="student.json")
         run.log("student", **{k: row[k] for k in ("dev", "params", "flops")},
                 **({ctx.report_split: row[ctx.report_split]} if ctx.report_split != "dev"
                    else {}))
@@ -371,4 +365,4 @@ class TinyBert(Recipe[TinyBertConfig]):
         return lines, []
 
 
-__all__ = ["TinyBert", "TinyBertConfig", "load_config"]
+__all__ = ["TinyBert", "TinyBertConfig"]

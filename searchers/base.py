@@ -385,8 +385,9 @@ class SearcherRegistry(Registry[SearcherClass]):
         return self.get(name).kind
 
     def names(self, pattern: str = "*") -> list[str]:
+        registered = super().names(pattern)  # first: loading the plug-ins declares names
         declared = {n for n in self._declared if fnmatch.fnmatchcase(n, pattern)}
-        return sorted(set(super().names(pattern)) | declared)
+        return sorted(set(registered) | declared)
 
     def __contains__(self, name: object) -> bool:
         return self._registered(name) or name in self._declared
@@ -540,8 +541,9 @@ def _missing_parts(where: str, name: str, cls: type[PlannedSearcher], missing: l
 def searcher_names(kind: str | None = None) -> list[str]:
     """Registered searcher names, of one ``kind`` ("multi-trial", "one-shot" or
     "planned") or all."""
-    import searchers  # noqa: F401  (registers and declares the built-in searchers)
-
+    # the built-in searchers are declared by the package ``searchers``, loaded as the
+    # ``nas.searchers`` entry point on the registry's first lookup (no import here: the
+    # package imports this module)
     if kind is not None and kind not in KINDS:
         raise SearcherError(f"unknown searcher kind {kind!r}; use one of {KINDS}")
     return [n for n in SEARCHERS.names() if kind is None or SEARCHERS.kind_of(n) == kind]

@@ -17,7 +17,8 @@ import pytest
 
 from nas.cli import main
 from nas.errors import NasError
-from recipes.adabert import AdaBert, load_config, open_run
+from recipes.adabert import AdaBert, open_run
+from recipes.common import load_typed
 
 SMOKE = "experiments/adabert_smoke.yaml"
 # What the smoke config derives for seed 0, pinned: a change that moves it (the search,
@@ -147,7 +148,7 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
     search killed after a checkpoint and resumed."""
     from searchers.differentiable import DifferentiableSearch
 
-    config = load_config(SMOKE)
+    config = load_typed(SMOKE, AdaBert)
     warm = open_run(config, tmp_path / "straight")
     assert warm.teacher.from_cache
     expected = AdaBert().search(warm, "differentiable")

@@ -279,7 +279,8 @@ def _study(values: list[tuple[float, float]], names=("val_accuracy", "latency_ms
 
 
 def test_final_selects_best_pareto_latency_ratios_and_all():
-    from recipes.search import FinalSettings, select_trials
+    from recipes.search_config import FinalSettings
+    from recipes.search_select import select_trials
 
     #        accuracy, latency ms: trials 0-3 on the front, 4 dominated
     study = _study([(0.90, 10.0), (0.85, 4.0), (0.80, 2.0), (0.70, 1.0), (0.60, 9.0)])
@@ -311,7 +312,8 @@ def test_final_train_examples_picks_the_subset_all_or_seeded_rows():
     from types import SimpleNamespace
 
     from nas.data import load_task
-    from recipes.search import FinalSettings, SearchContext
+    from recipes.search_config import FinalSettings
+    from recipes.search_context import SearchContext
 
     full = load_task("sst2", "dev").head(40)
     subset = full.subset(range(10))
@@ -366,7 +368,7 @@ def test_plugin_files_resolve_beside_the_experiment_and_import_once(tmp_path, mo
 
 def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
     from recipes.plan import final_train_rows
-    from recipes.search import FinalSettings
+    from recipes.search_config import FinalSettings
 
     def config(value):
         return {"final": FinalSettings(train_examples=value)}
@@ -387,7 +389,7 @@ def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
 
     import nas
     from nas.errors import NasError
-    from recipes.search import SearchConfig
+    from recipes.search_config import SearchConfig
 
     keywords = inspect.signature(nas.search).parameters
     assert set(keywords) == {"space", "task", "run_dir", "resume", "progress", "data_dir",

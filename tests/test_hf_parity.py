@@ -454,7 +454,7 @@ def test_a_search_checks_the_head_of_a_small_vocabulary_teacher():
     from types import SimpleNamespace
 
     from nas.config import ConfigError
-    from recipes.search import SearchContext
+    from recipes.search_context import SearchContext
     from spaces.bert_subnet import bert_subnet_space
 
     space = bert_subnet_space(vocab_size=50, hidden_size=8, num_hidden_layers=1,

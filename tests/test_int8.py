@@ -224,7 +224,8 @@ print(json.dumps(out))
 
 def test_final_export_settings_quantize_every_final_point_on_dev():
     from nas.config import ConfigError
-    from recipes.search import FinalExport, FinalSettings, Search
+    from recipes.common import TaskContext
+    from recipes.search_config import FinalExport, FinalSettings
 
     with pytest.raises((ConfigError, ValueError), match="quantize.*int8, with format: onnx"):
         FinalExport(quantize="int8")
@@ -232,12 +233,12 @@ def test_final_export_settings_quantize_every_final_point_on_dev():
                                                 max_int8_drop=0.5))
     dev = SimpleNamespace(texts_a=["a", "b"], texts_b=None, labels=[0, 1])
     ctx = SimpleNamespace(cfg=SimpleNamespace(final=settings), dev=dev, metric="accuracy")
-    keywords = Search._format_keywords(Search(), ctx)
+    keywords = TaskContext.format_keywords(ctx, "native")  # type: ignore[arg-type]
     assert keywords["fmt"] == "onnx" and keywords["quantize"] == "int8"
     assert keywords["max_int8_drop"] == 0.5
     assert keywords["dev"] == DevSet(["a", "b"], None, [0, 1], "accuracy")
     plain = SimpleNamespace(cfg=SimpleNamespace(final=FinalSettings()), dev=dev)
-    assert Search._format_keywords(Search(), plain) == {"fmt": "native"}
+    assert TaskContext.format_keywords(plain, "native") == {"fmt": "native"}  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", ["adabert", "compress"])

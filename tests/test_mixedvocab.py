@@ -392,9 +392,10 @@ def test_joint_loss_and_evaluation_read_each_words_first_piece():
 
 def test_the_full_student_is_l6_h256_with_6_2m_parameters_on_the_papers_vocabulary():
     from nas.cost import count_costs
-    from recipes.mixedvocab import load_config
+    from recipes.common import load_typed
+    from recipes.mixedvocab import MixedVocab
 
-    config = load_config(ROOT / "experiments" / "mixedvocab_snips.yaml")
+    config = load_typed(ROOT / "experiments" / "mixedvocab_snips.yaml", MixedVocab)
     space = config.student.build_space(vocab_size=4928, num_labels=7, num_tags=72)
     assert (space.config["num_hidden_layers"], space.config["hidden_size"]) == (6, 256)
     assert 6.15e6 < count_costs(space, None, 64).params < 6.25e6  # 6.2M (Zhao et al. 2021)
@@ -416,10 +417,11 @@ def test_bad_settings_are_one_line_errors(override, message, tmp_path, capsys):
 
 def test_layer_distillation_needs_the_student_vocabulary():
     from nas.config import ConfigError
-    from recipes.mixedvocab import load_config
+    from recipes.common import load_typed
+    from recipes.mixedvocab import MixedVocab
 
     with pytest.raises(ConfigError, match="distill_layers"):
-        load_config(SMOKE, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
+        load_typed(SMOKE, MixedVocab, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
 
 
 def test_dev_is_capped_to_a_seeded_subset_by_default():

@@ -244,7 +244,8 @@ def test_a_searchers_settings_are_read_from_every_form_the_files_have_used():
     (``multi_trial.samplers``, compress's ``knapsack:``, ``one_shot:``) give the searcher
     the same settings; where both are written, ``searcher:``'s own win."""
     from recipes.compress import CompressConfig
-    from recipes.search import SearchConfig, _one_shot_options
+    from recipes.search_config import SearchConfig
+    from recipes.search_study import one_shot_options
 
     options = {"n_startup_trials": 2}
     new = _config(SearchConfig, space="adabert", searcher={"name": "tpe", "settings": options})
@@ -266,7 +267,7 @@ def test_a_searchers_settings_are_read_from_every_form_the_files_have_used():
     cfg = _config(SearchConfig, space="adabert", one_shot={"beta": 0.5},
                   searcher={"name": "differentiable", "settings": {"derive": "argmax"}})
     resolved = cfg.resolve_searcher()
-    built = resolved.build(**_one_shot_options(resolved.cls, 0, cfg, cfg.build_space(2)[0]))
+    built = resolved.build(**one_shot_options(resolved.cls, 0, cfg, cfg.build_space(2)[0]))
     assert (built.beta, built.derive) == (0.5, "argmax")
 
 
@@ -278,7 +279,7 @@ def test_a_searchers_settings_are_read_from_every_form_the_files_have_used():
     ("tpee", r"searcher: unknown searcher 'tpee'; did you mean 'tpe'")])
 def test_a_bad_searcher_is_refused_when_the_file_is_read(searcher, message):
     from nas.errors import NasError
-    from recipes.search import SearchConfig
+    from recipes.search_config import SearchConfig
 
     with pytest.raises(NasError, match=message) as err:
         _config(SearchConfig, space="adabert", searcher=searcher)

@@ -415,13 +415,14 @@ def test_multi_trial_settings_are_checked_when_the_experiment_loads(tmp_path, se
     import yaml
 
     from nas.config import ConfigError
-    from recipes.adabert import load_config
+    from recipes.adabert import AdaBert
+    from recipes.common import load_typed
 
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"method": "adabert", "name": "x", "task": "sst2",
                                     "multi_trial": settings}))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        load_config(path)
+        load_typed(path, AdaBert)
 
 
 def test_a_queued_study_runs_exactly_the_method_s_picks_and_resumes(tmp_path):

@@ -250,11 +250,13 @@ def _convert_run(args: argparse.Namespace, run: Path) -> int:
         dev = run_dev(run, src) if args.quantize else None
         convert(src, out, args.format, overwrite=args.overwrite, metrics=metrics, dev=dev,
                 **keywords)
-        done.append({"directory": str(out), "source": str(src),
+        what = ("the run's searched model" if src == run / "export"
+                else f"final point {src.parent.name}")
+        done.append({"directory": str(out), "source": str(src), "what": what,
                      "files": sorted(p.name for p in out.iterdir())})
     emit(args, {**done[0], "format": args.format, "quantize": args.quantize,
                 "final": done[1:]},
-         "\n".join(f"exported {d['source']} ({name}) to {d['directory']}: "
+         "\n".join(f"exported {d['what']} ({name}) to {d['directory']}: "
                    f"{', '.join(d['files'])}" for d in done))
     return 0
 
