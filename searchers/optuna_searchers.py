@@ -202,6 +202,21 @@ class RandomSearcher(PerTrialSearcher):
         return optuna.samplers.RandomSampler(seed=seed, **self.options)
 
 
+@SEARCHERS.register("random-params")
+class RandomParamsSearcher(PerTrialSearcher):
+    """Uniform random parameters (Optuna's ``RandomSampler``) with no pool sampler: on a
+    tabular benchmark each draw is mapped to its nearest unevaluated recorded row
+    (:meth:`nas.pool.PoolSpace.nearest`), as every model-based searcher's random start-up
+    is. The control that tells a searcher's learning from that mapping: the mapping
+    favours rows in sparse regions of the encoding (``random`` draws rows uniformly);
+    on any other space it is ``random``."""
+
+    name = "random-params"
+
+    def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
+        return optuna.samplers.RandomSampler(seed=seed, **self.options)
+
+
 @SEARCHERS.register("tpe")
 class TPESearcher(PerTrialSearcher):
     """Multivariate TPE (``TPESampler(multivariate=True)``), with the constant liar so
