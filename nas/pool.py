@@ -104,8 +104,9 @@ class PoolSpace(SearchSpace):
         canonicalisation), in the file's order.
     metrics: per row, the recorded quantities (``{"sst": array, "params": array}``).
     metric_info: each quantity's :class:`Metric`.
-    depth: the depth choice, and ``layer_choices``: per layer ``k`` (1-based), the
-        choices that exist only when ``depth >= k``.
+    depth: the depth choice (``None``: every row has every choice), and
+        ``layer_choices``: per layer ``k`` (1-based), the choices that exist only when
+        ``depth >= k``.
     graph: ``arch -> networkx.DiGraph``, a row's graph (:meth:`row_graph`); by default
         the chain of :func:`layer_chain`.
     """
@@ -114,13 +115,13 @@ class PoolSpace(SearchSpace):
 
     def __init__(self, name: str, choices: Sequence[Categorical],
                  rows: Sequence[Mapping[str, Any]], metrics: Mapping[str, Sequence[float]],
-                 metric_info: Mapping[str, Metric], *, depth: str,
-                 layer_choices: Mapping[int, Sequence[str]],
+                 metric_info: Mapping[str, Metric], *, depth: str | None = None,
+                 layer_choices: Mapping[int, Sequence[str]] | None = None,
                  config: Mapping[str, Any] | None = None, description: str = "",
                  graph: Callable[[Architecture], nx.DiGraph] | None = None) -> None:
         self.depth_choice = depth
         self._row_graph = graph
-        self.layer_choices = {int(k): tuple(v) for k, v in layer_choices.items()}
+        self.layer_choices = {int(k): tuple(v) for k, v in (layer_choices or {}).items()}
         super().__init__(name, choices, nx.DiGraph(), config=config, description=description)
         self.metric_info = dict(metric_info)
         self.archs: list[Architecture] = [self.validate(r) for r in rows]
@@ -142,7 +143,9 @@ class PoolSpace(SearchSpace):
     # -- the canonical form ------------------------------------------------------
     def inactive(self, values: Mapping[str, Any]) -> set[str]:
         """The choices that do not exist in the network of ``values`` (layers past its
-        depth)."""
+        depth; none without a depth choice)."""
+        if self.depth_choice is None:
+            return set()
         depth = int(values[self.depth_choice])
         return {n for k, names in self.layer_choices.items() if k > depth for n in names}
 
@@ -152,7 +155,7 @@ class PoolSpace(SearchSpace):
         if isinstance(arch, Architecture) and arch.space not in (None, self.name):
             return super().validate(arch)  # its error
         values = dict(arch)
-        if self.depth_choice in values:
+        if self.depth_choice is not None and self.depth_choice in values:
             depth = self.choice(self.depth_choice).validate(values[self.depth_choice])
             off = self.inactive({self.depth_choice: depth})
             values = {**{n: self.choice(n).default for n in off}, **values}

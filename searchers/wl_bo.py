@@ -253,7 +253,9 @@ class WLBOSampler(MoveSampler):
     def known(self, study: optuna.Study) -> list[Callable[[dict[str, Any]], float] | None]:
         """Per objective, a function giving its exact value in minimisation form, or
         ``None`` (modelled)."""
-        names: list[str | None] = list(study.metric_names or [None] * len(study.directions))
+        names: list[str | None] = [None] * len(study.directions)
+        if study.metric_names:
+            names = list(study.metric_names)
         out: list[Callable[[dict[str, Any]], float] | None] = []
         for name, direction in zip(names, study.directions, strict=True):
             sign = -1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
