@@ -64,10 +64,9 @@ def report(results: dict[str, Any]) -> str:
              "(paired Wilcoxon signed-rank)"]
     for key, block in results["results"].items():
         lines += ["", table(key, block, results["budgets"])]
-    if results["ask_ms"]:
-        lines += ["", "Ask time per trial at trials 91–100 (ms, median over a run; the "
-                  "slowest seed): " + ", ".join(f"{s} {ms:.1f}"
-                                                for s, ms in results["ask_ms"].items())]
+    for mode, asks in results["ask_ms"].items():
+        lines += ["", f"Ask time per trial at trials 91–100, {mode} (ms, median over a run; "
+                  "the slowest seed): " + ", ".join(f"{s} {ms:.1f}" for s, ms in asks.items())]
     return "\n".join(lines)
 
 

@@ -21,11 +21,12 @@ exactly the recorded rows:
 
 A pool space has no model: its graph is empty, :meth:`PoolSpace.resolve` refuses with a
 one-line error, and :meth:`PoolSpace.row_graph` gives each row a small labelled graph
-instead (by default a chain of layer nodes, each labelled with the row's choices of that
-layer), which graph-kernel searchers compare (``wl-bo``). A search that moves by small
-steps finds a row's neighbours with :meth:`PoolSpace.neighbours`: the recorded rows
-that differ from it in the fewest choices (one where any does). It is registered with
-``tabular=True`` so that the model-building tests and tools leave it out
+instead (by default a chain: a node per choice outside the layers, then a node per
+layer labelled with the row's choices of that layer), which graph-kernel searchers
+compare (``wl-bo``). A search that moves by small steps finds a row's neighbours with
+:meth:`PoolSpace.neighbours`: the recorded rows that differ from it in the fewest
+choices (one where any does). It is registered with ``tabular=True`` so that the
+model-building tests and tools leave it out
 (``list_spaces(tabular=False)``). The loaders live in ``spaces/`` (one module per
 benchmark); the data folder is :func:`benchmark_dir`.
 """
@@ -293,12 +294,13 @@ LAYER_NAME = re.compile(r"^([A-Za-z_]*?)(\d+)[._](.+)$")
 
 
 def layer_chain(arch: Mapping[str, Any], absent: Sequence[str] = ()) -> nx.DiGraph:
-    """A row's default graph: an ``input`` node labelled with the choices that belong to
-    no layer, then one node per layer (in order), labelled with that layer's choices by
-    field (``heads=4,op=sa_sdp``; the same label at any depth, so a graph kernel sees two
-    equal layers as equal), each joined to the next. A choice belongs to layer ``k`` when
-    its name reads ``<prefix><k>.<field>`` (``layer3.heads``); ``absent`` choices (layers
-    past the depth) are left out, and so are their layers."""
+    """A row's default graph, a chain: one node per choice that belongs to no layer
+    (``embed=768``; in name order, so that a graph kernel counts each such value on its
+    own), then one node per layer (in order), labelled with that layer's choices by field
+    (``heads=4,op=sa_sdp``; the same label at any depth, so a graph kernel sees two equal
+    layers as equal), each joined to the next. A choice belongs to layer ``k`` when its
+    name reads ``<prefix><k>.<field>`` (``layer3.heads``); ``absent`` choices (layers past
+    the depth) are left out, and so are their layers."""
     skip = set(absent)
     glob: list[str] = []
     layers: dict[int, list[str]] = {}
@@ -311,12 +313,17 @@ def layer_chain(arch: Mapping[str, Any], absent: Sequence[str] = ()) -> nx.DiGra
         else:
             glob.append(f"{name}={value}")
     g = nx.DiGraph()
-    g.add_node("input", label="input:" + ",".join(sorted(glob)))
-    previous = "input"
+    previous = None
+    for label in sorted(glob):
+        g.add_node(label, label=label)
+        if previous is not None:
+            g.add_edge(previous, label)
+        previous = label
     for k in sorted(layers):
         node = f"layer{k}"
         g.add_node(node, label="layer:" + ",".join(sorted(layers[k])))
-        g.add_edge(previous, node)
+        if previous is not None:
+            g.add_edge(previous, node)
         previous = node
     return g
 

@@ -5,10 +5,11 @@ controls, on paired seeds (``benchmarks/searchers.py --plugin FILE --benchmark N
 **Registering.** A plug-in file (or any module) calls :func:`register_benchmark` with a
 :class:`TabularBenchmark`: its space (a registered tabular space's name, or a function
 returning a :class:`~nas.pool.PoolSpace`; :func:`table_space` builds one from plain rows
-and metric columns, each row's graph by default a chain of layer nodes labelled with its
-per-layer choices, :func:`nas.pool.layer_chain`), the score a single-objective search
-maximises or minimises, the two metrics of the Pareto front, the evaluation noise, the
-parameter budget and the hypervolume's reference point. NAS-Bench-BERT and HW-GPT-Bench
+and metric columns, each row's graph by default a chain of a node per choice outside the
+layers and a node per layer labelled with its choices, :func:`nas.pool.layer_chain`),
+the score a single-objective search maximises or minimises, the two metrics of the
+Pareto front, the evaluation noise, the parameter budget and the hypervolume's
+reference point. NAS-Bench-BERT and HW-GPT-Bench
 are registered here the same way. ``tests/fixtures/tiny_table.py`` is a complete
 plug-in.
 
@@ -359,8 +360,8 @@ def compare(benchmark: str | TabularBenchmark, seeds: Sequence[int], trials: int
     """Every searcher (the controls added) and baseline on ``benchmark``; returns the
     JSON-safe results: per mode and noise, per searcher, the measure after each
     evaluation for each seed, the comparisons with each control at each budget, and the
-    ask times (ms, median over trials 91-100 of the noiseless single-objective runs,
-    the slowest seed)."""
+    ask times per mode (ms, median over trials 91-100 of the noiseless runs, the slowest
+    seed)."""
     from searchers.base import SEARCHERS
 
     spec = benchmark if isinstance(benchmark, TabularBenchmark) else get_benchmark(benchmark)
@@ -391,9 +392,10 @@ def compare(benchmark: str | TabularBenchmark, seeds: Sequence[int], trials: int
                     run = bench.search(searcher, mode, noisy, seed, trials)
                     per_seed.append([bench.measure(run, mode, n)
                                      for n in range(1, len(run.observed) + 1)])
-                    if mode == "so" and not noisy and len(run.asks) >= 100:
+                    if not noisy and len(run.asks) >= 100:
                         ms = 1000 * float(np.median(run.asks[90:100]))
-                        out["ask_ms"][searcher] = max(out["ask_ms"].get(searcher, 0.0), ms)
+                        slowest = out["ask_ms"].setdefault(mode, {})
+                        slowest[searcher] = max(slowest.get(searcher, 0.0), ms)
                 values[searcher] = per_seed
                 if progress is not None:
                     progress(f"{spec.name} {key} {searcher}: {len(seeds)} seeds in "

@@ -7,8 +7,8 @@ Weisfeiler-Lehman kernels", ICLR 2021, §3; Shervashidze et al., 2011, for the k
   resolved (:meth:`nas.space.SearchSpace.resolve`; each node labelled with its op and
   settings, each edge that carries an op turned into a node labelled with it), a
   tabular benchmark's row graph (:meth:`nas.pool.PoolSpace.row_graph`: by default a
-  chain of layer nodes labelled with the row's choices), or, in a bare Optuna study, a
-  chain of ``name=value`` nodes.
+  chain: a node per choice outside the layers, then the layer nodes labelled with the
+  row's choices), or, in a bare Optuna study, a chain of ``name=value`` nodes.
 * **The kernel**: the features of a graph are the counts of its node labels and of the
   subtree hashes of ``h`` WL iterations (``networkx.weisfeiler_lehman_subgraph_hashes``);
   the kernel is their normalised dot product (1 on the diagonal). ``h`` ∈ {1, 2, 3}

@@ -86,12 +86,12 @@ def test_wilcoxon_one_sided_follows_the_direction():
 def test_a_rows_graph_is_a_chain_of_its_layers_and_its_neighbours_differ_in_one_choice(tiny):
     arch = tiny.validate({"width": 64, "layers": 2, "layer1.op": "conv", "layer2.op": "mlp"})
     g = tiny.row_graph(arch)
-    assert list(g.edges) == [("input", "layer1"), ("layer1", "layer2")]
-    assert g.nodes["input"]["label"] == "input:layers=2,width=64"
-    labels = [g.nodes[n]["label"] for n in ("layer1", "layer2")]
-    assert labels == ["layer:op=conv", "layer:op=mlp"]
+    assert list(g.edges) == [("layers=2", "width=64"), ("width=64", "layer1"),
+                             ("layer1", "layer2")]
+    labels = [g.nodes[n]["label"] for n in ("layers=2", "layer1", "layer2")]
+    assert labels == ["layers=2", "layer:op=conv", "layer:op=mlp"]
     short = tiny.row_graph(tiny.validate({"width": 64, "layers": 1, "layer1.op": "conv"}))
-    assert list(short.nodes) == ["input", "layer1"]
+    assert list(short.nodes) == ["layers=1", "width=64", "layer1"]
     row = tiny.row_of(arch)
     near = [tiny.archs[r] for r in tiny.neighbours(row)]
     # the width, two other ops in each layer; depth 1 differs in two choices canonically
