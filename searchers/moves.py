@@ -208,11 +208,9 @@ class MoveSampler(optuna.samplers.BaseSampler):
 
     def free_rows(self, rows: np.ndarray) -> np.ndarray:
         """Those of a tabular benchmark's ``rows`` within the budget and unevaluated."""
-        assert self.bridge is not None and self.bridge.pool is not None  # noqa: S101
-        pool, allowed = self.bridge.pool, self.bridge.pool_allowed
-        keep = [int(r) for r in rows if (allowed is None or allowed[r])
-                and pool.archs[int(r)].id not in self._taken]
-        return np.array(keep, dtype=int)
+        assert self.bridge is not None  # noqa: S101 (called on a tabular benchmark only)
+        free = free_mask(self.bridge, self._taken)
+        return np.array([int(r) for r in rows if free[int(r)]], dtype=int)
 
     def mutants(self, params: dict[str, Any], limit: int | None = None
                 ) -> list[dict[str, Any]]:
@@ -236,6 +234,19 @@ class MoveSampler(optuna.samplers.BaseSampler):
                 if limit is not None and len(found) >= limit:
                     break
         return found
+
+
+def free_mask(bridge: SpaceBridge, taken: set[str]) -> np.ndarray:
+    """Over a tabular benchmark's rows: within the budget and not ``taken`` (arch ids)."""
+    pool = bridge.pool
+    assert pool is not None  # noqa: S101 (a tabular benchmark's bridge)
+    allowed = bridge.pool_allowed
+    free = allowed.copy() if allowed is not None else np.ones(pool.size(), dtype=bool)
+    for arch_id in taken:
+        row = pool.row_of_id(arch_id)
+        if row is not None:
+            free[row] = False
+    return free
 
 
 def ranks(points: Sequence[Point]) -> np.ndarray:

@@ -164,17 +164,15 @@ class PoolRandomSampler(BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict
                         ) -> dict[str, Any]:
+        from searchers.moves import free_mask
         from searchers.proposals import evaluated_ids
 
         pool = self.bridge.pool
         if not search_space or pool is None:
             return {}
         allowed = self.bridge.pool_allowed
-        free = allowed.copy() if allowed is not None else np.ones(pool.size(), dtype=bool)
-        for arch_id in evaluated_ids(study.get_trials(deepcopy=False), trial.number):
-            row = pool.row_of_id(arch_id)
-            if row is not None:
-                free[row] = False
+        free = free_mask(self.bridge, evaluated_ids(study.get_trials(deepcopy=False),
+                                                    trial.number))
         rows = np.flatnonzero(free if free.any() or allowed is None else allowed)
         if not len(rows):
             return {}
