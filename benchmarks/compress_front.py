@@ -209,7 +209,7 @@ def search_points(table: BlockTable, searcher: str, seed: int, trials: int) -> n
 
 
 def _wilcoxon(a: np.ndarray, b: np.ndarray) -> float:
-    from benchmarks.ground_truth import wilcoxon
+    from searchers.benchmarks import wilcoxon
 
     return wilcoxon(a.tolist(), b.tolist())
 

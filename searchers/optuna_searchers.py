@@ -164,17 +164,15 @@ class PoolRandomSampler(BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict
                         ) -> dict[str, Any]:
+        from searchers.moves import free_mask
         from searchers.proposals import evaluated_ids
 
         pool = self.bridge.pool
         if not search_space or pool is None:
             return {}
         allowed = self.bridge.pool_allowed
-        free = allowed.copy() if allowed is not None else np.ones(pool.size(), dtype=bool)
-        for arch_id in evaluated_ids(study.get_trials(deepcopy=False), trial.number):
-            row = pool.row_of_id(arch_id)
-            if row is not None:
-                free[row] = False
+        free = free_mask(self.bridge, evaluated_ids(study.get_trials(deepcopy=False),
+                                                    trial.number))
         rows = np.flatnonzero(free if free.any() or allowed is None else allowed)
         if not len(rows):
             return {}
@@ -199,6 +197,21 @@ class RandomSearcher(PerTrialSearcher):
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         if bridge is not None and bridge.pool is not None and not self.options:
             return PoolRandomSampler(seed, bridge)
+        return optuna.samplers.RandomSampler(seed=seed, **self.options)
+
+
+@SEARCHERS.register("random-params")
+class RandomParamsSearcher(PerTrialSearcher):
+    """Uniform random parameters (Optuna's ``RandomSampler``) with no pool sampler: on a
+    tabular benchmark each draw is mapped to its nearest unevaluated recorded row
+    (:meth:`nas.pool.PoolSpace.nearest`), as every model-based searcher's random start-up
+    is. The control that tells a searcher's learning from that mapping: the mapping
+    favours rows in sparse regions of the encoding (``random`` draws rows uniformly);
+    on any other space it is ``random``."""
+
+    name = "random-params"
+
+    def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed, **self.options)
 
 

@@ -192,7 +192,8 @@ OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "nsga2": {"population_size": 4},
            "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
            "lamoo": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
-           "random": {}}
+           "random": {}, "wl-bo": {"n_startup_trials": 3}, "local-search": {},
+           "regularized-evolution": {"population_size": 3, "sample_size": 2}}
 
 
 # GP's reopened search runs in the slow suite (its ask is the slowest, ~2 s here)

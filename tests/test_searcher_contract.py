@@ -174,14 +174,17 @@ def test_every_kind_resolves_through_one_function_with_its_settings():
 MODEL_OPTIONS = {"tpe": {"n_startup_trials": 0}, "gp": {"n_startup_trials": 0},
                  "nsga2": {"population_size": 4},
                  "lanas": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1},
-                 "lamoo": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1}}
+                 "lamoo": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1},
+                 "wl-bo": {"n_startup_trials": 1}, "local-search": {"n_startup_trials": 1},
+                 "regularized-evolution": {"population_size": 2, "sample_size": 2}}
 #: searchers whose sampler proposes all of a trial's parameters at once (sample_relative);
 #: random draws each alone, NSGA-II's first generation too. A new searcher that samples
 #: relatively belongs here.
 #: GP's cases run in the slow suite: its ask is the slowest (about 1 s each, 10 s in all);
 #: its basic cases and the study-level contract stay in the default run
 RELATIVE = [pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n
-            for n in ("tpe", "gp", "lanas", "lamoo") if n in MULTI_TRIAL]
+            for n in ("tpe", "gp", "lanas", "lamoo", "wl-bo", "local-search",
+                      "regularized-evolution") if n in MULTI_TRIAL]
 MULTI_OBJECTIVE = [n for n in MULTI_TRIAL if SEARCHERS.get(n).multi_objective]
 SINGLE_ONLY = [n for n in MULTI_TRIAL if not SEARCHERS.get(n).multi_objective]
 INTEGERS = [IntDistribution(3, 10), IntDistribution(1, 100, log=True),
@@ -272,7 +275,9 @@ PARAMS = (Objective("params", "minimize"),)
 STUDY_OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 4},  # 1 GP ask: 1-2 s
                  "nsga2": {"population_size": 4},
                  "lanas": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2},
-                 "lamoo": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2}}
+                 "lamoo": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2},
+                 "wl-bo": {"n_startup_trials": 2},
+                 "regularized-evolution": {"population_size": 3, "sample_size": 2}}
 
 
 def make(name, space, seed=0, objectives=PARAMS, **kwargs):
