@@ -61,6 +61,50 @@ class TrimTexts:
     split: str = "test"
 
 
+def task_trim(train: Any, report: Any, split: str, metric: str,
+              transfer: Sequence[str] = ()) -> TrimTexts:
+    """What a run's export keeps: the pieces of the task's whole train split (both texts
+    of a pair), scored on the run's ``report`` rows (class indices, as the run scored).
+    ``transfer``: the texts of a ``transfer:`` block, when a run has one (none does yet):
+    a model distilled on them reads their pieces too, so they are kept beside train's."""
+    from nas.quantize import DevSet
+
+    texts = [*train.texts_a, *(train.texts_b or []), *transfer]
+    return TrimTexts(texts, "train + transfer" if transfer else "train",
+                     DevSet(list(report.texts_a),
+                            list(report.texts_b) if report.texts_b else None,
+                            list(report.labels), metric), split)
+
+
+def run_trim(run_dir: Path, export_dir: Path) -> TrimTexts:
+    """:func:`task_trim` for ``nas export --run RUN --trim-vocab``: the run's task, its
+    report rows (``data.max_report_examples`` drawn as the run drew them), labels as
+    ``export_dir``'s class indices."""
+    from nas.data import load_task, report_split, resolve_task
+    from nas.data.files import recorded_task
+    from nas.evaluate import label_indices
+    from nas.quantize import DevSet
+    from nas.rundir import RunDir
+    from nas.runtime import label_names, read_config
+    from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows
+
+    run = RunDir(run_dir)
+    task = resolve_task(recorded_task(run.config.get("task"), run_dir))
+    split = report_split(task)
+    report = load_task(task, split)
+    rows = sample_rows(len(report), (run.config.get("data") or {}).get("max_report_examples"),
+                       int(run.config.get("seed", 0)), REPORT_SAMPLE_STAGE)
+    report = report if rows is None else report.subset(rows)
+    config = read_config(export_dir)
+    labels = label_names(config) or [config["id2label"][str(i)]
+                                     for i in range(len(config.get("id2label") or {}))]
+    trim = task_trim(load_task(task, "train"), report, split, report.metric)
+    scored = None if config.get("head") is not None else DevSet(
+        trim.report.texts_a, trim.report.texts_b,
+        label_indices(labels, report, {}, export_dir), report.metric)
+    return TrimTexts(trim.texts, trim.source, scored, split)
+
+
 def wordpiece(folder: Path) -> dict[str, Any]:
     """The folder's ``tokenizer.json``, refused in one line unless it is WordPiece."""
     path = folder / TOKENIZER_JSON
@@ -264,6 +308,9 @@ class _Scores:
     def __init__(self, folder: Path, trim: TrimTexts, kept: set[int]) -> None:
         self.trim = trim
         self.report = trim.report
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        if config.get("head") is not None:
+            self.report = None  # a tagging model is scored by spans, not classes
         if self.report is None:
             return
         texts = list(self.report.texts_a) + list(self.report.texts_b or [])
@@ -313,4 +360,5 @@ def _compare(before: Sequence[int], after: Sequence[int], report: Any,
             "changed_answers": sum(before[i] != after[i] for i in rows)}
 
 
-__all__ = ["TRIM_KEY", "TrimTexts", "kept_ids", "trim_folder", "wordpiece"]
+__all__ = ["TRIM_KEY", "TrimTexts", "kept_ids", "run_trim", "task_trim", "trim_folder",
+           "wordpiece"]

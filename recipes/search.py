@@ -176,11 +176,14 @@ class FinalExport:
     method's: ``native``; compress: ``hf``), ``quantize: int8`` (with ``format: onnx``:
     ONNX Runtime's dynamic int8 graph, :mod:`nas.quantize`, compared with fp32 on dev)
     and ``max_int8_drop``, the dev points it may lose before its most sensitive layers
-    stay fp32."""
+    stay fp32; ``trim_vocab: true`` keeps only the word pieces of the task's train texts
+    (and the special tokens) in the tokenizer and embedding rows (:mod:`nas.vocab_trim`),
+    scored before and after on the report split."""
 
     format: str | None = None
     quantize: str | None = None
     max_int8_drop: float = MAX_INT8_DROP
+    trim_vocab: bool = False
 
     def __post_init__(self) -> None:
         from nas.export import FORMATS
@@ -900,15 +903,20 @@ class Search(Recipe[SearchConfig]):
         return rows
 
     def _format_keywords(self, ctx: SearchContext) -> dict[str, Any]:
-        """``final.export``: the format of every final point, and its int8 settings
-        (compared on dev, the report split untouched)."""
+        """``final.export``: the format of every final point, its int8 settings
+        (compared on dev, the report split untouched) and its vocabulary trim (the
+        pieces of the whole train split; scored on the report split)."""
         settings = ctx.cfg.final.export
+        from nas.vocab_trim import task_trim
+
+        trim = {"trim": task_trim(ctx.full_train, ctx.report, ctx.report_split,
+                                  ctx.metric)} if settings.trim_vocab else {}
         if not settings.quantize:
-            return {"fmt": settings.format or self.export_format}
+            return {"fmt": settings.format or self.export_format, **trim}
         from nas.quantize import DevSet
 
         dev = ctx.dev
-        return {"fmt": settings.format, "quantize": settings.quantize,
+        return {**trim, "fmt": settings.format, "quantize": settings.quantize,
                 "max_int8_drop": float(settings.max_int8_drop),
                 "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
                               list(dev.labels), ctx.metric)}
