@@ -38,8 +38,8 @@ from typing import Any
 import torch
 
 from nas.errors import ExportError
+from nas.runtime import TRIM_KEY  # config.json's record (nas_vocab_trim in a transformers one)
 
-TRIM_KEY = "vocab_trim"  # config.json's record (``nas_vocab_trim`` in a transformers config)
 TOKENIZER_JSON = "tokenizer.json"
 VOCAB_TXT = "vocab.txt"
 #: Tensors read by token id: the embedding tables and, in a tied masked-LM head, the
@@ -165,15 +165,17 @@ def trim_folder(folder: Path, trim: TrimTexts) -> dict[str, Any]:
     old_size = len(tokenizer["model"]["vocab"])
     kept = kept_ids(folder, trim.texts)
     new_id = {old: new for new, old in enumerate(kept)}
+    from nas.model_card import params_in
+
     weights = folder / "model.safetensors"
-    before = {"vocab_size": old_size, "parameters": _parameters(weights),
+    before = {"vocab_size": old_size, "parameters": params_in(folder),
               "weights_bytes": weights.stat().st_size}
     scores = _Scores(folder, trim, set(kept))
     _trim_weights(weights, old_size, kept)
     _rewrite_tokenizer(folder, tokenizer, new_id)
     _rewrite_config(folder, old_size, new_id)
     _refresh_manifest(folder)
-    after = {"vocab_size": len(kept), "parameters": _parameters(weights),
+    after = {"vocab_size": len(kept), "parameters": params_in(folder),
              "weights_bytes": weights.stat().st_size}
     return {"texts": trim.source, "num_texts": len(trim.texts), "before": before,
             "after": after, **scores.finish(folder)}
@@ -279,20 +281,6 @@ def _refresh_manifest(folder: Path) -> None:
     if key in config:
         config[key] = file_manifest(folder)
         path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-def _parameters(path: Path) -> int:
-    """The number of weights in a safetensors file (read from its header)."""
-    from safetensors import safe_open
-
-    total = 0
-    with safe_open(str(path), framework="pt") as f:
-        for name in f.keys():  # noqa: SIM118  (safe_open is not a mapping)
-            count = 1
-            for size in f.get_slice(name).get_shape():
-                count *= int(size)
-            total += count
-    return total
 
 
 # ---------------------------------------------------------------------------

@@ -182,3 +182,28 @@ def test_nas_predict_answers_the_same_on_kept_piece_text(folders, capsys):
         assert answers[0]["label"] == answers[1]["label"]
         for name, p in answers[0]["probabilities"].items():
             assert answers[1]["probabilities"][name] == pytest.approx(p, abs=1e-5)
+
+
+def test_a_trimmed_export_is_timed_on_its_teachers_ids(folders):
+    """A run times its export against the teacher on the teacher's tokens: the trimmed
+    export's timed callable reads ids beyond its vocabulary modulo it."""
+    from nas.runtime import timed_callable
+
+    model = load(folders["native-trim"], "torch")
+    ids = torch.tensor([[101, 29000, 2023, 102]])  # the 30,522-piece vocabulary's ids
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "token_type_ids": torch.zeros_like(ids)}
+    with torch.no_grad():
+        out = timed_callable(model)(batch)
+    assert out.logits.shape == (1, 2)
+    with pytest.raises(IndexError):  # what the untrimmed lookup would do
+        model.network(batch)
+
+
+def test_the_model_card_says_the_vocabulary_was_trimmed(folders):
+    card = (folders["hf-trim"] / "README.md").read_text(encoding="utf-8")
+    kept = len((folders["hf-trim"] / "vocab.txt").read_text().splitlines())
+    assert f"- vocabulary trimmed to the pieces of the task's train texts: 30,522 -> {kept} " \
+           "pieces" in card
+    assert "on its texts with a piece absent from train (1 examples)" in card
+    assert "vocab_trim:" in card.split("---")[1]  # in the Hub's metadata header too
