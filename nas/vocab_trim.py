@@ -2,10 +2,10 @@
 
 Half of the default teacher's 22.7M parameters are its 30,522-row embedding table, which
 no search space shrinks; a student that inherits it is "smaller" mostly on paper.
-Vocabulary trimming (Ushio et al. 2023, "An Efficient Multilingual Language Model
-Compression through Vocabulary Trimming", §3; TextPruner's vocabulary pruning, Yang et
-al. 2022, §3.1) keeps the pieces that occur in the task's training texts plus the
-special tokens, and drops the other embedding rows.
+Vocabulary trimming (Ushio, Zhou, Camacho-Collados 2023, "An Efficient Multilingual
+Language Model Compression through Vocabulary Trimming"; TextPruner's vocabulary
+pruning, Yang et al. 2022; docs/reference.md#sources) keeps the pieces that occur in the
+task's training texts plus the special tokens, and drops the other embedding rows.
 
 :func:`trim_folder` rewrites an export folder in place (native or stock ``transformers``
 layout), consistently:
