@@ -207,3 +207,35 @@ def test_the_model_card_says_the_vocabulary_was_trimmed(folders):
            "pieces" in card
     assert "on its texts with a piece absent from train (1 examples)" in card
     assert "vocab_trim:" in card.split("---")[1]  # in the Hub's metadata header too
+
+
+def test_a_run_asks_for_the_trim_of_its_whole_train_split_scored_on_its_report_rows():
+    from types import SimpleNamespace
+
+    from recipes.search import FinalExport, FinalSettings, Search
+
+    train = SimpleNamespace(texts_a=["a b", "c"], texts_b=["d", "e"])
+    report = SimpleNamespace(texts_a=["x"], texts_b=None, labels=[1])
+    ctx = SimpleNamespace(cfg=SimpleNamespace(final=FinalSettings(
+        export=FinalExport(trim_vocab=True))), full_train=train, report=report,
+        report_split="test", metric="accuracy")
+    trim = Search._format_keywords(Search(), ctx)["trim"]
+    assert list(trim.texts) == ["a b", "c", "d", "e"] and trim.split == "test"
+    assert trim.report == DevSet(["x"], None, [1], "accuracy")
+
+
+def test_nas_export_run_trim_vocab_trims_every_result(smoke_runs, tmp_path, capsys):
+    run = smoke_runs("compress")
+    capsys.readouterr()  # the smoke run's own lines
+    out = tmp_path / "trimmed"
+    assert main(["export", "--run", str(run), "--trim-vocab", "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["trim_vocab"] is True and len(doc["final"]) == 1
+    for folder in (out, Path(doc["final"][0]["directory"])):
+        config = json.loads((folder / "config.json").read_text())
+        record = config.get("vocab_trim") or config["nas_vocab_trim"]
+        assert record["texts"] == "train" and record["before"]["vocab_size"] == 30522
+        assert record["after"]["vocab_size"] < 30522
+        assert record["report"]["split"] == "test" and record["report"]["examples"] == 256
+        assert record["unseen_pieces"]["examples"] > 0
+    assert main(["predict", str(out), "a fine film"]) == 0
