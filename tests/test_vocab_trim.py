@@ -145,6 +145,12 @@ def test_an_onnx_export_is_traced_again_from_the_trimmed_weights(folders, tmp_pa
         record = json.loads((folder / "config.json").read_text())
         record = record.get("vocab_trim") or record["nas_vocab_trim"]
         assert record["after"]["onnx_bytes"] < record["before"]["onnx_bytes"] / 5
+    # trimmed, then quantised: the int8 graph is the trimmed one's
+    int8 = convert(folders["native"], tmp_path / "int8", "onnx", quantize="int8", trim=trim)
+    config = json.loads((int8 / "config.json").read_text())
+    assert config["vocab_trim"]["after"]["onnx_bytes"] == config["quantization"][
+        "fp32_onnx_bytes"]
+    assert load(int8).predict([KEPT_TEXT])[0]["label"] in ("neg", "pos")
     # a stock folder converted to hf with trimming: a trimmed copy, still stock
     copy = convert(folders["hf"], tmp_path / "hf-copy", "hf", trim=trim)
     assert not (copy / "model.onnx").exists()
