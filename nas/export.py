@@ -62,6 +62,7 @@ from nas.runtime import (
     file_manifest,
 )
 from nas.space import SearchSpace
+from nas.vocab_trim import TrimTexts
 
 log = logging.getLogger(__name__)
 
@@ -492,6 +493,7 @@ def export(
     quantize: str | None = None,
     dev: DevSet | None = None,
     max_int8_drop: float = MAX_INT8_DROP,
+    trim: TrimTexts | None = None,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
@@ -515,6 +517,10 @@ def export(
     ``quantize="int8"`` (with ``fmt="onnx"``) makes ``model.onnx`` the dynamic int8 graph
     (:mod:`nas.quantize`), compared with fp32 on ``dev`` when given (a run's export);
     ``max_int8_drop``: the dev points it may lose before layers stay in fp32.
+
+    ``trim``: keep only the word pieces of ``trim.texts`` (and the special tokens) in the
+    tokenizer and the embedding rows (:mod:`nas.vocab_trim`), before any ONNX graph is
+    traced and quantised; ``config.json`` records the sizes and scores before and after.
     """
     from nas.builder import build_child
 
@@ -543,7 +549,7 @@ def export(
             load_weights(child, read_checkpoint(weights), str(weights))
     meta = _Meta(space.name, dict(space.config), space.is_fixed, dict(arch))
     return _export_child(child, meta, out_dir, fmt, labels, tokenizer, max_length, task,
-                         overwrite, random_init, head, Int8(quantize, dev, max_int8_drop))
+                         overwrite, random_init, head, Int8(quantize, dev, max_int8_drop), trim)
 
 
 class Int8(NamedTuple):
@@ -570,7 +576,8 @@ class _Meta(NamedTuple):
 def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
                   labels: Sequence[str] | None, tokenizer: str | Path | None | bool,
                   max_length: int, task: str | None, overwrite: bool, random_init: bool,
-                  head: Mapping[str, Any] | None = None, int8: Int8 = NO_INT8) -> Path:
+                  head: Mapping[str, Any] | None = None, int8: Int8 = NO_INT8,
+                  trim: TrimTexts | None = None) -> Path:
     from nas.device import module_device
 
     if module_device(child).type != "cpu":
@@ -597,14 +604,14 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
         _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
                random_init, _check_head(head, labels))
 
-    return _write_folder(Path(out_dir), overwrite, fill, int8)
+    return _write_folder(Path(out_dir), overwrite, fill, int8, trim)
 
 
 def _write_folder(final: Path, overwrite: bool, fill: Callable[[Path], None],
-                  int8: Int8 = NO_INT8) -> Path:
-    """Write an export folder with ``fill`` beside ``final``, quantise it (``int8``),
-    give it its model card and move it into place: a refused or failed export leaves
-    nothing behind."""
+                  int8: Int8 = NO_INT8, trim: TrimTexts | None = None) -> Path:
+    """Write an export folder with ``fill`` beside ``final``, trim its vocabulary
+    (``trim``), quantise it (``int8``), give it its model card and move it into place: a
+    refused or failed export leaves nothing behind."""
     check_target(final, overwrite)
     out = final.parent / f".{final.name}.partial-{os.getpid()}"
     shutil.rmtree(out, ignore_errors=True)
@@ -615,6 +622,8 @@ def _write_folder(final: Path, overwrite: bool, fill: Callable[[Path], None],
                           "-o a folder you can write to") from None
     try:  # whatever fails, the partial folder goes (the move into place included)
         fill(out)
+        if trim is not None:
+            _trim_folder(out, trim)
         if int8.quantize:
             _quantize_folder(out, int8)
         from nas.model_card import write_card
@@ -625,6 +634,44 @@ def _write_folder(final: Path, overwrite: bool, fill: Callable[[Path], None],
     finally:
         shutil.rmtree(out, ignore_errors=True)  # gone already when moved into place
     return final
+
+
+def _trim_folder(out: Path, trim: TrimTexts) -> None:
+    """The vocabulary trimmed (:func:`nas.vocab_trim.trim_folder`), ``model.onnx`` traced
+    again from the trimmed weights, and the record and file list in ``config.json``
+    (``vocab_trim``; ``nas_vocab_trim`` in a ``transformers`` config)."""
+    from nas.vocab_trim import TRIM_KEY, trim_folder
+
+    record = trim_folder(out, trim)
+    path = out / CONFIG_FILE
+    config = json.loads(path.read_text(encoding="utf-8"))
+    native = config.get("format") == FORMAT
+    onnx = out / ONNX_FILE
+    if onnx.is_file():
+        before = onnx.stat().st_size
+        _retrace(out, config, native)
+        record["before"]["onnx_bytes"], record["after"]["onnx_bytes"] = before, onnx.stat(
+            ).st_size
+    config[TRIM_KEY if native else f"nas_{TRIM_KEY}"] = record
+    config[MANIFEST_KEY if native else "nas_files"] = file_manifest(out)
+    path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def _retrace(out: Path, config: dict[str, Any], native: bool) -> None:
+    """``model.onnx`` traced again from the folder's (trimmed) fp32 weights."""
+    if not native:
+        settings = config.get("nas_tokenizer") or {}
+        produced = tokenizer_outputs(out) if settings else list(FILLS_HF)
+        config["onnx_inputs"] = export_hf_onnx(out, out / ONNX_FILE, produced,
+                                               int(settings.get("max_length", 128)))
+        return
+    from nas.runtime import load_fp32
+
+    model = load_fp32(out)
+    config["onnx_inputs"] = export_onnx(
+        model.network, config["inputs"], out / ONNX_FILE, min(int(config["vocab_size"]), 1000),
+        per_token=config.get("head") is not None,
+        produced=tokenizer_outputs(out) if config.get("tokenizer") else None)
 
 
 def _quantize_folder(out: Path, int8: Int8) -> None:
@@ -661,13 +708,15 @@ def _readable(out: Path) -> None:
 
 def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False,
             metrics: Mapping[str, Any] | None = None, quantize: str | None = None,
-            dev: DevSet | None = None, max_int8_drop: float = MAX_INT8_DROP) -> Path:
+            dev: DevSet | None = None, max_int8_drop: float = MAX_INT8_DROP,
+            trim: TrimTexts | None = None) -> Path:
     """Write an export ``src`` again in format ``fmt`` (``nas export --run`` on a run's
     result folders): the same graph, weights, labels, tokenizer, trained length and task,
     checked against ``src``'s file list first. A stock ``transformers`` folder (compress's
     truncations) converts to ``onnx`` only: the folder as it is, plus its classifier
     traced to ``model.onnx``. ``metrics``: the run's ``metrics.json``, for the model card
-    (:mod:`nas.model_card`); ``quantize``, ``dev``, ``max_int8_drop``: as :func:`export`."""
+    (:mod:`nas.model_card`); ``quantize``, ``dev``, ``max_int8_drop``, ``trim``: as
+    :func:`export` (with ``trim``, a stock folder converts to ``hf`` too: trimmed)."""
     from nas.runtime import read_config
 
     if fmt not in FORMATS:
@@ -675,9 +724,9 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     check_quantize(quantize, fmt)
     int8 = Int8(quantize, dev, max_int8_drop)
     if read_config(src).get("format") != FORMAT:
-        out = _convert_hf(Path(src), Path(out_dir), fmt, overwrite, int8)
+        out = _convert_hf(Path(src), Path(out_dir), fmt, overwrite, int8, trim)
     else:
-        out = _convert_native(Path(src), Path(out_dir), fmt, overwrite, int8)
+        out = _convert_native(Path(src), Path(out_dir), fmt, overwrite, int8, trim)
     if metrics is not None:
         from nas.model_card import write_card
 
@@ -685,7 +734,8 @@ def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool =
     return out
 
 
-def _convert_native(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8) -> Path:
+def _convert_native(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8,
+                    trim: TrimTexts | None = None) -> Path:
     """A native export written again from its graph and fp32 weights (an int8 export's
     ``model.safetensors`` holds the weights it was quantised from)."""
     from nas.runtime import load_fp32
@@ -700,15 +750,19 @@ def _convert_native(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: I
     return _export_child(model.network, meta, out_dir, fmt, model.labels,
                          src if settings else False,
                          int(settings.get("max_length", 128)), config.get("task"), overwrite,
-                         bool(config.get("random_init", False)), config.get("head"), int8)
+                         bool(config.get("random_init", False)), config.get("head"), int8,
+                         trim)
 
 
-def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8) -> Path:
+def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8,
+                trim: TrimTexts | None = None) -> Path:
     """A stock ``transformers`` export folder with ``model.onnx`` added, at its trained
-    length (``nas_tokenizer.max_length``)."""
+    length (``nas_tokenizer.max_length``); with ``trim``, ``hf`` copies it to be trimmed."""
     from nas.runtime import load_fp32
 
-    if fmt != "onnx":
+    if fmt == "hf" and trim is not None:
+        fmt = "copy"
+    elif fmt != "onnx":
         raise ExportError(f"{src}: already a transformers export; --format onnx adds "
                           "model.onnx to it, other formats convert from a native export")
     load_fp32(src)  # its file list and labels checked before anything is written
@@ -720,6 +774,9 @@ def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8)
         path = out / CONFIG_FILE
         config = json.loads(path.read_text(encoding="utf-8"))
         config.pop(f"nas_{QUANTIZATION_KEY}", None)
+        if fmt == "copy":
+            path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            return
         settings = config.get("nas_tokenizer") or {}
         produced = tokenizer_outputs(out) if settings else list(FILLS_HF)
         config["onnx_inputs"] = export_hf_onnx(out, out / ONNX_FILE, produced,
@@ -728,7 +785,7 @@ def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8)
         config["nas_files"] = file_manifest(out)
         path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
-    return _write_folder(out_dir, overwrite, fill, int8)
+    return _write_folder(out_dir, overwrite, fill, int8, trim)
 
 
 #: What a stock BERT classifier reads when its folder names no tokenizer settings.

@@ -240,7 +240,7 @@ def hub_dataset(task: str | None) -> tuple[str, str | None] | None:
     return None
 
 
-def _params_in(directory: Path) -> int | None:
+def params_in(directory: Path) -> int | None:
     """The number of weights in ``model.safetensors`` (read from its header)."""
     from safetensors import safe_open
 
@@ -261,7 +261,7 @@ def _params_in(directory: Path) -> int | None:
 
 def _facts(directory: Path) -> dict[str, Any]:
     """What the export's ``config.json`` says about the model."""
-    from nas.runtime import CONFIG_FILE, FORMAT, label_names, quantization
+    from nas.runtime import CONFIG_FILE, FORMAT, TRIM_KEY, label_names, quantization
 
     config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     native = config.get("format") == FORMAT
@@ -282,7 +282,8 @@ def _facts(directory: Path) -> dict[str, Any]:
             "trained_length": tokenizer.get("max_length"), "random_init":
             bool(config.get("random_init", False)), "model_type": config.get("model_type"),
             "remote_code": "auto_map" in config, "onnx": bool(config.get("onnx")),
-            "int8": quantization(config)}
+            "int8": quantization(config),
+            "vocab_trim": config.get(TRIM_KEY if native else f"nas_{TRIM_KEY}")}
 
 
 def _row(metrics: Mapping[str, Any] | None, arch_id: str | None) -> dict[str, Any] | None:
@@ -307,6 +308,32 @@ def _numbers(scores: Any) -> dict[str, float]:
         return {}
     return {k: float(v) for k, v in scores.items()
             if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _trim_block(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the card says of a trimmed vocabulary (:mod:`nas.vocab_trim`): the kept
+    pieces' source, sizes before and after, and the report split's scores before and
+    after (all of it, and its texts with a piece absent from the kept ones)."""
+    sizes = ("vocab_size", "parameters", "weights_bytes", "onnx_bytes")
+    return {"texts": record.get("texts"),
+            **{when: {k: v for k, v in (record.get(when) or {}).items() if k in sizes}
+               for when in ("before", "after")},
+            "report": record.get("report"), "unseen_pieces": record.get("unseen_pieces")}
+
+
+def _trim_lines(trim: Mapping[str, Any]) -> list[str]:
+    before, after = trim["before"], trim["after"]
+    out = [f"- vocabulary trimmed to the pieces of the task's {trim['texts']} texts: "
+           f"{before['vocab_size']:,} -> {after['vocab_size']:,} pieces, "
+           f"{before['parameters']:,} -> {after['parameters']:,} parameters"]
+    for key, what in (("report", "the report split"),
+                      ("unseen_pieces", "its texts with a piece absent from train")):
+        scores = trim.get(key)
+        if isinstance(scores, Mapping) and scores.get("examples"):
+            out.append(f"- before -> after trimming on {what} ({scores['examples']} "
+                       f"examples): {scores['before']:.2f} -> {scores['after']:.2f}, "
+                       f"{scores['changed_answers']} answer(s) changed")
+    return out
 
 
 def _int8_block(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -340,7 +367,7 @@ def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
     nas_block: dict[str, Any] = {
         "task": facts["task"], "labels": facts["labels"], "space": facts["space"],
         "architecture_id": facts["arch_id"], "trained_length": facts["trained_length"],
-        "params": (row or {}).get("params") or _params_in(directory),
+        "params": (row or {}).get("params") or params_in(directory),
         "random_init": facts["random_init"],
         "command": portable_command(recorded, directory),
         "engine_version": nas.__version__,
@@ -352,6 +379,10 @@ def card_metadata(directory: Path, metrics: Mapping[str, Any] | None = None,
         nas_block["num_intents"] = facts["num_intents"]
     if facts["int8"] is not None:
         nas_block["int8"] = _int8_block(facts["int8"])
+    if isinstance(facts["vocab_trim"], Mapping):
+        # the run's row counts the model it trained; the folder holds the trimmed one
+        nas_block["params"] = params_in(directory) or nas_block["params"]
+        nas_block["vocab_trim"] = _trim_block(facts["vocab_trim"])
     teacher_row = (metrics or {}).get("teacher") or {}
     teacher = teacher_facts(teacher_row.get("model_dir"))
     dataset = hub_dataset(facts["task"])
@@ -452,6 +483,8 @@ def render_card(directory: Path, metrics: Mapping[str, Any] | None = None,
                      "scores it)")
     if facts.get("int8"):
         lines += _int8_lines(facts["int8"])
+    if facts.get("vocab_trim"):
+        lines += _trim_lines(facts["vocab_trim"])
     lines += ["", "## Loading", "", "```python"]
     if header["pipeline_tag"] == "token-classification":  # a joint intent + slot model
         lines += ["from transformers import AutoModel, AutoTokenizer",

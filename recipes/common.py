@@ -580,17 +580,24 @@ class TaskContext(Generic[ConfigT]):
                       weights=weights, fmt=fmt, overwrite=True, **keywords)
 
     def format_keywords(self, fmt: str) -> dict[str, Any]:
-        """The export format of a folder the method exports as ``fmt``, and its int8
-        settings, as the file's ``final.export`` sets them (methods search and compress:
-        ``format``, ``quantize: int8`` compared with fp32 on dev, the report split
-        untouched, and ``max_int8_drop``); ``fmt`` alone for a method without it."""
+        """The export format of a folder the method exports as ``fmt``, its int8 settings
+        and its vocabulary trim, as the file's ``final.export`` sets them (methods search
+        and compress: ``format``, ``quantize: int8`` compared with fp32 on dev, the report
+        split untouched, ``max_int8_drop``, and ``trim_vocab``: the pieces of the whole
+        train split, scored on the report split); ``fmt`` alone for a method without it."""
         final = getattr(getattr(self.cfg, "final", None), "export", None)
+        trim: dict[str, Any] = {}
+        if getattr(final, "trim_vocab", False):  # the pieces of the whole train split
+            from nas.vocab_trim import task_trim
+
+            trim = {"trim": task_trim(self.full_train, self.report, self.report_split,
+                                      self.metric)}
         if final is None or not final.quantize:
-            return {"fmt": getattr(final, "format", None) or fmt}
+            return {"fmt": getattr(final, "format", None) or fmt, **trim}
         from nas.quantize import DevSet
 
         dev = self.dev
-        return {"fmt": final.format, "quantize": final.quantize,
+        return {**trim, "fmt": final.format, "quantize": final.quantize,
                 "max_int8_drop": float(final.max_int8_drop),
                 "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
                               list(dev.labels), self.metric)}

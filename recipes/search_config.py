@@ -130,11 +130,14 @@ class FinalExport:
     method's: ``native``; compress: ``hf``), ``quantize: int8`` (with ``format: onnx``:
     ONNX Runtime's dynamic int8 graph, :mod:`nas.quantize`, compared with fp32 on dev)
     and ``max_int8_drop``, the dev points it may lose before its most sensitive layers
-    stay fp32."""
+    stay fp32; ``trim_vocab: true`` keeps only the word pieces of the task's train texts
+    (and the special tokens) in the tokenizer and embedding rows (:mod:`nas.vocab_trim`),
+    scored before and after on the report split."""
 
     format: str | None = None
     quantize: str | None = None
     max_int8_drop: float = MAX_INT8_DROP
+    trim_vocab: bool = False
 
     def __post_init__(self) -> None:
         from nas.export import FORMATS

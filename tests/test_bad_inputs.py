@@ -404,6 +404,12 @@ CASES = {
                      "--max-int8-drop", "0.5"], 2, r"--max-int8-drop goes with --quantize int8"),
     "predict-int8-on-torch": Case(int8_on_torch, 2, r"an int8 export answers from model\.onnx; "
                                                     r"use --runtime onnx"),
+    "export-trim-vocab-without-run": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "t"), "--trim-vocab"], 2,
+        r"--trim-vocab goes with --run RUN_DIR \(the run's task gives the train texts"),
+    "compress-final-trim-vocab-not-bool": Case(
+        compress_with(final={"select": "best", "export": {"trim_vocab": 2}}), 2,
+        r"final\.export\.trim_vocab: expected bool, got 2"),
     "compress-final-int8-native": Case(
         compress_with(final={"select": "best", "export": {"quantize": "int8"}}), 2,
         r"final\.export: quantize must be int8, with format: onnx"),

@@ -3,6 +3,7 @@
     nas export --space NAME [--arch A] [--weights CKPT|HF_DIR | --random-init] -o DIR
                [--format native|hf|onnx]
     nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx] [--quantize int8]
+               [--trim-vocab]
     nas predict DIR "text" ["second text"] [--runtime auto|torch|onnx] [--json]
     nas predict DIR --file texts.txt|data.csv [--text-column C] [--pair-column C2]
                 [--batch-size N] [--json]
@@ -72,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --run --quantize int8: the dev points the int8 model may lose "
                         "before the most sensitive layers stay fp32 (default: the run's "
                         "final.export.max_int8_drop, else 0.3)")
+    p.add_argument("--trim-vocab", action="store_true",
+                   help="with --run: keep only the word pieces of the task's train texts (and "
+                        "the special tokens) in the tokenizer and the embedding rows "
+                        "(WordPiece tokenizers; a stock folder may keep --format hf); the "
+                        "report split is scored before and after, in config.json")
     p.add_argument("--labels", help="comma-separated label names (default: the checkpoint's, "
                                     "else LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
@@ -168,6 +174,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_quantize(args.quantize, args.format)
     if args.max_int8_drop is not None and args.quantize is None:
         raise NasError("--max-int8-drop goes with --quantize int8")
+    if args.trim_vocab and args.run is None:
+        raise NasError("--trim-vocab goes with --run RUN_DIR (the run's task gives the train "
+                       "texts whose word pieces are kept)")
     if args.run is not None:
         return _export_run(args)
     doc = _arch_document(args.arch)
@@ -213,8 +222,9 @@ def _export_run(args: argparse.Namespace) -> int:
         return _convert_run(args, Path(args.run))
     from searchers.results import export_trial
 
-    if args.quantize:
-        raise NasError("--quantize goes with a run's result folders, not with --trial (a "
+    if args.quantize or args.trim_vocab:
+        flag = "--quantize" if args.quantize else "--trim-vocab"
+        raise NasError(f"{flag} goes with a run's result folders, not with --trial (a "
                        "trial's weights are not the final retrain's); drop --trial")
     out, trial = export_trial(args.run, args.trial or "best", args.output, fmt=args.format,
                               overwrite=args.overwrite)
@@ -234,8 +244,10 @@ def _convert_run(args: argparse.Namespace, run: Path) -> int:
     from nas.export import convert
     from nas.quantize import run_dev, run_max_drop
     from nas.rundir import RunDir
+    from nas.vocab_trim import run_trim
 
-    name = args.format + (f"-{args.quantize}" if args.quantize else "")
+    name = args.format + (f"-{args.quantize}" if args.quantize else "") + (
+        "-trimmed" if args.trim_vocab else "")
     sources = [(run / "export", Path(args.output) if args.output else run / "exports" / name)]
     sources += [(folder, folder.parent / "exports" / name)
                 for folder in sorted((run / "final").glob("*/export"))
@@ -248,13 +260,15 @@ def _convert_run(args: argparse.Namespace, run: Path) -> int:
     done = []
     for src, out in sources:
         dev = run_dev(run, src) if args.quantize else None
+        trim = run_trim(run, src) if args.trim_vocab else None
         convert(src, out, args.format, overwrite=args.overwrite, metrics=metrics, dev=dev,
-                **keywords)
+                trim=trim, **keywords)
         what = ("the run's searched model" if src == run / "export"
                 else f"final point {src.parent.name}")
         done.append({"directory": str(out), "source": str(src), "what": what,
                      "files": sorted(p.name for p in out.iterdir())})
     emit(args, {**done[0], "format": args.format, "quantize": args.quantize,
+                "trim_vocab": args.trim_vocab,
                 "final": done[1:]},
          "\n".join(f"exported {d['what']} ({name}) to {d['directory']}: "
                    f"{', '.join(d['files'])}" for d in done))
