@@ -1,5 +1,5 @@
 """Sample efficiency of the multi-trial searchers on a synthetic objective with a known
-optimum, defined on a real space's encoding (issue 14, docs/reference.md#lanas).
+optimum, defined on a real space's encoding (docs/reference.md#lanas).
 
 The space is EfficientBERT's (docs/reference.md#efficientbert: 6 layers × {FFN expression, stack N,
 ratio r}, 18 choices; the expression a categorical over 3,645 enumerated expressions), searched

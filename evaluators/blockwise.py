@@ -1,6 +1,6 @@
 """``blockwise``: how well each sliced block of a teacher imitates the teacher's block, and a
 proxy score built from it (Puzzle, Bercovich et al. 2025, §3; docs/reference.md#teacher-compression;
-issue 30 item 3b).
+docs/compress.md#blockwise).
 
 The table (:func:`block_table`), for the ``bert-subnet`` space whose supernet is the
 (importance-sorted) teacher: for each hidden width, each layer and each per-layer option

@@ -1,6 +1,6 @@
 """Inherited weights plus a short distillation (``inherited-kd``): a candidate starts from
 its slice of the (importance-sorted) teacher and is distilled briefly from the full
-teacher before it is scored (issue 30, item 3a; docs/reference.md#teacher-compression).
+teacher before it is scored (docs/reference.md#teacher-compression).
 
 Minitron (Muralidharan et al. 2024, §2-3) and DynaBERT (Hou et al. 2020, §3) both score
 or finish a pruned sub-network after a short distillation from the full model rather than
@@ -27,7 +27,7 @@ cut lost. Here:
   rest (trial reports and pruning, report-split metrics, weights, measured costs).
 
 The same evaluator with the run's full training budget is the compress method's final
-retrain "from the inherited weights" (issue 30, item 3c).
+retrain "from the inherited weights" (docs/compress.md#steps).
 """
 
 from __future__ import annotations

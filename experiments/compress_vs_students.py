@@ -1,5 +1,5 @@
 """Plot a compress run's retrained front against the five methods' recorded students
-(issue 30, item 5, first bullet): accuracy on SST-2's clean test sentences against the
+(docs/compress.md#measured-on-sst-2): accuracy on SST-2's clean test sentences against the
 batch-1 speed-up over the teacher each was distilled from, one thread.
 
 The compress points are read from each run folder given (``final/<tag>/result.json``, the

@@ -157,7 +157,7 @@ def stock_subnet(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> di
     size for every layer, with head size = hidden / heads, and no per-layer head pruning
     (``pruned_heads`` is 4.x only): a child is a stock ``BertForSequenceClassification``
     only when it drops whole layers and keeps all heads and one FFN width at the
-    teacher's hidden width (docs/reference.md#teacher-compression, issue 30)."""
+    teacher's hidden width (docs/reference.md#teacher-compression)."""
     from nas.ops.basic import scale_width
 
     kept = subnet_layers(space_config, arch)

@@ -1,4 +1,4 @@
-"""CPU latency of any child of any space, predicted without building it (issue 13).
+"""CPU latency of any child of any space, predicted without building it.
 
 For one space at one batch size, sequence length and thread count::
 

@@ -1,5 +1,5 @@
 """The model card of an export folder: ``README.md`` with the Hugging Face Hub's metadata
-header, so the folder can be uploaded to the Hub as it is (issue 31).
+header, so the folder can be uploaded to the Hub as it is.
 
 A model card (Mitchell et al., 2019, "Model Cards for Model Reporting", FAT* '19, §4)
 states what a model is for, how it was evaluated and on what; the Hub reads the card's

@@ -1,4 +1,4 @@
-"""Finite-pool spaces: a benchmark's recorded architectures as a search space (issue 29).
+"""Finite-pool spaces: a benchmark's recorded architectures as a search space.
 
 A tabular NAS benchmark (NAS-Bench-BERT, HW-GPT-Bench) records a *sample* of its space:
 491 of about 1e7 encoders, 10,000 of about 2e12 GPT sub-networks. :class:`PoolSpace` is

@@ -60,7 +60,7 @@ def _overlap_lines(evaluation: dict[str, Any]) -> list[str]:
 
 
 #: A model that scores less than this far above chance or the majority answer has not
-#: learned the task (issue 31: a student at 36% on 3 classes was reported only as
+#: learned the task (a student at 36% on 3 classes was reported only as
 #: "194.8× faster").
 TRIVIAL_MARGIN = 0.02
 

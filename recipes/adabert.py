@@ -131,7 +131,7 @@ class AdaBertConfig(MethodConfig):
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
-    # TinyBERT's word-replacement augmentation of the retrain's data (issue 12, item 3);
+    # TinyBERT's word-replacement augmentation of the retrain's data;
     # off unless the file has an ``augment:`` section. The search keeps the plain subset.
     augment: AugmentSettings = field(default_factory=lambda: AugmentSettings(enabled=False))
     searcher: str | None = None  # this experiment's searcher (default: differentiable)

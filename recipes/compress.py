@@ -1,4 +1,4 @@
-"""Compress the teacher (``method: compress``, issue 30): search the fine-tuned teacher's
+"""Compress the teacher (``method: compress``, docs/compress.md): search the fine-tuned teacher's
 own sub-networks, starting each from the teacher's importance-sorted weights.
 
 It is ``method: search`` (:mod:`recipes.search`) with these differences:
@@ -31,7 +31,7 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
 4. **final** — ``final.select`` (default: per speed-up 2, 5 and 15 over the teacher, the
    front point nearest it), each retrained ``final.seeds`` times by the full
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
-   run's whole training subset and budget; issue 30, item 3c), scored on dev and the
+   run's whole training subset and budget; docs/compress.md#steps), scored on dev and the
    report split;
 5. **export** — the teacher's stock ``transformers`` class (``BertForSequenceClassification``,
    ``RobertaForSequenceClassification``..., :data:`nas.hf.TEACHER_TYPES`) where the child
@@ -76,7 +76,7 @@ TRUNCATION = "truncation"
 @dataclass
 class ImportanceSettings:
     """The sort: ``method`` (``activation`` or ``gradient``) on ``samples`` calibration
-    sequences of the candidates' training part (Minitron used 1,024; issue 30: 256)."""
+    sequences of the candidates' training part (Minitron used 1,024; here 256)."""
 
     method: str = "activation"
     samples: int = 256
@@ -293,7 +293,7 @@ class Compress(Search):
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 
     def audit_parts(self, config: CompressConfig, options: RunOptions) -> Any:
-        """``nas audit`` (issue 30 item 5): the search's evaluator (``inherited-kd``: the
+        """``nas audit`` (docs/compress.md): the search's evaluator (``inherited-kd``: the
         slice, the short distillation, the held-out score) and the blockwise proxy
         (minus the summed block error) against the final retrain (``inherited-kd`` with
         ``retrain:``'s budget on the whole training subset, from the inherited weights,

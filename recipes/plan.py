@@ -1,4 +1,4 @@
-"""``nas run --dry-run``: what a run would do, found without doing it (issue 31, item 4).
+"""``nas run --dry-run``: what a run would do, found without doing it.
 
 A dry run resolves the task, reads and caps the data exactly as stage 2 does
 (:meth:`recipes.common.TaskContext.select_data`, so the cuts it reports are the run's),

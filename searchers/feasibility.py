@@ -1,5 +1,5 @@
 """Whether a search's hard constraints can be met at all, answered before anything trains
-(issue 28): :func:`check_feasible` draws a few thousand architectures of the space, costs
+(since 0107f43): :func:`check_feasible` draws a few thousand architectures of the space, costs
 each with the cost model (parameters and FLOPs counted from the graph, docs/reference.md#costs;
 batch-1 latency predicted by this machine's latency model, :mod:`nas.latency`), and stops at the
 first one that meets every constraint. When none does, the search would only ever see

@@ -1,5 +1,5 @@
 """The multi-trial loop: ask → evaluate → tell on an Optuna study, in one process or in
-several (issue 14, docs/reference.md#optuna), and the public entry of the study modules.
+several (docs/reference.md#optuna), and the public entry of the study modules.
 
 A method's multi-trial stage needs only this module::
 

@@ -1,7 +1,7 @@
 """The multi-trial searchers: ``random``, ``tpe`` (multivariate), ``nsga2``, ``gp``,
 ``lanas`` (:class:`searchers.lanas.LaNASSampler`) and ``lamoo``
 (:class:`searchers.lamoo.LaMOOSampler`), each a sampler factory
-(:class:`~searchers.base.MultiTrialSearcher`, issue 14, docs/reference.md#optuna).
+(:class:`~searchers.base.MultiTrialSearcher`, docs/reference.md#optuna).
 
 A searcher builds the Optuna sampler of a study; :class:`searchers.proposals.StudySearch`
 asks that study for architectures and tells it their results, and
@@ -13,7 +13,7 @@ number and the study's contents: the same seed gives the same trials, a resumed 
 continues as the uninterrupted one would, and workers that share a seed still draw
 different trials. LaNAS and LaMOO seed each trial's draws the same way themselves.
 
-Constraints (issue 28): TPE, NSGA-II and GP take the budget as Optuna's
+Constraints: TPE, NSGA-II and GP take the budget as Optuna's
 ``constraints_func`` (:meth:`~searchers.optuna_bridge.Budget.constraints_func`), so an
 infeasible architecture is a trial they learn from (ranked below every feasible one:
 TPE ranks infeasible trials by their summed violation, below the feasible ones, a

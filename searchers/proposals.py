@@ -1,4 +1,4 @@
-"""Asking an Optuna study for architectures and telling it their results (issue 14,
+"""Asking an Optuna study for architectures and telling it their results (see
 docs/reference.md#optuna): :class:`StudySearch`, whose only state is the study.
 
 A multi-trial searcher (:mod:`searchers.optuna_searchers`) is the study's sampler;
@@ -16,7 +16,7 @@ What a trial of the study can be (user attribute ``outcome``):
   placeholder values (:meth:`StudySearch.placeholder`), the amounts over each limit
   (``violations``) and its constraint values (``constraints``, ``cost / limit − 1``), so
   that the sampler ranks it below every feasible trial. Pruning it instead would bias TPE
-  toward the smallest models (issue 28). It does not count as a trial of the search, is
+  toward the smallest models. It does not count as a trial of the search, is
   never a best trial or on the front (Optuna leaves infeasible trials out), and is asked
   again;
 * ``repeat`` — the architecture was evaluated (or is being evaluated) already; told as

@@ -1,4 +1,4 @@
-"""Exact resume of a multi-trial study (issue 27, docs/reference.md#optuna): a trial's *proposal
+"""Exact resume of a multi-trial study (docs/reference.md#optuna): a trial's *proposal
 index*, its place in the sequence the uninterrupted search would have made.
 
 A worker killed during a trial leaves a RUNNING trial; the next worker that looks fails

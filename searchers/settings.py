@@ -1,6 +1,6 @@
 """The settings of a multi-trial search: the experiment file's ``multi_trial:`` section
 (:class:`StudySettings`) and the command line's part (:class:`StudyOptions`), both
-checked when they are read (issue 14, docs/reference.md#optuna)."""
+checked when they are read (docs/reference.md#optuna)."""
 
 from __future__ import annotations
 

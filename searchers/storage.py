@@ -193,7 +193,7 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
 
 def check_journal(path: Path) -> None:
     """Refuse, in one line naming the file, a ``path`` that exists and is not an Optuna
-    journal (issue 27: a garbage or pickled file failed with a bare ``UnicodeDecodeError``
+    journal (a garbage or pickled file once failed with a bare ``UnicodeDecodeError``
     only after stages 1-2 had run).
 
     Optuna's reader keeps quiet about a bad line until a later line follows it, so a file

@@ -5,7 +5,7 @@ Built from the teacher's shape (factory keyword arguments with Hugging Face's na
 the same node names, so that :func:`nas.hf.load_from_hf` (and
 :func:`nas.hf.load_teacher_as_design`'s mapping) load the teacher's weights into the
 supernet unchanged, and the child of the full architecture computes what the teacher does.
-The choices (issue 30; docs/reference.md#teacher-compression: DynaBERT, Hou et al. 2020; Minitron,
+The choices (docs/reference.md#teacher-compression: DynaBERT, Hou et al. 2020; Minitron,
 Muralidharan et al. 2024; Puzzle, Bercovich et al. 2025):
 
 * ``hidden_size``: the teacher's H and 3 narrower widths, each a whole number of heads
@@ -18,7 +18,7 @@ Muralidharan et al. 2024; Puzzle, Bercovich et al. 2025):
 
 Layers: a keep flag per layer (``layers="any"``, the default: any subset, first-k
 included), or one depth choice (``layers="first"``: the first k, a space of L instead of
-2^L layer sets, as DynaBERT's depth multiplier and issue 30's truncation baseline). The
+2^L layer sets, as DynaBERT's depth multiplier and the compress method's truncation baseline). The
 head size stays the teacher's, so a narrower hidden width holds fewer heads (H'/d), and
 a layer's head share applies to those: ``⌊share · H'/d⌋`` heads
 (:func:`nas.ops.transformer.active_heads`). A share of 0 prunes every head or neuron:
@@ -50,7 +50,7 @@ from nas.graph import ActiveIf, Dim, GraphBuilder
 from nas.space import SearchSpace, check_hyperparameters, register_space
 from spaces.bert import BERT_BASE, PRESETS, SMALL, teacher_type
 
-#: The shares of a layer's heads and FFN neurons a child keeps (issue 30).
+#: The shares of a layer's heads and FFN neurons a child keeps.
 SHARES = ("1", "3/4", "1/2", "1/4", "0")
 #: The hidden widths, as shares of the teacher's heads (rounded to whole heads).
 WIDTH_SHARES = ("1", "3/4", "1/2", "1/4")
@@ -89,7 +89,7 @@ def bert_subnet_space(
 
     ``layers``: ``any`` (a keep flag per layer, any subset) or ``first`` (one depth
     choice ``num_hidden_layers``, 1..L: the first k layers, as the truncation baseline of
-    issue 30 and DynaBERT's depth multiplier keep). ``model_type``, ``embedding_size``,
+    method compress and DynaBERT's depth multiplier keep). ``model_type``, ``embedding_size``,
     ``pad_token_id``: the teacher's type, as in :func:`spaces.bert.bert_space` (ELECTRA's E
     stays whole: a narrower hidden width keeps the leading rows of ``embeddings_project``).
     """
@@ -189,7 +189,7 @@ def bert_subnet_space(
 
 def truncation(space: SearchSpace, k: int, hidden_size: int | None = None) -> Architecture:
     """The first ``k`` whole layers (all their heads and FFN neurons) at ``hidden_size``
-    (default: the teacher's): issue 30's uniform truncation baseline, the depth DynaBERT
+    (default: the teacher's): the compress method's uniform truncation baseline, the depth DynaBERT
     (Hou et al. 2020, §3.2) keeps. Works on both layer modes of the space."""
     layers = int(space.config["num_hidden_layers"])
     if not 1 <= k <= layers:

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--select", choices=SELECTIONS, default="params",
                    help="params: one at each of N parameter-count quantiles (default); "
                         "latency-spread: N spread evenly in log predicted batch-1 latency "
-                        "over a random pool, their span reported (issue 30 asks >= 10x)")
+                        "over a random pool, their span reported (method compress asks >= 10x)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, metavar="B",
                    help="bootstrap resamples for the intervals (default 1000)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the candidates and bootstrap")

@@ -16,7 +16,7 @@ def _augment(args: argparse.Namespace) -> int:
     from nas.data import load_task
 
     try:
-        # an output in the way fails now, not after the augmentation (issue 27)
+        # an output in the way fails now, not after the augmentation
         check_output(args.output, "file", overwrite=args.overwrite, overwrite_flag="--overwrite")
         config = AugmentConfig(p_t=args.p, m=args.m, n=args.n, seed=args.seed,
                                max_seq_len=args.max_seq_len, multi_piece=args.multi_piece)

@@ -1,4 +1,4 @@
-"""``nas cache list|clear``: what the cache holds, per kind, and removing it (issue 27).
+"""``nas cache list|clear``: what the cache holds, per kind, and removing it.
 
 The kinds are the cache root's folders (teachers, outputs, augment, general, warmup,
 mixedvocab, latency, overlap, …): every cached step writes under one of them

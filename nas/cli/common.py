@@ -140,8 +140,8 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir"] = "file", *,
                  overwrite: bool = False, overwrite_flag: str | None = None,
                  flag: str = "-o") -> Path | None:
-    """``path`` as a :class:`~pathlib.Path`, checked before any work starts (issue 27,
-    item 4): a command must not train or augment for minutes and then fail to write.
+    """``path`` as a :class:`~pathlib.Path`, checked before any work starts (since
+    0aa243d): a command must not train or augment for minutes and then fail to write.
 
     Refused, each in one line naming the path and the fix: a folder where a file is
     expected, a file where a folder is expected, an existing file (unless ``overwrite``;

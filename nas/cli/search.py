@@ -134,7 +134,7 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
 
 
 def _check_storage(given: str, *, attach: bool) -> None:
-    """Open the ``--storage`` the user named before stage 1 (issue 27, item 4): an
+    """Open the ``--storage`` the user named before stage 1 (since 0aa243d): an
     unreachable database, a garbage or pickled file, a folder, or a missing journal to
     ``--attach`` to fails now, in one line, not after the teacher and the data stages."""
     from searchers.storage import StorageError, is_journal, open_storage, storage_url

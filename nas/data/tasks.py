@@ -238,8 +238,8 @@ class TaskData:
 
 
 def cap_note(split: str, rows: int, used: int, setting: str) -> str:
-    """How a cap cut a split, in the words the run log and the console use (issue 31:
-    a cap must never cut a user's data without a word):
+    """How a cap cut a split, in the words the run log and the console use
+    (a cap must never cut a user's data without a word):
     ``train: 2,000 rows, using 256: data.max_train_examples``."""
     return f"{split}: {rows:,} rows, using {used:,}: {setting}"
 
