@@ -110,7 +110,7 @@ print(json.dumps([pipe(text, top_k=None) for text in sys.argv[2:]]))
 
 def test_the_searched_model_serves_in_stock_transformers(cold_run, tmp_path, capsys,
                                                          without_this_project):
-    """Issue 20's done-when: the smoke search, exported with ``nas export --run ... --format
+    """The export's promise: the smoke search, exported with ``nas export --run ... --format
     hf``, is served by ``pipeline(..., trust_remote_code=True)`` where this project cannot
     be imported, with SST-2's label names and ``nas predict``'s probabilities."""
     from nas.runtime import load
@@ -180,7 +180,7 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
 
 @pytest.mark.slow
 def test_an_augment_section_retrains_on_the_augmented_subset(cold_run, tmp_path):
-    """Issue 12, item 3: ``--set augment.n=1`` doubles the retrain's data (each original,
+    """Augmentation: ``--set augment.n=1`` doubles the retrain's data (each original,
     then its variant), scores every row with the probes, and leaves the search's data and
     the snapshot of runs without the section alone."""
     import math

@@ -383,7 +383,7 @@ CASES = {
         impossible_constraint, 2, r"constraints: no architecture of space 'tiny-cell' meets "
                                   r"them; the smallest of all 27 architectures: params .*raise "
                                   r"constraints\.max_params to at least 994,274"),
-    # a tabular benchmark whose data folder lacks the file (issue 29)
+    # a tabular benchmark whose data folder lacks the file
     "tabular-benchmark-missing": Case(
         lambda ctx: ["spaces", "show", "nas-bench-bert", "-c", f"data_dir={ctx.tmp}"], 2,
         r"nas-bench-bert: benchmark file .*BERT_benchmark\.json not found; set NAS_DATA_DIR"),

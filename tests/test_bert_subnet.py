@@ -1,4 +1,4 @@
-"""The ``bert-subnet`` space (issue 30, item 1): its supernet is the teacher.
+"""The ``bert-subnet`` space (method compress): its supernet is the teacher.
 
 The registry-wide contract tests (tests/test_space_contract.py, test_export*.py,
 test_cost_speed.py) cover it through its small test_config; here: the teacher's weights

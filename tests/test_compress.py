@@ -1,4 +1,4 @@
-"""Compress the teacher (issue 30): ``method: compress`` end to end on its smoke run (sort,
+"""Compress the teacher: ``method: compress`` end to end on its smoke run (sort,
 search with inherited-kd, final retrain from the inherited weights, export, nas predict)."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _tiny_compress(run, teacher, *sets: str) -> int:
 
 
 def test_truncation_is_the_baseline_searcher_of_compress(tiny_teacher, tmp_path):
-    """``searcher: truncation`` (issue 30 item 5's uniform-truncation arm): the sorted
+    """``searcher: truncation`` (the uniform-truncation arm of docs/compress.md): the sorted
     teacher's first k whole layers, k = 1..L, queued as the study's trials, scored by the
     same evaluator and retrained by the same final stage as any searcher's points."""
     run = tmp_path / "run"
@@ -127,7 +127,7 @@ def test_seed_truncations_start_a_searchers_study_with_the_first_k_layers(tiny_t
 
 
 def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
-    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
+    """``searcher: knapsack`` (step 3's alternative in docs/compress.md) on the smoke file with
     the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
     budget, its distinct picks run as the study's trials (scored by inherited-kd), then
     the front, ``final: {select: latency_ratios}``, the report and the export."""
@@ -175,7 +175,7 @@ def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
 def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, tmp_path):
     """``evaluator: blockwise`` in method compress: the table is built on the sorted
     teacher when the evaluator asks for it, and each trial's score is minus its summed
-    block error (a cheap proxy for any searcher, issue 30 item 3b)."""
+    block error (a cheap proxy for any searcher, docs/compress.md#blockwise)."""
     run = tmp_path / "run"
     assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=3",
                           "evaluator={name: blockwise, settings: {}}") == 0
@@ -187,7 +187,7 @@ def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, 
 
 
 def test_nas_audit_serves_compress_with_a_latency_spread(tiny_teacher, tmp_path, capsys):
-    """``nas audit --select latency-spread`` on method compress (issue 30 item 5): the
+    """``nas audit --select latency-spread`` on method compress (its ranking audit): the
     search's inherited-kd and the blockwise proxy ranked against the final retrain, the
     candidates spread over the latency model's predictions and their span reported. The
     settings are the knapsack test's, so the tiny teacher, its sort and its block states

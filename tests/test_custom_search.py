@@ -1,4 +1,4 @@
-"""Search a space of your own (issue 28): ``method: search`` on examples/custom_search.yaml
+"""Search a space of your own: ``method: search`` on examples/custom_search.yaml
 (the method's smoke run), its outputs, ``nas.search`` from Python, plug-in files, and the
 one-line answers to bad input."""
 

@@ -1,6 +1,6 @@
 """Same config and seed, same result: with a cold or a warm cache, and after a kill at
 any stage followed by ``--resume`` (the reliability issue's item 1); and after ``kill -9``
-of each method's smoke run in the middle of a training stage (issue 27, item 2).
+of each method's smoke run in the middle of a training stage (the reliability issue's item 2).
 
 Slow (smoke runs): ``python -m pytest -m slow tests/test_determinism.py``. In the
 default run, tests/test_smokes.py requires every method's smoke run, in the test run's

@@ -1,4 +1,4 @@
-"""The README and the docs site (issue 32): a README a newcomer reads in five minutes, whose
+"""The README and the docs site: a README a newcomer reads in five minutes, whose
 tour is real; a page per method; every page in the site's nav; a command-line reference
 that cannot drift from the parsers. The strict build itself (broken links, missing pages)
 is `mkdocs build --strict` in the README's test command."""

@@ -1,4 +1,4 @@
-"""Exact resume (issue 27): for every multi-trial searcher, a study killed (``kill -9``)
+"""Exact resume (searchers/resume.py): for every multi-trial searcher, a study killed (``kill -9``)
 before its first evaluation, in the middle of a trial, or during its last trial, and
 resumed, evaluates the same sequence of architectures with the same values as the
 uninterrupted study (:mod:`searchers.resume`). The evaluator is synthetic (milliseconds);

@@ -1,4 +1,4 @@
-"""Exports that load anywhere (issue 20): stock ``transformers`` with the runtime bundled as
+"""Exports that load anywhere: stock ``transformers`` with the runtime bundled as
 remote code, in a process that cannot import this project; ONNX without a second copy of
 the weights; tokenizer length; ``--random-init``; round trips of ``derived_arch.json`` and
 of Hugging Face checkpoints; ``--quiet``; ``nas bench``'s spread."""
@@ -91,7 +91,7 @@ def test_every_space_loads_in_stock_transformers_without_this_package(tmp_path,
     """Every registered space's child, exported natively, loads with
     ``AutoModelForSequenceClassification(..., trust_remote_code=True)`` in a process that
     cannot import ``nas`` and gives ``nas predict``'s logits; all of them in one process,
-    each in a folder named ``hf`` (issue 31: transformers names the remote modules after
+    each in a folder named ``hf`` (transformers names the remote modules after
     the folder); ``pipeline`` answers with the export's label names and ``nas predict``'s
     probabilities, on texts and pairs longer than the trained length too; the tokenizer
     loads without asking."""
@@ -164,7 +164,7 @@ def check_pipeline_answers(got: dict, texted: Path, paired: Path) -> None:
 
 
 #: The transformers releases the slow test installs: the oldest 4.x and a 5.x that the
-#: package index here holds (4.40, the bound declared before issue 31, is not there).
+#: package index here holds (4.40, the bound declared before 1cd309a, is not there).
 TRANSFORMERS_VERSIONS = ("4.57.6", "5.18.0")
 VERSION_RUNNER = textwrap.dedent("""
     import builtins, json, sys
@@ -203,7 +203,7 @@ VERSION_RUNNER = f"TEXTS, PAIRS = {TEXTS!r}, {PAIRS!r}\n" + VERSION_RUNNER.repla
 @pytest.mark.slow
 @pytest.mark.parametrize("version", TRANSFORMERS_VERSIONS)
 def test_exports_load_on_transformers_4_and_5(version, tmp_path, without_this_project):
-    """Issue 31: remote-code exports load on a 4.x and a 5.x ``transformers``, installed
+    """Remote-code exports load on a 4.x and a 5.x ``transformers``, installed
     into a throw-away folder (``pip install --target``, which wins over the installed one
     on ``PYTHONPATH``): three different exports in folders all named ``hf`` in one
     process, each giving ``nas predict``'s logits; the tokenizer loads without a prompt;

@@ -1,4 +1,4 @@
-"""The latency model (issue 13): structure and determinism of a calibration, the table
+"""The latency model (14f4109): structure and determinism of a calibration, the table
 file, the warnings and errors, the evaluators' hook and the commands. Accuracy is a
 benchmark (``benchmarks/latency_model.py``), not a test: timings here use a tiny budget
 on the small configurations."""
@@ -202,7 +202,7 @@ def test_latency_commands(tmp_path, capsys):
 
 
 def test_a_space_without_a_table_is_calibrated_once_and_cached(spaces, tmp_path, monkeypatch):
-    """What ``constraints.max_latency_ms`` uses (issue 28): this machine's table in the
+    """What ``constraints.max_latency_ms`` uses: this machine's table in the
     cache; a space it lacks is calibrated, saved and logged with its time, and found in
     the cache the next time."""
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))

@@ -286,7 +286,7 @@ def test_joint_head_shapes_costs_and_refusals(tmp_path):
 
 @pytest.mark.slow  # ONNX tracing: ~9 s on the busy machine; the smoke run's test checks it too
 def test_the_joint_onnx_graph_takes_what_its_tokenizer_gives(tokenizers, tmp_path):
-    """Issue 31: a student vocabulary's tokenizer gives ``input_ids`` and
+    """A student vocabulary's tokenizer gives ``input_ids`` and
     ``attention_mask`` only; the joint model's ONNX graph takes exactly those (token
     types are filled inside), its tokenizer config pins them and names a class 4.x knows,
     and the graph answers as the torch model does."""
@@ -519,7 +519,7 @@ def test_smoke_run_report_export_and_predict(smoke_run, capsys):
     # ONNX on a longer input than it was traced with: the sequence axis is dynamic
     model = load(export, "onnx")
     # the graph takes exactly what its tokenizer gives (a student vocabulary has no
-    # token_type_ids; issue 31), as stock transformers loads that tokenizer
+    # token_type_ids), as stock transformers loads that tokenizer
     from transformers import AutoTokenizer
 
     produced = sorted(AutoTokenizer.from_pretrained(str(export), trust_remote_code=True)("a"))

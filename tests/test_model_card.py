@@ -1,4 +1,4 @@
-"""Every export folder carries a model card (issue 31): ``README.md`` whose metadata header
+"""Every export folder carries a model card: ``README.md`` whose metadata header
 the Hugging Face Hub reads (parsed here with ``huggingface_hub``'s own ``ModelCard``), with
 the task, labels, metrics on the report split, teacher, params, latency, the command that
 made it and the engine version."""

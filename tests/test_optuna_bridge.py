@@ -147,7 +147,7 @@ def test_rejected_proposals_are_recorded_and_asked_again():
 
 
 def test_a_constraint_aware_sampler_learns_from_infeasible_trials_it_never_trains():
-    """Issue 28: TPE gets the budget as Optuna's constraints_func. An architecture over it
+    """TPE gets the budget as Optuna's constraints_func. An architecture over it
     is told as a complete ``infeasible`` trial (placeholder values, the violation amounts,
     its constraint values as Optuna's), never a best one; random search rejects it."""
     from nas.cost import count_costs

@@ -1,4 +1,4 @@
-"""Outputs and inputs are checked before work starts (issue 27, item 4).
+"""Outputs and inputs are checked before work starts (0aa243d).
 
 Every ``-o``/``--output`` of the command line (a file in the way, a folder in the way, an
 existing file, a missing parent), a missing ``--run`` folder, and a ``--storage`` file or

@@ -131,7 +131,7 @@ def test_a_dev_head_that_loses_classes_is_warned_about_and_seeded_keeps_them(tmp
 
 
 def test_caps_that_cut_the_data_are_logged_with_their_setting(tmp_path, caplog):
-    """Issue 31: "2,000 rows, using 256: data.max_train_examples", on the console and in
+    """A cap is named: "2,000 rows, using 256: data.max_train_examples", on the console and in
     the run log; the report split's trivial answers are recorded for the report."""
     logged: list[tuple[str, dict]] = []
     with caplog.at_level(logging.INFO, logger="nas.recipe"):

@@ -1,4 +1,4 @@
-"""A run folder is self-contained and relocatable (issue 27): its own storage is recorded
+"""A run folder is self-contained and relocatable (2e65232): its own storage is recorded
 relative to it, so a copy resumes into its own files and never into the original's; a
 copy whose old pointer names another run folder's file is refused; run names cannot
 leave ``runs/``; a journal cut mid-line is repaired. The evaluator is the cost model
@@ -75,7 +75,7 @@ def test_a_copy_whose_old_pointer_names_another_run_folder_is_refused(tmp_path, 
     a, b = tmp_path / "A", tmp_path / "B"
     study_in(a, space, 3)
     pointer = json.loads((a / "study.json").read_text())
-    # the pointer as code before issue 27 wrote it: the journal's absolute path
+    # the pointer as code before 2e65232 wrote it: the journal's absolute path
     old = {k: v for k, v in pointer.items() if k != "relative_to_folder"}
     old["storage"] = str((a / "study.journal").resolve())
     (a / "study.json").write_text(json.dumps(old))

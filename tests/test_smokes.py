@@ -1,6 +1,6 @@
 """Every registered method's smoke experiment reproduces its recorded results exactly.
 
-The guard for refactors (issue 26, item 0): ``experiments/<method>_smoke.yaml`` carries
+The guard for refactors: ``experiments/<method>_smoke.yaml`` carries
 the metrics its seed gave when recorded (``# expected:`` lines, format in
 ``tests/smokes.py``); the run here (shared with the method's own end-to-end tests through
 the ``smoke_runs`` fixture) must give the same numbers, to the last digit. A change that

@@ -1,4 +1,4 @@
-"""The repository stands alone (issue 32, item 4): no file cites a document or a path that
+"""The repository stands alone: no file cites a document or a path that
 lives outside it, and every citation of the method reference resolves.
 
 Code comments, docs and experiment headers cite papers (authors, year, section) or a

@@ -272,7 +272,7 @@ def test_median_pruning_stops_weak_candidates_and_keeps_their_curves(tmp_path):
 
 def test_the_pareto_plot_labels_trial_numbers_and_rings_the_chosen_ones(tmp_path,
                                                                         monkeypatch):
-    """Issue 28: which point is which trial (for ``nas export --trial N``), and which the
+    """Which point is which trial (for ``nas export --trial N``), and which the
     final stage retrained."""
     import matplotlib.figure
 
