@@ -5,6 +5,7 @@ Code comments, docs and experiment headers cite papers (authors, year, section) 
 section of ``docs/reference.md``. Two files that once sat beside the repository (a method
 specification and a style guide) must not be cited, nor the data folder's location on one
 machine: the data sets are found through ``$NAS_DATA_DIR``.
+Nor is the project's issue tracker cited by number: it is not in the repository either.
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ FORBIDDEN = [
      "a folder of the development machine: write a path relative to the repository "
      "(runs/..., as the commands make it)"),
 ]
+
+#: Where this project's own issue tracker must not be cited: it is not part of the
+#: repository, so its numbers mean nothing to a reader of a clone.
+ISSUE_SCOPE = ("nas/", "spaces/", "searchers/", "evaluators/", "recipes/", "docs/",
+               "experiments/", "examples/", "benchmarks/", "README.md", "CONTRIBUTING.md",
+               "pyproject.toml")
+#: "issue 27", "Issues 30 and 31", "issue-30": a number on this project's tracker. An
+#: outside project's tracker is cited as ``owner/repo#N``, which this does not match.
+ISSUE_NUMBER = re.compile(r"\bissues?[ -]#?[0-9]+", re.IGNORECASE)
 
 #: ``reference.md#<section>``, then any further ``, #<section>`` of the same citation (which
 #: may run onto the next comment line).
@@ -94,6 +104,21 @@ def test_no_file_cites_anything_outside_the_repository():
     assert not found, "\n".join(found)
 
 
+def test_no_file_cites_this_projects_issue_numbers():
+    """Code, docs, experiment headers and benchmarks say what an issue number stood for:
+    the paper, the section of docs/reference.md, the commit or the feature's name."""
+    found = []
+    for path, text in _texts().items():
+        if path in NOT_YET_CHECKED or not path.startswith(ISSUE_SCOPE):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if ISSUE_NUMBER.search(line):
+                found.append(f"{path}:{number}: {line.strip()[:80]!r}")
+    assert not found, ("cites this project's issue tracker: name the paper, the section of "
+                       "docs/reference.md, the commit (git log -S) or the feature "
+                       "instead:\n" + "\n".join(found))
+
+
 def test_every_reference_link_names_a_section_of_the_reference():
     anchors = _anchors()
     assert {"costs", "adabert", "efficientbert", "tinybert", "mobilebert"} <= anchors
@@ -114,6 +139,12 @@ def test_the_checks_catch_what_they_are_for():
     assert all(any(p.search(b) for p, _ in FORBIDDEN) for b in bad)
     assert not any(p.search("SPECIAL_TOKENS, docs/reference.md#costs, shared weights")
                    for p, _ in FORBIDDEN)
+    cited = ["(issue 27, item 4)", "Issues 30 and 31", "the issue-30 run", "Issue 20's promise"]
+    assert all(ISSUE_NUMBER.search(c) for c in cited)
+    assert not any(ISSUE_NUMBER.search(c) for c in
+                   ["huggingface/tokenizers#1794", "the issue's target", "tissue 3"])
+    assert "docs/reference.md".startswith(ISSUE_SCOPE)
+    assert not "tests/test_standalone.py".startswith(ISSUE_SCOPE)
     assert _slug("DARTS and GDAS") == "darts-and-gdas"
     m = LINK.search("(docs/reference.md#adabert,\n    #darts-and-gdas).")
     assert m is not None and m.group(1) == "adabert" and "#darts-and-gdas" in m.group(2)
