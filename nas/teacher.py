@@ -552,20 +552,23 @@ _UNNAMED_LABEL = re.compile(r"LABEL_\d+")
 OWN_TEACHERS = "own-teachers"
 
 
-def model_labels(path: str | os.PathLike[str]) -> list[str]:
-    """The label names of the classifier in ``path``, in its output order (its config's
-    ``id2label``: ``LABEL_0``... when the file names none, as ``transformers`` 5 writes an
-    unnamed head); a folder without a classification head is refused in one line."""
+def model_labels(name: str) -> list[str]:
+    """The label names of the classifier ``name`` (a folder, or a hub name in the local
+    cache), in its output order (its config's ``id2label``: ``LABEL_0``... when the file
+    names none, as ``transformers`` 5 writes an unnamed head); a model without a
+    classification head is refused in one line."""
     from transformers import AutoConfig
 
-    archs = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")
-                       ).get("architectures") or []
-    if not any("SequenceClassification" in str(a) for a in archs):
-        raise TeacherError(f"teacher {path}: not a fine-tuned classifier (its config.json names "
+    try:
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise TeacherError(f"cannot read teacher {name!r}'s config offline ({str(e)[:160]}); "
+                           "pass a local folder") from None
+    if not any("SequenceClassification" in str(a) for a in config.architectures or ()):
+        raise TeacherError(f"teacher {name}: not a fine-tuned classifier (its config names "
                            f"no *ForSequenceClassification); set teacher_finetune.enabled=true "
                            f"to fine-tune it on the task")
-    id2label = AutoConfig.from_pretrained(str(path), local_files_only=True).id2label
-    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+    return [str(config.id2label[k]) for k in sorted(config.id2label, key=int)]
 
 
 def match_labels(data_labels: list[str], model: list[str], mapping: dict[str, str] | None,
@@ -624,9 +627,7 @@ def _relabelled(source: str, folder: Path, order: list[int], names: list[str]) -
     """Write ``source``'s classifier into ``folder/model`` with its output rows in the task's
     ``order`` and the task's label ``names`` in its config; returns the entry's record."""
     import torch
-    from transformers import AutoModelForSequenceClassification
-
-    from nas.tokenization import load_tokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = _from_pretrained(AutoModelForSequenceClassification, source)
     layer = output_layer(model, len(order))
@@ -641,10 +642,21 @@ def _relabelled(source: str, folder: Path, order: list[int], names: list[str]) -
     model.save_pretrained(str(tmp_dir))
     for weights in sorted(tmp_dir.glob("*.safetensors")):
         canonical_safetensors(weights)  # the same weights, the same bytes
-    load_tokenizer(source).save_pretrained(str(tmp_dir))
+    AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(str(tmp_dir))
     shutil.rmtree(model_dir, ignore_errors=True)
     os.replace(tmp_dir, model_dir)
     return {"model_dir": str(model_dir), "order": order, "labels": names}
+
+
+def teacher_order(task: str, source: str, data_dir: str | os.PathLike[str] | None = None,
+                  labels: dict[str, str] | None = None) -> tuple[list[str], list[int]]:
+    """``(the task's label names, the teacher's output row for each)``: the check of an own
+    teacher's labels (:func:`match_labels`), without loading its weights (``nas run
+    --dry-run`` makes it too)."""
+    from nas.data import load_task
+
+    names = list(load_task(task, "train", data_dir).label_names)
+    return names, match_labels(names, model_labels(source), labels, source)
 
 
 def own_teacher(
@@ -674,11 +686,11 @@ def own_teacher(
     task = resolve_task(task)
     source = resolve_teacher(teacher)
     tid = teacher_identity(source)
-    names = list(load_task(task, "train", data_dir).label_names)
-    order = match_labels(names, model_labels(source), labels, source)
+    names, order = teacher_order(task, source, data_dir, labels)
     key = settings_key(teacher=tid, order=order, labels=names)
     model_dir, from_cache = source, True
-    if order != list(range(len(order))):
+    # a hub name is copied too: what reads the teacher after (its tokenizer) reads a folder
+    if order != list(range(len(order))) or not Path(source).is_dir():
         folder = cache_root(cache_dir) / OWN_TEACHERS / key
         record, trained = cached_entry(
             folder, "the teacher re-ordered to the task's labels",

@@ -146,6 +146,18 @@ def test_an_unnamed_teacher_is_refused_by_the_run_in_one_line(tiny_teacher, tmp_
     assert "map them with teacher_labels: {negative: LABEL_0, positive: LABEL_1}" in err[-1]
 
 
+def test_the_dry_run_checks_an_own_teachers_labels_and_plans_no_fine_tune(
+        tiny_teacher, named_teacher, capsys):
+    argv = ["run", str(SMOKE), "--dry-run", "--set", "teacher_finetune.enabled=false"]
+    assert main([*argv, "--set", f"teacher={tiny_teacher}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "teacher_labels" in err
+    assert main([*argv, "--set", f"teacher={named_teacher}"]) == 0
+    out = capsys.readouterr().out
+    assert "its rows for the task's labels: negative 1, positive 0" in out
+    assert "to fine-tune" not in out
+
+
 # ---------------------------------------------------------------- whole runs
 
 def _compress(run: Path, teacher: Path, *sets: str) -> dict:
