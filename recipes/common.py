@@ -138,10 +138,12 @@ class MethodConfig:
                      self)
         self.device = str(self.device).strip().lower()
         labels = self.teacher_labels
-        if labels is not None and not all(isinstance(k, str) and isinstance(v, str)
-                                          for k, v in labels.items()):
-            raise ConfigError(f"teacher_labels must map each data label to a model label, "
-                              f"names both (e.g. {{negative: LABEL_0}}), got {labels!r}")
+        if labels is not None:
+            if not all(isinstance(x, str | int) and not isinstance(x, bool)
+                       for pair in labels.items() for x in pair):
+                raise ConfigError(f"teacher_labels must map each data label to a model label, "
+                                  f"names both (e.g. {{negative: LABEL_0}}), got {labels!r}")
+            self.teacher_labels = {str(k): str(v) for k, v in labels.items()}  # 0: as "0"
         if labels and self.teacher_finetune.enabled:
             raise ConfigError("teacher_labels names the labels of a teacher fine-tuned "
                               "already; set teacher_finetune.enabled=false with it, or remove "

@@ -130,6 +130,16 @@ def test_a_teacher_in_the_tasks_order_is_read_from_its_own_folder(tiny_teacher, 
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
+def test_teacher_labels_read_numbers_as_names():
+    """A data file's labels ``0``, ``1`` written unquoted in YAML are names all the same."""
+    from nas.teacher import FinetuneConfig
+    from recipes.common import MethodConfig
+
+    config = MethodConfig(name="x", task="sst2", teacher_finetune=FinetuneConfig(enabled=False),
+                          teacher_labels={0: "LABEL_1", 1: "LABEL_0"})  # type: ignore[dict-item]  # as YAML reads 0: LABEL_1
+    assert config.teacher_labels == {"0": "LABEL_1", "1": "LABEL_0"}
+
+
 def test_teacher_labels_without_enabled_false_is_refused(capsys):
     code = main(["run", str(SMOKE), "--dry-run", "--set", "teacher_labels={negative: LABEL_0, "
                  "positive: LABEL_1}"])
