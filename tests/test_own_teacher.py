@@ -110,6 +110,19 @@ def test_an_own_teachers_logits_follow_the_tasks_label_order(named_teacher, tmp_
         design = load_teacher_as_design(result.model_dir)[1](batch).logits
     torch.testing.assert_close(after, before[:, [1, 0]])
     torch.testing.assert_close(design, before[:, [1, 0]], atol=1e-5, rtol=1e-5)
+    # the teacher-output cache, as a run fills it from teacher.model_dir
+    from nas.data import load_task
+    from nas.distill.general import cached_teacher_logits
+
+    rows = load_task("sst2", "dev").head(4)
+    cached = cached_teacher_logits(result.model_dir,
+                                   lambda: load_teacher_as_design(result.model_dir)[1], rows,
+                                   load_tokenizer(result.model_dir), 32)
+    with torch.no_grad():
+        plain = load_teacher(named_teacher, num_labels=2)(
+            **encode(load_tokenizer(named_teacher), list(rows.texts_a), None, 32)).logits
+    torch.testing.assert_close(torch.tensor(cached), plain[:, [1, 0]], atol=1e-4,
+                               rtol=1e-4)
     again = own_teacher("sst2", str(named_teacher),
                         config=FinetuneConfig(enabled=False, max_dev_examples=16,
                                               max_seq_len=32))
