@@ -103,7 +103,9 @@ class MethodConfig:
     data file or a mapping: :mod:`nas.data.files`), the ``teacher`` (default: the packaged
     MiniLM), the run's ``seed``, the ``data`` caps, the teacher's fine-tuning overrides
     (``teacher_finetune``, a typed :class:`~nas.teacher.FinetuneConfig`: every key is
-    checked before any stage) and ``latency_repeats``.
+    checked before any stage; ``enabled: false`` takes ``teacher`` as a classifier the user
+    fine-tuned already, its labels matched by name or by ``teacher_labels``, data label →
+    model label: :func:`nas.teacher.own_teacher`) and ``latency_repeats``.
 
     ``device`` (``auto``: a CUDA GPU when there is one, else the CPU; ``cpu``, ``cuda``,
     ``cuda:N``) is where every stage computes, ``precision`` (``fp32``, ``bf16``, ``fp16``)
@@ -116,6 +118,7 @@ class MethodConfig:
     seed: int = 0
     data: DataSettings = field(default_factory=DataSettings)
     teacher_finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    teacher_labels: dict[str, str] | None = None
     latency_repeats: int = 10
     device: str = "auto"
     precision: str = "fp32"
@@ -134,6 +137,17 @@ class MethodConfig:
                       ("precision", self.precision in PRECISIONS, " or ".join(PRECISIONS))],
                      self)
         self.device = str(self.device).strip().lower()
+        labels = self.teacher_labels
+        if labels is not None:
+            if not all(isinstance(x, str | int) and not isinstance(x, bool)
+                       for pair in labels.items() for x in pair):
+                raise ConfigError(f"teacher_labels must map each data label to a model label, "
+                                  f"names both (e.g. {{negative: LABEL_0}}), got {labels!r}")
+            self.teacher_labels = {str(k): str(v) for k, v in labels.items()}  # 0: as "0"
+        if labels and self.teacher_finetune.enabled:
+            raise ConfigError("teacher_labels names the labels of a teacher fine-tuned "
+                              "already; set teacher_finetune.enabled=false with it, or remove "
+                              "teacher_labels")
 
     def finetune_config(self) -> FinetuneConfig:
         return self.teacher_finetune
@@ -156,6 +170,9 @@ def is_plain_name(name: str) -> bool:
 
 #: the run-placement settings and the values that leave a snapshot as it was before them
 _PLACEMENT_DEFAULTS = {"device": "auto", "precision": "fp32"}
+#: settings added later, left out of a snapshot at these values (a run folder made before
+#: them resumes)
+_LATER_DEFAULTS = {"teacher_labels": None}
 
 
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
@@ -164,9 +181,12 @@ def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
     to other than ``auto`` and ``fp32``, so that a run folder made before they existed
     resumes."""
     values = asdict(config)
-    for key, default in _PLACEMENT_DEFAULTS.items():
-        if values.get(key) == default:
+    for key, default in {**_PLACEMENT_DEFAULTS, **_LATER_DEFAULTS}.items():
+        if key in values and values[key] == default:
             values.pop(key)
+    finetune = values.get("teacher_finetune")
+    if isinstance(finetune, dict) and finetune.get("enabled") is True:
+        finetune.pop("enabled")
     return {"method": method, **values}
 
 
@@ -243,17 +263,26 @@ class TaskContext(Generic[ConfigT]):
 
     def prepare_teacher(self, number: int = 1) -> None:
         """Stage 1 (``number``): the teacher fine-tuned on the task (cached by its
-        settings)."""
-        from nas.teacher import finetune_teacher
+        settings), or, with ``teacher_finetune.enabled: false``, the user's own fine-tuned
+        classifier, its labels matched with the task's and its dev score measured."""
+        from nas.teacher import finetune_teacher, own_teacher
 
         t0 = time.time()
-        self.stage(number, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+        finetune = self.cfg.finetune_config()
         seed_stage(self.seed, "teacher")
-        self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
-                                        config=self.cfg.finetune_config(),
-                                        progress=self.progress)
+        if finetune.enabled:
+            self.stage(number, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+            self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
+                                            config=finetune, progress=self.progress)
+        else:
+            self.stage(number, "teacher (%s as fine-tuned already: teacher_finetune.enabled="
+                       "false)", self.cfg.teacher)
+            self.teacher = own_teacher(self.task, self.cfg.teacher, self.options.data_dir,
+                                       config=finetune, labels=self.cfg.teacher_labels,
+                                       progress=self.progress)
         self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
-                     from_cache=self.teacher.from_cache)
+                     from_cache=self.teacher.from_cache,
+                     **({} if finetune.enabled else {"fine_tuned_here": False}))
         self.seconds["teacher"] = round(time.time() - t0, 1)
 
     def prepare_data(self, number: int = 2) -> None:

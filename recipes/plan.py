@@ -121,7 +121,9 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     teacher_row: dict[str, Any] = {"cached": teacher.cached, "folder": str(teacher.run_dir),
                                    "train": len(teacher.train), "dev": len(teacher.dev),
                                    "cuts": teacher.cuts}
-    if not teacher.cached:
+    if not finetune.enabled:  # the user's own classifier: its labels checked, no fine-tune
+        teacher_row = own_teacher_row(teacher, resolved, options.data_dir)
+    elif not teacher.cached:
         steps = teacher.steps(finetune)
         teacher_row["steps"] = steps
         # batches are padded to their longest text (dynamic padding): the cost follows
@@ -139,6 +141,19 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
                      "report_split": ctx.report_split},
             "teacher": teacher_row, "stages": sections, "trials": _trials(resolved),
             "estimate": {"seconds": round(seconds, 1), **timed}}
+
+
+def own_teacher_row(teacher: Any, config: Any, data_dir: Any) -> dict[str, Any]:
+    """The plan's teacher row for ``teacher_finetune.enabled: false``: the folder as given,
+    its labels matched with the task's (refused in one line as the run would:
+    :func:`nas.teacher.teacher_order`), the dev rows it is scored on, no fine-tune."""
+    from nas.teacher import teacher_order
+
+    names, order = teacher_order(teacher.task, teacher.teacher_path, data_dir,
+                                 config.teacher_labels)
+    return {"fine_tune": False, "folder": teacher.teacher_path, "dev": len(teacher.dev),
+            "labels": dict(zip(names, order, strict=True)),
+            "cuts": [c for c in teacher.cuts if c.startswith("dev")]}
 
 
 def teacher_step_seconds(teacher_path: str, data: Any, seq_len: int) -> dict[str, Any]:
@@ -188,9 +203,16 @@ def describe(plan: dict[str, Any]) -> str:
     lines += ["", f"data (task {plan['task']}): {sizes}"]
     lines += [f"  {cut}" for cut in data["cuts"]] or ["  (no cap cut the data)"]
     teacher = plan["teacher"]
-    lines += ["", "teacher: " + (f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
-                                 else f"to fine-tune: {teacher['steps']:,} steps on "
-                                      f"{teacher['train']:,} examples (dev {teacher['dev']:,})")]
+    if teacher.get("fine_tune") is False:
+        lines += ["", f"teacher: {teacher['folder']} as fine-tuned (teacher_finetune.enabled="
+                      f"false), scored on {teacher['dev']:,} dev examples; its rows for the "
+                      f"task's labels: " + ", ".join(f"{k} {v}" for k, v in
+                                                     teacher["labels"].items())]
+    else:
+        lines += ["", "teacher: " + (
+            f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
+            else f"to fine-tune: {teacher['steps']:,} steps on {teacher['train']:,} examples "
+                 f"(dev {teacher['dev']:,})")]
     lines += [f"  {cut}" for cut in teacher["cuts"]]
     lines += ["", "training sections (epochs × batches of the training subset, or of"
                   " final.train_examples for the final retrain):"]

@@ -306,6 +306,17 @@ def _predict_edited(change: Callable[[dict], None], fmt: str = "native"
 
 
 CASES = {
+    # a teacher fine-tuned already (teacher_finetune.enabled: false)
+    "teacher-labels-without-own-teacher": Case(
+        compress_with(teacher_labels={"negative": "LABEL_0", "positive": "LABEL_1"}), 2,
+        r"teacher_labels names the labels of a teacher fine-tuned already; set "
+        r"teacher_finetune\.enabled=false with it"),
+    "teacher-labels-not-a-mapping": Case(
+        compress_with(teacher_finetune={"enabled": False}, teacher_labels=["LABEL_0"]), 2,
+        r"teacher_labels: expected dict or NoneType, got \['LABEL_0'\]"),
+    "own-teacher-without-a-head": Case(
+        compress_with(teacher_finetune={"enabled": False}), 2,
+        r"not a fine-tuned classifier .*set teacher_finetune\.enabled=true"),
     # method compress: the space is the teacher's own
     "compress-other-space": Case(compress_with(space="bert"), 2,
                                  r"space: method compress searches 'bert-subnet'"),

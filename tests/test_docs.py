@@ -44,6 +44,18 @@ def test_the_readme_is_short_and_keeps_its_two_commands():
     assert "python -m pytest" in README.split("<!-- test-command -->", 1)[1].split("\n```")[1]
 
 
+def test_the_home_page_opens_with_the_readmes_install_and_first_command():
+    """docs/index.md's first section is the install and the first command, the README's
+    main command word for word, and what it gives; the pages' list follows."""
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    main_command = README.split("<!-- main-command -->", 1)[1].split("```bash\n", 1)[1]
+    first_section = home.split("\n## ", 2)[1]
+    assert first_section.startswith("Install and the first command")
+    assert _fenced(home, "bash")[0] == main_command.split("```", 1)[0]
+    assert "What it gives" in first_section
+    assert home.index("## Install") < home.index("**Start here**")
+
+
 def test_the_tour_shows_the_files_it_runs():
     tour = _section(README, "A tour")
     shown = yaml.safe_load(_fenced(tour, "yaml")[0])
