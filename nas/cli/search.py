@@ -23,9 +23,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "JSONL, Parquet), a saved datasets folder or a task name; --set "
                         "task.text=COLUMN and its siblings then name its columns")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved configuration, the data sizes (and what the caps "
-                        "cut), the steps per training stage and an estimated wall time, then "
-                        "exit without training or writing the run folder")
+                   help="make the run's checks (refusing what the run would refuse), print "
+                        "the resolved configuration, the data sizes (and what the caps cut), "
+                        "the steps per training stage and an estimated wall time, then exit "
+                        "without training or writing the run folder")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the YAML, any dotted key, the value read as "
