@@ -38,7 +38,7 @@ MOBILEBERT = ROOT / "experiments" / "mobilebert_smoke.yaml"
 class Case:
     write: Callable[[Path], Path]  # the experiment file, written into the case's folder
     phrase: str  # a regular expression the one stderr line must contain
-    extra: Callable[[Path], list[str]] = lambda tmp: []  # more arguments (the folder given)
+    flags: Callable[[Path], list[str]] = lambda tmp: []  # more arguments (the folder given)
     run_dir: Callable[[Path], Path] = lambda tmp: tmp / "run"  # made ready by the case
     without_gpu: bool = False  # a refusal only a machine without a CUDA GPU gives
 
@@ -67,7 +67,7 @@ CASES = {
     "constraint-nobody-meets": Case(edited(SEARCH, constraints={"max_params": 1000}),
                                     r"no architecture of space 'tiny-cell' meets them"),
     "device-cuda-without-gpu": Case(edited(SEARCH), r"device cuda: no CUDA GPU",
-                                    extra=lambda tmp: ["--device", "cuda"], without_gpu=True),
+                                    flags=lambda tmp: ["--device", "cuda"], without_gpu=True),
     "precision-fp16-on-cpu": Case(edited(SEARCH, precision="fp16"),
                                   r"precision fp16 needs a CUDA device", without_gpu=True),
     "evaluator-settings": Case(edited(SEARCH, evaluator__settings__epochs=0),
@@ -84,9 +84,9 @@ CASES = {
     "run-dir-holds-a-run": Case(edited(SEARCH), r"already holds a run; pass --resume",
                                 run_dir=_finished_run),
     "resume-without-a-run": Case(edited(SEARCH), r"holds no run to resume",
-                                 extra=lambda tmp: ["--resume"]),
+                                 flags=lambda tmp: ["--resume"]),
     "storage-is-a-folder": Case(edited(SEARCH), r"is a folder; name a journal file",
-                                extra=lambda tmp: ["--set", f"storage={_folder(tmp)}"]),
+                                flags=lambda tmp: ["--set", f"storage={_folder(tmp)}"]),
     "teacher-shape-tinybert": Case(edited(TINYBERT, student__config__num_attention_heads=4),
                                    r"num_attention_heads is 4, the teacher has 12"),
     "teacher-shape-mobilebert": Case(edited(MOBILEBERT, student__config__num_hidden_layers=12),
@@ -124,7 +124,7 @@ def test_the_dry_run_refuses_what_the_run_refuses_in_the_same_line(name, tmp_pat
     if case.without_gpu and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     path, run_dir = case.write(tmp_path), case.run_dir(tmp_path)
-    argv = ["run", str(path), "--run-dir", str(run_dir), "--no-progress", *case.extra(tmp_path)]
+    argv = ["run", str(path), "--run-dir", str(run_dir), "--no-progress", *case.flags(tmp_path)]
     before = _snapshot(run_dir)
     answers = []
     for dry in (["--dry-run"], []):
