@@ -695,11 +695,10 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def fitted(table: LatencyTable) -> bool:
-        return setting.key in table.fits.get(space_key(space), {})
+        return _fits(table, space, setting)
 
     def ours(table: LatencyTable) -> bool:
-        here = machine()
-        return {k: table.machine.get(k) for k in here} == here and table.clock == clock
+        return _ours(table, clock)
 
     table = LatencyTable.load(path) if path.is_file() else None
     if table is None or not (ours(table) and fitted(table)):
@@ -724,3 +723,35 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
     elif log:
         log(f"latency model: {path} (cached; {table.describe(setting)})")
     return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)
+
+
+def _fits(table: LatencyTable, space: SearchSpace, setting: Setting) -> bool:
+    """Whether ``table`` has a fit for ``space`` at ``setting``."""
+    return setting.key in table.fits.get(space_key(space), {})
+
+
+def _ours(table: LatencyTable, clock: str) -> bool:
+    """Whether ``table`` was made on this machine with ``clock``."""
+    here = machine()
+    return {k: table.machine.get(k) for k in here} == here and table.clock == clock
+
+
+def cached_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
+                     threads: int = 1, clock: str = DEFAULT_CLOCK) -> Predictor | None:
+    """:func:`space_predictor`'s answer when this machine's cached table already fits
+    ``space`` at the setting, else ``None``: nothing is calibrated or written
+    (``nas run --dry-run`` checks a latency limit only on a table it finds)."""
+    setting = Setting(batch_size, seq_len, threads)
+    path = default_table_path(clock)
+    table = LatencyTable.load(path) if path.is_file() else None
+    if table is None or not (_ours(table, clock) and _fits(table, space, setting)):
+        return None
+    return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)
+
+
+def calibration_seconds(space: SearchSpace, *, archs: int = 10, pool: int = 200,
+                        seed: int = 0) -> float:
+    """The most a calibration of ``space`` with :func:`calibrate`'s defaults spends
+    timing: 0.25 s for each op key its ``pool`` draws give and 2 s for each of the
+    ``archs`` children timed end to end (their time budgets; small ops finish sooner)."""
+    return 0.25 * len(op_keys(space, pool, seed)) + 2.0 * archs

@@ -98,6 +98,17 @@ class Method(abc.ABC):
                           "works for methods that score candidates by a proxy "
                           "(e.g. efficientbert)")
 
+    def validate(self, config: Any, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """Every check :meth:`run` makes before its first training step, and those it
+        would make later that need no training, raised as the run's one-line errors; the
+        run and ``nas run --dry-run`` both call it first, so that a dry run that passes
+        means the run starts. ``calibrate=False`` (the dry run) measures nothing: a check
+        that would need a measurement first is skipped and returned as a note saying why
+        (the notes are empty otherwise). None here: a method on the shared skeleton
+        has the run's (``recipes.common.Recipe.validate``)."""
+        return []
+
     def dry_run(self, config: Any, options: RunOptions) -> dict[str, Any]:
         """What :meth:`run` would do, found without training or writing a run folder
         (``nas run --dry-run``): the resolved configuration, the data sizes, the steps per

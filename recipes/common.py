@@ -254,6 +254,13 @@ class TaskContext(Generic[ConfigT]):
         the report split is dev (MRPC)."""
         return " and ".join(dict.fromkeys(["dev", self.report_split]))
 
+    @classmethod
+    def check_config(cls, config: ConfigT) -> None:
+        """What the method's stages need of ``config`` that only a file outside it can
+        say (the teacher's shape, read from its configuration), refused in one line; part
+        of :meth:`Recipe.validate`, so before stage 1 and in ``nas run --dry-run``. None
+        here."""
+
     # -- stages 1 and 2 -----------------------------------------------------------------
     def prepare(self: ContextT) -> ContextT:
         self.prepare_teacher()
@@ -744,6 +751,7 @@ class Recipe(Method, Generic[ConfigT]):
         from nas.cache import read_scope
         from nas.device import describe, init_distributed, use_device
 
+        self.validate(config, options)
         # a plug-in's configuration that is not a MethodConfig runs where auto says
         precision = getattr(config, "precision", "fp32")
         with read_scope(), use_device(getattr(config, "device", "auto"), precision) as device:
@@ -793,14 +801,50 @@ class Recipe(Method, Generic[ConfigT]):
             from searchers.study import check_own_storages
 
             check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
+        run = RunDir(options.run_dir, self.recorded(config, options, **snapshot_extra),
+                     resume=options.resume, break_lock=options.break_lock)
+        return replace(config, task=task), run
+
+    def recorded(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
+                 ) -> dict[str, Any]:
+        """The configuration snapshot the run folder records (and a resume compares):
+        :meth:`snapshot` with ``snapshot_extra``, the task's data inside the run folder
+        relative to it, a user's own files as given (absolute)."""
         from nas.data.files import record_task
 
         recorded = {**self.snapshot(config), **snapshot_extra}
-        # data inside the run folder relative to it, a user's own files as given (absolute)
         recorded["task"] = record_task(recorded["task"], options.run_dir)
-        run = RunDir(options.run_dir, recorded, resume=options.resume,
-                     break_lock=options.break_lock)
-        return replace(config, task=task), run
+        return recorded
+
+    def validate(self, config: ConfigT, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """The checks of every method on the skeleton (:meth:`Method.validate`): the
+        device and precision on this machine, the task's files, the study storage named
+        (``--storage`` or ``storage:``), and the run folder (writable, not another run's,
+        the same configuration on ``--resume``, no live writer), all without writing; a
+        method adds its own by extending it. Returns the notes of checks not made."""
+        from nas.data import resolve_task
+        from nas.device import autocast, resolve_device
+        from nas.rundir import check_run_folder
+
+        autocast(getattr(config, "precision", "fp32"),  # the checks only, as use_device
+                 resolve_device(getattr(config, "device", "auto")))
+        self.context_class.check_config(config)
+        resolve_task(config.task)
+        options = replace(options, resume=self.resumes(config, options))
+        given = getattr(options.study, "storage", None)
+        storage = given or getattr(config, "storage", None)
+        if storage is not None:
+            from searchers.storage import check_storage
+
+            check_storage(storage, attach=bool(getattr(options.study, "attach", False)))
+        if options.resume and given is None:
+            from searchers.study import check_own_storages
+
+            check_own_storages(options.run_dir)  # a copy naming its original
+        check_run_folder(options.run_dir, self.recorded(config, options), resume=options.resume,
+                         break_lock=options.break_lock)
+        return []
 
     def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:

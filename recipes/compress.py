@@ -289,6 +289,9 @@ class Compress(Search):
         return "inherited-kd", ({"hidden_weight": settings["hidden_weight"]}
                                 if "hidden_weight" in settings else {})
 
+    def check_head(self, config: SearchConfig, options: RunOptions) -> None:
+        """None to check: the space is the teacher's, with a head for the task's labels."""
+
     def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]  # context_class makes ctx a CompressContext
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 

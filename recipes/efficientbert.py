@@ -244,7 +244,6 @@ class EfficientBertContext(TaskContext[EfficientBertConfig]):
         from nas.cost import count_costs
 
         cfg = self.cfg
-        self._check_teacher_shape()
         super().prepare()
         self.search_train, self.search_val = self.carve_validation()
         self.proxy_train = seeded_subset(self.search_train, cfg.proxy.max_task_examples,
@@ -264,16 +263,17 @@ class EfficientBertContext(TaskContext[EfficientBertConfig]):
                      dev=len(self.dev), report=len(self.report), budget=self.budget)
         return self
 
-    def _check_teacher_shape(self) -> None:
+    @classmethod
+    def check_config(cls, config: EfficientBertConfig) -> None:
         """Before any stage: the space must fit the teacher (heads, layers, fit width)."""
         from transformers import AutoConfig
 
         from nas.distill.warmup import check_teacher_fits
         from nas.teacher import resolve_teacher
 
-        teacher = AutoConfig.from_pretrained(resolve_teacher(self.cfg.teacher),
+        teacher = AutoConfig.from_pretrained(resolve_teacher(config.teacher),
                                              local_files_only=True)
-        check_teacher_fits(self.cfg.build_space(2), teacher.to_dict())
+        check_teacher_fits(config.build_space(2), teacher.to_dict())
 
     def _budget(self) -> float:
         from nas.cost import count_costs

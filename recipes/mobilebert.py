@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,17 @@ class MobileBertConfig(MethodConfig):
 # --------------------------------------------------------------------- the context
 
 
+def check_student(space: Any, arch: Any, teacher: Mapping[str, Any]) -> None:
+    """The teacher's depth and width equal the student's and its heads are a multiple of
+    the student's (docs/reference.md#mobilebert); a one-line error naming ``student``."""
+    from nas.distill.mobilebert import check_pair
+
+    try:
+        check_pair(space.config, arch, teacher)
+    except NasError as err:
+        raise ConfigError(f"student: {err}") from None
+
+
 class MobileBertContext(TaskContext[MobileBertConfig]):
     """Stages 1–2 (:class:`recipes.common.TaskContext`) plus the student's parts:
     initialisation from the teacher and the transfer's batch sources."""
@@ -232,19 +244,25 @@ class MobileBertContext(TaskContext[MobileBertConfig]):
     def prepare(self) -> MobileBertContext:
         super().prepare()
         self.space = self.cfg.student.build_space(self.train.num_labels)
-        self.check_teacher(self.space, self.cfg.student.default_arch(self.space))
         return self
 
-    def check_teacher(self, space: Any, arch: Any) -> None:
-        """Before training: the teacher's depth and width equal the student's and its
-        heads are a multiple of the student's (docs/reference.md#mobilebert)."""
-        from nas.distill.mobilebert import check_pair
+    @classmethod
+    def check_config(cls, config: MobileBertConfig) -> None:
+        """Before any stage: the student's default architecture fits the teacher's shape
+        (read from its configuration: fine-tuning keeps it), :meth:`check_teacher`."""
+        from transformers import AutoConfig
 
-        teacher_space, _ = self.task_teacher()
-        try:
-            check_pair(space.config, arch, teacher_space.config)
-        except NasError as err:
-            raise ConfigError(f"student: {err}") from None
+        from nas.hf import space_kwargs_from_hf
+        from nas.teacher import resolve_teacher
+
+        teacher = AutoConfig.from_pretrained(resolve_teacher(config.teacher),
+                                             local_files_only=True)
+        space = config.student.build_space(2)
+        check_student(space, config.student.default_arch(space), space_kwargs_from_hf(teacher)[1])
+
+    def check_teacher(self, space: Any, arch: Any) -> None:
+        """Before training an arm: :func:`check_student` against the task's teacher."""
+        check_student(space, arch, self.task_teacher()[0].config)
 
     def init_student(self, model: Any) -> None:
         """The word table from the pre-trained teacher's principal components (with

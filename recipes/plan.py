@@ -1,6 +1,11 @@
 """``nas run --dry-run``: what a run would do, found without doing it.
 
-A dry run resolves the task, reads and caps the data exactly as stage 2 does
+A dry run first makes the run's own checks (:meth:`nas.methods.Method.validate`, the
+same call the run makes before anything else, so that a configuration the run would
+refuse is refused here in the same line), measuring nothing: a latency limit is checked
+on this machine's cached latency table, and without one the plan says it was not
+checked and how long the run's calibration takes. It then resolves the task, reads
+and caps the data exactly as stage 2 does
 (:meth:`recipes.common.TaskContext.select_data`, so the cuts it reports are the run's),
 asks the teacher cache whether the fine-tuned teacher exists
 (:func:`nas.teacher.finetune_plan`), and counts the steps of every training section of
@@ -103,6 +108,7 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     from nas.data import resolve_task
     from nas.teacher import finetune_plan
 
+    not_checked = method.validate(config, options, calibrate=False)
     task = resolve_task(config.task)
     resolved = dataclasses.replace(config, task=task)
     # the method's own context (``Recipe.context``), so that its data choices are the run's;
@@ -139,6 +145,7 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
             "data": {"train": len(ctx.train), "dev": len(ctx.dev),
                      ctx.report_split: len(ctx.report), "cuts": cuts,
                      "report_split": ctx.report_split},
+            "checks": {"passed": True, "not_checked": not_checked},
             "teacher": teacher_row, "stages": sections, "trials": _trials(resolved),
             "estimate": {"seconds": round(seconds, 1), **timed}}
 
@@ -194,7 +201,10 @@ def describe(plan: dict[str, Any]) -> str:
 
     data = plan["data"]
     lines = [f"dry run of {plan['name']} (method {plan['method']}): nothing trained, no run "
-             "folder written", "", "configuration (as the run's config.yaml records it):"]
+             "folder written", "", "checks: the run's checks before its first training "
+             "step passed (it would run)"]
+    lines += [f"  {note}" for note in plan["checks"]["not_checked"]]
+    lines += ["", "configuration (as the run's config.yaml records it):"]
     lines += ["  " + line for line in yaml.safe_dump(plan["config"], sort_keys=False)
               .rstrip().splitlines()]
     split = data["report_split"]

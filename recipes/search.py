@@ -91,36 +91,67 @@ class Search(Recipe[SearchConfig]):
     def done_fields(self, config: SearchConfig, options: RunOptions) -> dict[str, Any]:
         return {"searcher": self.searcher_of(config, options)}
 
-    def prepared(self, config: SearchConfig, options: RunOptions, **extra: Any) -> Any:
-        # before stage 1: --searcher checked against the file as `searcher:` is, and a
-        # constraint no architecture meets, are answered now
+    def validate(self, config: SearchConfig, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """Before stage 1 (:meth:`Recipe.validate`'s checks after these): ``--searcher``
+        checked against the file as ``searcher:`` is, a constraint no architecture meets
+        (:meth:`check_feasible`) and a head that does not answer the task's labels
+        (:meth:`check_head`)."""
         if options.searcher:
             config.check_searcher_name(options.searcher, "--searcher")
-        self.check_feasible(config, options)
-        return super().prepared(config, options, **extra)
+        notes = self.check_feasible(config, options, calibrate=calibrate)
+        self.check_head(config, options)
+        return notes + super().validate(config, options, calibrate=calibrate)
 
-    def check_feasible(self, config: SearchConfig, options: RunOptions) -> None:
+    def check_feasible(self, config: SearchConfig, options: RunOptions, *,
+                       calibrate: bool = True) -> list[str]:
         """A constraint no architecture meets is refused in one line before stage 1
         (:func:`searchers.feasibility.check_feasible`: a few thousand architectures
         costed by the cost model). A latency limit calibrates the latency model for the
-        space now if this machine's table has none; the note goes to the run log at
-        stage 3."""
-        from nas.latency import latency_source
+        space now if this machine's table has none (the note goes to the run log at
+        stage 3); with ``calibrate=False`` (the dry run) it is checked on a cached table
+        only, else left out and returned as a note saying how long calibrating takes."""
+        from dataclasses import replace as replaced
+
+        from nas.latency import cached_predictor, calibration_seconds, latency_source
         from searchers.feasibility import InfeasibleConstraintError, check_feasible
 
         space, _ = config.build_space(2)
+        settings, notes = config.study_settings(), []
         latency_fn = None
+        seq_len = config.data.max_seq_len
         if config.constraints.max_latency_ms is not None:
-            latency_fn = self.latency_model(space, config.data.max_seq_len)
+            latency_fn = (self.latency_model(space, seq_len) if calibrate
+                          else cached_predictor(space, seq_len=seq_len))
+            if latency_fn is None:
+                settings = replaced(settings, max_latency_ms=None)
+                notes.append(f"constraints.max_latency_ms: not checked: no latency table for "
+                             f"space {space.name!r} at {seq_len} tokens on this machine "
+                             f"(calibrating takes up to {calibration_seconds(space):.0f} s; "
+                             "the run does it first)")
         try:
-            check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
-                           seed=config.seed, latency_fn=latency_fn)
+            check_feasible(space, settings, seq_len=seq_len, seed=config.seed,
+                           latency_fn=latency_fn)
         except InfeasibleConstraintError as err:
             # a latency limit refused on predictions: say which table made them, and how
             source = latency_source(latency_fn) if "max_latency_ms" in str(err) else None
             if source is None:
                 raise
             raise InfeasibleConstraintError(f"{err}; {source}") from None
+        return notes
+
+    def check_head(self, config: SearchConfig, options: RunOptions) -> None:
+        """The space, built as stage 3 builds it (the task's label count, the teacher
+        tokenizer's vocabulary), answers the task's labels
+        (:func:`recipes.search_context.check_head`)."""
+        from nas.data import load_task, resolve_task
+        from nas.teacher import resolve_teacher
+        from nas.tokenization import load_tokenizer
+        from recipes.search_context import check_head
+
+        labels = load_task(resolve_task(config.task), "train", options.data_dir).num_labels
+        vocab = len(load_tokenizer(resolve_teacher(config.teacher)))
+        check_head(config.build_space(labels, vocab)[0], labels)
 
     def latency_model(self, space: Any, seq_len: int) -> Any:
         """This machine's latency predictor for ``space`` (calibrated once and cached when

@@ -242,6 +242,10 @@ class SearchConfig(MethodConfig):
         if unknown:
             raise ValueError(f"objectives: unknown objective {unknown[0]!r}; use "
                              f"{', '.join(OBJECTIVES)}")
+        repeated = sorted({o for o in self.objectives if self.objectives.count(o) > 1})
+        if repeated:
+            raise ValueError(f"objectives: {repeated[0]!r} is listed twice; list each "
+                             "objective once")
         if self.final.select == "latency_ratios" and "latency_ms" not in self.objectives:
             raise ValueError("final.select latency_ratios needs latency_ms among the objectives")
         self.check_searcher_name()

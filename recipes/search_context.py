@@ -79,18 +79,7 @@ class SearchContext(TaskContext[SearchConfig]):
         return {}
 
     def _check_head(self) -> None:
-        """The space's classifier answers the task's labels (a space passed as an object,
-        or one whose factory takes no ``num_labels``, may not)."""
-        from nas.builder import build_child
-        from nas.cost import batch_for
-
-        with torch.no_grad():  # ids within the space's vocabulary (a small teacher's too)
-            out = build_child(self.space, self.space.default()).eval()(
-                batch_for(self.space, 1, 8))
-        found, wanted = int(out.logits.shape[-1]), self.train.num_labels
-        if found != wanted:
-            raise ConfigError(f"space {self.space.name!r}: its head gives {found} outputs and "
-                              f"the task has {wanted} labels; build it with num_labels={wanted}")
+        check_head(self.space, self.train.num_labels)
 
     def init_model(self, model: Any) -> None:
         """A fresh child's (or supernet's) start: its word table from the teacher's
@@ -144,4 +133,19 @@ class SearchContext(TaskContext[SearchConfig]):
         return self.build_evaluator(name, given, pool, val_batches=val_batches, test=test)
 
 
-__all__ = ["SearchContext"]
+def check_head(space: Any, labels: int) -> None:
+    """The space's classifier answers the task's ``labels`` (a space passed as an object,
+    or one whose factory takes no ``num_labels``, may not): its default child is built
+    and run on one short batch."""
+    from nas.builder import build_child
+    from nas.cost import batch_for
+
+    with torch.no_grad():  # ids within the space's vocabulary (a small teacher's too)
+        out = build_child(space, space.default()).eval()(batch_for(space, 1, 8))
+    found = int(out.logits.shape[-1])
+    if found != labels:
+        raise ConfigError(f"space {space.name!r}: its head gives {found} outputs and "
+                          f"the task has {labels} labels; build it with num_labels={labels}")
+
+
+__all__ = ["SearchContext", "check_head"]

@@ -156,19 +156,19 @@ class TinyBertContext(TaskContext[TinyBertConfig]):
         super().__init__(config, run, options, eval_batch_size=config.prediction.batch_size)
 
     def prepare(self) -> TinyBertContext:
-        self._check_teacher_shape()
         super().prepare()
         self.space = self.cfg.student.build_space(self.train.num_labels)
         return self
 
-    def _check_teacher_shape(self) -> None:
+    @classmethod
+    def check_config(cls, config: TinyBertConfig) -> None:
         """Before any stage: TinyBERT compares attention maps head by head (equal head
         counts, or no L_attn) and maps M student layers onto N >= M teacher layers."""
         from transformers import AutoConfig
 
         from nas.teacher import resolve_teacher
 
-        cfg = self.cfg
+        cfg = config
         teacher = AutoConfig.from_pretrained(resolve_teacher(cfg.teacher), local_files_only=True)
         student = cfg.student.build_space(2).config
         heads = teacher.num_attention_heads

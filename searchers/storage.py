@@ -191,6 +191,27 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
                            f"({type(err).__name__}: {message})") from None
 
 
+def check_storage(given: str, *, attach: bool = False) -> None:
+    """Open the study storage the user named (``--storage``, or the file's ``storage:``)
+    before stage 1: an unreachable database, a garbage or pickled file, a folder, a
+    journal whose folder cannot be written, or a missing journal to ``--attach`` to fails
+    now, in one line, not after the teacher and the data stages."""
+    url = storage_url(given, ".")  # a URL as given, a journal file as an absolute path
+    if is_journal(url) and not Path(url).exists():
+        if attach:
+            raise StorageError(f"--storage {given}: no such journal file to --attach to; name "
+                               "the first worker's storage, or start without --attach")
+        above = Path(url).parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+            raise StorageError(f"--storage {given}: the journal cannot be made in {above} "
+                               "(not a folder this process can write to); name a journal "
+                               "file in a writable folder")
+        return  # a new journal: created by the study, nothing more to validate yet
+    open_storage(url)
+
+
 def check_journal(path: Path) -> None:
     """Refuse, in one line naming the file, a ``path`` that exists and is not an Optuna
     journal (a garbage or pickled file once failed with a bare ``UnicodeDecodeError``

@@ -148,7 +148,7 @@ def refuse_to_run(monkeypatch):
     """A storage that passes its check reaches the method's run, which must not train."""
     from nas.methods import METHODS
 
-    monkeypatch.setattr(METHODS.get("adabert"), "run", _work_started)
+    monkeypatch.setattr(METHODS.get("adabert"), "_run", _work_started)
 
 
 def _run_with_storage(storage: str, tmp_path: Path, *extra: str) -> list[str]:

@@ -23,9 +23,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "JSONL, Parquet), a saved datasets folder or a task name; --set "
                         "task.text=COLUMN and its siblings then name its columns")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved configuration, the data sizes (and what the caps "
-                        "cut), the steps per training stage and an estimated wall time, then "
-                        "exit without training or writing the run folder")
+                   help="make the run's checks (refusing what the run would refuse), print "
+                        "the resolved configuration, the data sizes (and what the caps cut), "
+                        "the steps per training stage and an estimated wall time, then exit "
+                        "without training or writing the run folder")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the YAML, any dotted key, the value read as "
@@ -126,26 +127,9 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
             "multi-trial":
         raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, lamoo, "
                        f"tpe, nsga2, gp or random), not {searcher}")
-    options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
-                           workers=args.workers, attach=args.attach)
-    if args.storage is not None:
-        _check_storage(args.storage, attach=args.attach)
-    return options
-
-
-def _check_storage(given: str, *, attach: bool) -> None:
-    """Open the ``--storage`` the user named before stage 1 (since 0aa243d): an
-    unreachable database, a garbage or pickled file, a folder, or a missing journal to
-    ``--attach`` to fails now, in one line, not after the teacher and the data stages."""
-    from searchers.storage import StorageError, is_journal, open_storage, storage_url
-
-    url = storage_url(given, ".")  # a URL as given, a journal file as an absolute path
-    if is_journal(url) and not Path(url).exists():
-        if attach:
-            raise StorageError(f"--storage {given}: no such journal file to --attach to; name "
-                               "the first worker's storage, or start without --attach")
-        return  # a new journal: created by the study, nothing to validate yet
-    open_storage(url)
+    # --storage is opened by the run's checks (Method.validate), which the dry run makes too
+    return StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
+                        workers=args.workers, attach=args.attach)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
