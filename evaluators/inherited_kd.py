@@ -81,6 +81,35 @@ def recorded_nodes(graph: Any, kind: str = HIDDEN) -> list[str]:
     return [n for n in nx.topological_sort(graph) if graph.nodes[n].get("record") == kind]
 
 
+def layer_pairs(student: list[str], teacher: list[str], mapping: str = "sliced"
+                ) -> dict[str, str]:
+    """The teacher layer (recorded node) each kept student layer learns, by ``mapping``:
+
+    * ``sliced``: the layer it was sliced from (same node name), so the first k layers
+      of a truncation learn teacher layers 1..k;
+    * ``uniform``: TinyBERT's g(m) = ⌊m·N/M⌋ (Jiao et al. 2020, §3.1;
+      :func:`nas.distill.losses.layer_map`), spreading M kept layers over the teacher's
+      N and ending on its last, whose output the inherited classifier head was trained
+      on;
+    * ``last``: as ``sliced``, but the last kept layer learns the teacher's last layer
+      (the head's input) whichever layer it was sliced from.
+    """
+    from evaluators.settings import LAYER_MAPPINGS
+    from nas.distill.losses import layer_map
+
+    if mapping not in LAYER_MAPPINGS:
+        raise ValueError(f"layer_mapping must be {' or '.join(LAYER_MAPPINGS)}, got {mapping!r}")
+    if not student or not teacher:
+        return {}
+    if mapping == "uniform":
+        return {s: teacher[g - 1]
+                for s, g in zip(student, layer_map(len(student), len(teacher)), strict=True)}
+    pairs = {s: s for s in student if s in teacher}
+    if mapping == "last":
+        pairs[student[-1]] = teacher[-1]
+    return pairs
+
+
 def hidden_state_mse(student: Mapping[str, Any], teacher: Mapping[str, Any],
                      mask: Any) -> Any:
     """Mean over the layers both record (by node name) of the squared error between the
@@ -109,14 +138,15 @@ class InheritedKDEvaluator(TrainingEvaluator):
     task_type = InheritedKDTask
 
     def __init__(self, space: SearchSpace, task: InheritedKDTask, settings: Any, *,
-                 hidden_weight: float = 1.0, score: str = "metric", seed: int = 0,
+                 hidden_weight: float = 1.0, score: str = "metric",
+                 layer_mapping: str = "sliced", seed: int = 0,
                  workdir: str | Path | None = None, latency_repeats: int = 10,
                  progress: bool = False) -> None:
         super().__init__(space, task, seed=seed, workdir=workdir,
                          latency_repeats=latency_repeats, progress=progress)
         self.task: InheritedKDTask = task
         self.settings, self.hidden_weight = settings, float(hidden_weight)
-        self.score = score
+        self.score, self.layer_mapping = score, layer_mapping
         if score == TEACHER_KL:
             self.objectives = (Objective("val_minus_teacher_kl", "maximize"),)
         self._teacher: Any = None
@@ -193,6 +223,7 @@ class InheritedKDEvaluator(TrainingEvaluator):
         teacher = self.teacher() if hidden else None
         names = recorded_nodes(child.graph) if hidden else []
         t_names = recorded_nodes(teacher.graph) if teacher is not None else []
+        pairs = layer_pairs(names, t_names, self.layer_mapping)
         record = (HIDDEN,) if hidden else ()
 
         def loss(model: Any, batch: Batch) -> Any:
@@ -202,8 +233,9 @@ class InheritedKDEvaluator(TrainingEvaluator):
                 return kd
             with torch.no_grad():
                 t_out = teacher(batch, record=record)
+            t_states = dict(zip(t_names, t_out.records[HIDDEN], strict=True))
             mse = hidden_state_mse(dict(zip(names, out.records.get(HIDDEN, []), strict=True)),
-                                   dict(zip(t_names, t_out.records[HIDDEN], strict=True)),
+                                   {s: t_states[t] for s, t in pairs.items()},
                                    batch["attention_mask"])
             return kd + self.hidden_weight * mse, {"kd": kd.detach(), "hidden_mse": mse.detach()}
 
@@ -227,7 +259,8 @@ class InheritedKDEvaluator(TrainingEvaluator):
     @classmethod
     def settings_arguments(cls, settings: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (settings,), {"hidden_weight": settings.hidden_weight,
-                             "score": settings.score}
+                             "score": settings.score, "layer_mapping": settings.layer_mapping}
 
 
-__all__ = ["InheritedKDEvaluator", "InheritedKDTask", "hidden_state_mse", "recorded_nodes"]
+__all__ = ["InheritedKDEvaluator", "InheritedKDTask", "hidden_state_mse",
+           "layer_pairs", "recorded_nodes"]
