@@ -63,13 +63,17 @@ class InheritedKDTask(FullTrainingData):
         when ``logits_loss`` reads precomputed teacher logits).
     steps_per_epoch: batches per epoch.
     logits_loss(logits, batch): the distillation loss on the candidate's logits (the
-        recipe's KD against the teacher's logits).
+        recipe's KD against the teacher's logits, or a teacher assistant's).
+    assistant: a teacher assistant (a retrained point of the same supernet, frozen) whose
+        hidden states replace the full teacher's, on the layers and channels it has
+        (Mirzadeh et al. 2020); ``None``: the full teacher.
     """
 
     supernet: Any
     train_batches: Callable[[int, int], Iterable[Batch]]
     steps_per_epoch: int
     logits_loss: Callable[[Any, Batch], Any]
+    assistant: Any = None
 
 
 def recorded_nodes(graph: Any, kind: str = HIDDEN) -> list[str]:
@@ -224,6 +228,11 @@ class InheritedKDEvaluator(TrainingEvaluator):
         names = recorded_nodes(child.graph) if hidden else []
         t_names = recorded_nodes(teacher.graph) if teacher is not None else []
         pairs = layer_pairs(names, t_names, self.layer_mapping)
+        if teacher is not None and task.assistant is not None:
+            # the assistant teaches the layers it kept; the layer map is the teacher's
+            teacher = task.assistant
+            t_names = recorded_nodes(teacher.graph)
+            pairs = {s: t for s, t in pairs.items() if t in t_names}
         record = (HIDDEN,) if hidden else ()
 
         def loss(model: Any, batch: Batch) -> Any:
@@ -234,8 +243,11 @@ class InheritedKDEvaluator(TrainingEvaluator):
             with torch.no_grad():
                 t_out = teacher(batch, record=record)
             t_states = dict(zip(t_names, t_out.records[HIDDEN], strict=True))
-            mse = hidden_state_mse(dict(zip(names, out.records.get(HIDDEN, []), strict=True)),
-                                   {s: t_states[t] for s, t in pairs.items()},
+            states = dict(zip(names, out.records.get(HIDDEN, []), strict=True))
+            # only the channels the teacher side has: an assistant may be narrower
+            matched = {s: t_states[t] for s, t in pairs.items()
+                       if t_states[t].shape[-1] >= states[s].shape[-1]}
+            mse = hidden_state_mse({s: states[s] for s in matched}, matched,
                                    batch["attention_mask"])
             return kd + self.hidden_weight * mse, {"kd": kd.detach(), "hidden_mse": mse.detach()}
 

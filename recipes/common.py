@@ -48,6 +48,7 @@ from nas.seeding import (
     stage_seed,
 )
 from nas.teacher import FinetuneConfig
+from nas.transfer import TransferText
 
 if TYPE_CHECKING:
     from nas.network import GraphNet
@@ -167,6 +168,9 @@ def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
     for key, default in _PLACEMENT_DEFAULTS.items():
         if values.get(key) == default:
             values.pop(key)
+    transfer = values.get("transfer")
+    if isinstance(transfer, dict) and transfer.get("texts") is None:  # as before it existed
+        values.pop("transfer")
     return {"method": method, **values}
 
 
@@ -270,6 +274,37 @@ class TaskContext(Generic[ConfigT]):
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
+        self.transfer = self.load_transfer()
+
+    def load_transfer(self) -> Any:
+        """The ``transfer:`` rows (:func:`nas.transfer.load_transfer`: texts that overlap
+        dev or the report split dropped, every label ``NO_LABEL``), or ``None``; what was
+        read and dropped goes to the run log."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or not settings.enabled:
+            return None
+        from nas.transfer import load_transfer
+
+        data, info = load_transfer(settings, self.full_train, [self.dev, self.report])
+        self.run.log("transfer", **info)
+        log.info("transfer text: %d rows of %s (%d read, %d dropped: they overlap dev or "
+                 "the report split)", info["rows"], info["file"], info["read"],
+                 info["overlap_dropped"])
+        return data
+
+    def with_transfer(self, data: Any) -> Any:
+        """``data`` followed by the transfer rows (when ``transfer:`` gives some), with the
+        teacher's logits on both (each part cached on disk by its own fingerprint, so the
+        transfer text's are computed once for every run and seed that reads it)."""
+        if getattr(self, "transfer", None) is None:
+            return data
+        from nas.transfer import with_transfer
+
+        joined = with_transfer(data, self.transfer)
+        if joined.fingerprint not in self._teacher_logits:
+            self._teacher_logits[joined.fingerprint] = np.concatenate(
+                [self.teacher_logits(data), self.teacher_logits(self.transfer)])
+        return joined
 
     def select_data(self) -> list[str]:
         """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
@@ -697,6 +732,10 @@ class Recipe(Method, Generic[ConfigT]):
     """
 
     context_class: ClassVar[type[TaskContext[Any]]] = TaskContext
+    #: whether the method's final retrain distils on ``transfer:`` text (methods search
+    #: and compress: a ``transfer`` field of type :class:`~nas.transfer.TransferText`);
+    #: another method's file is refused in one line (:func:`nas.methods.method_config`)
+    uses_transfer: ClassVar[bool] = False
 
     def run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         """Every stage on the configuration's ``device`` in its ``precision``
@@ -753,6 +792,7 @@ class Recipe(Method, Generic[ConfigT]):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
+        self.check_transfer(config)
         if options.resume and getattr(options.study, "storage", None) is None:
             from searchers.study import check_own_storages
 
@@ -762,9 +802,22 @@ class Recipe(Method, Generic[ConfigT]):
         recorded = {**self.snapshot(config), **snapshot_extra}
         # data inside the run folder relative to it, a user's own files as given (absolute)
         recorded["task"] = record_task(recorded["task"], options.run_dir)
+        if "transfer" in recorded:  # the same rule for the transfer text's file
+            recorded["transfer"] = {**recorded["transfer"], "texts": record_task(
+                recorded["transfer"]["texts"], options.run_dir)}
         run = RunDir(options.run_dir, recorded, resume=options.resume,
                      break_lock=options.break_lock)
         return replace(config, task=task), run
+
+    def check_transfer(self, config: ConfigT) -> None:
+        """A ``transfer:`` file that cannot be read is refused in one line before the
+        teacher stage (:func:`nas.transfer.check_transfer`)."""
+        settings = getattr(config, "transfer", None)
+        if not isinstance(settings, TransferText) or not settings.enabled:
+            return
+        from nas.transfer import check_transfer
+
+        check_transfer(settings)
 
     def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:

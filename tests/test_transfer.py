@@ -1,0 +1,188 @@
+"""Transfer text (``transfer:``), teacher assistants (``final.chain``) and the final
+retrain's layer map: the loss on transfer rows, the file's checks before the teacher
+stage, and a smoke-sized compress run that uses all three."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "experiments" / "compress_smoke.yaml"
+#: the compress smoke file shrunk for the tiny teacher (as tests/test_compress.py does),
+#: its two truncations both retrained
+TINY = ("teacher_finetune.max_train_examples=32", "teacher_finetune.max_dev_examples=32",
+        "data.max_train_examples=80", "importance.samples=16", "searcher=truncation",
+        "evaluator.settings.max_steps=1")
+
+
+def _run(run: Path, teacher: Path, *sets: str, resume: bool = False) -> int:
+    argv = ["run", str(SMOKE), "--run-dir", str(run), "--no-progress",
+            *(["--resume"] if resume else [])]
+    for item in (*TINY, f"teacher={teacher}", *sets):
+        argv += ["--set", item]
+    return main(argv)
+
+
+def _task(texts, pair=False):
+    from nas.data import TaskData
+
+    return TaskData(task="t", split="dev", kind="pair" if pair else "single",
+                    texts_a=tuple(texts), labels=(0,) * len(texts), label_names=("a", "b"),
+                    texts_b=tuple(texts) if pair else None, fingerprint="f")
+
+
+def test_transfer_rows_learn_the_teachers_distribution_alone():
+    """A batch of labelled rows gets exactly ``kd_loss``; a transfer row (``NO_LABEL``)
+    only the soft term T²·KL, averaged with the labelled rows' losses."""
+    import torch
+    import torch.nn.functional as F
+
+    from nas.distill.losses import kd_loss
+    from nas.transfer import NO_LABEL, transfer_kd_loss
+
+    torch.manual_seed(0)
+    s, t = torch.randn(3, 2), torch.randn(3, 2)
+    labels = torch.tensor([1, 0, 1])
+    assert torch.equal(transfer_kd_loss(s, t, labels, 2.0, 0.5), kd_loss(s, t, labels, 2.0, 0.5))
+    mixed = torch.tensor([1, NO_LABEL, 0])
+
+    def soft(i):
+        p_t = F.softmax(t[i] / 2, -1)
+        return 4 * float((p_t * (p_t.log() - F.log_softmax(s[i] / 2, -1))).sum())
+
+    ce = [float(F.cross_entropy(s[i:i + 1], labels[i:i + 1])) for i in range(3)]
+    by_hand = (0.5 * ce[0] + 0.5 * soft(0) + soft(1) + 0.5 * float(
+        F.cross_entropy(s[2:3], torch.tensor([0]))) + 0.5 * soft(2)) / 3
+    assert float(transfer_kd_loss(s, t, mixed, 2.0, 0.5)) == pytest.approx(by_hand, rel=1e-5)
+
+
+def test_transfer_text_drops_what_overlaps_dev_and_the_report_split(tmp_path):
+    """A text sharing an 8-word phrase with dev, or equal to a report text, is dropped
+    and counted; ``max_texts`` keeps the first N left; every label is ``NO_LABEL``."""
+    from nas.transfer import NO_LABEL, TransferText, load_transfer
+
+    dev = _task(["one two three four five six seven eight nine ten"])
+    report = _task(["a short one"])
+    lines = ["fresh text here", "zero one two three four five six seven eight", "A short one",
+             "another fresh text", "a third fresh text"]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n")
+    data, info = load_transfer(TransferText(texts=str(tmp_path / "t.txt"), max_texts=2),
+                               _task(["x"]), [dev, report])
+    assert data.texts_a == ("fresh text here", "another fresh text")
+    assert data.labels == (NO_LABEL, NO_LABEL) and data.label_names == ("a", "b")
+    assert info == {"file": str(tmp_path / "t.txt"), "read": 5, "overlap_dropped": 2,
+                    "rows": 2}
+
+
+def test_a_pair_task_reads_both_columns(tmp_path):
+    """A pair task (MRPC) needs ``text_pair``; a table gives both texts."""
+    from nas.errors import DataError
+    from nas.transfer import TransferText, load_transfer
+
+    path = tmp_path / "t.csv"
+    path.write_text("s1,s2\nthe cat sat,a cat sat down\n")
+    with pytest.raises(DataError, match=r"transfer.texts: .*name the second text's column "
+                                        r"as transfer.text_pair"):
+        load_transfer(TransferText(texts=str(path), text="s1"), _task(["x"], pair=True), [])
+    data, _ = load_transfer(TransferText(texts=str(path), text="s1", text_pair="s2"),
+                            _task(["x"], pair=True), [])
+    assert data.texts_a == ("the cat sat",) and data.texts_b == ("a cat sat down",)
+
+
+@pytest.mark.parametrize("content, set_extra, message", [
+    (None, "", r"transfer.texts: .*missing.txt: no such file"),
+    (b"", "", r"transfer.texts: .*t.txt: no text in it"),
+    (b"\x00\x01\x02binary", "", r"transfer.texts: .*t.txt: a binary file, not text"),
+    (b"sentence,x\nhello,1\n", ", text: review",
+     r"transfer.texts: .*t.csv: no column 'review' \(the columns are 'sentence', 'x'\); "
+     r"pass transfer.text NAME"),
+])
+def test_a_bad_transfer_file_is_refused_before_the_teacher_stage(
+        tmp_path, capsys, tiny_teacher, content, set_extra, message):
+    """Missing, empty, binary, a column it lacks: one line, exit 2, and no run folder
+    (nothing ran, the teacher stage included)."""
+    name = "t.csv" if "text:" in set_extra else "t.txt"
+    path = tmp_path / ("missing.txt" if content is None else name)
+    if content is not None:
+        path.write_bytes(content)
+    run = tmp_path / "run"
+    assert _run(run, tiny_teacher, f"transfer={{texts: {path}{set_extra}}}") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    import re
+
+    assert re.search(message, err[0]), err[0]
+    assert not run.exists()
+
+
+def test_a_method_that_cannot_use_transfer_text_refuses_it(tmp_path, capsys):
+    """Only methods search and compress distil on transfer text: another refuses the
+    block in one line."""
+    path = tmp_path / "t.txt"
+    path.write_text("some text\n")
+    argv = ["run", str(ROOT / "experiments" / "tinybert_smoke.yaml"), "--run-dir",
+            str(tmp_path / "run"), "--set", f"transfer={{texts: {path}}}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "transfer: method tinybert does not distil on transfer text" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teacher):
+    """Smoke-sized compress run with ``transfer:`` (a dev sentence among the texts is
+    dropped), ``final.chain`` and ``layer_mapping: uniform``: the transfer rows count in
+    the retrain's steps, the faster truncation is distilled from the slower one (which
+    learnt from the teacher), the assistant's logits are cached beside its weights, and
+    a resumed chain reloads the finished assistant's weights (the point retrains the
+    same)."""
+    from nas.data import load_task
+
+    dev = load_task("sst2", "dev")
+    leak = next(t for t in dev.texts_a[:64] if len(t.split()) >= 10)
+    lines = [f"review sentence number {i} about a film that was fine" for i in range(39)]
+    path = tmp_path / "transfer.txt"
+    path.write_text("\n".join([*lines, leak]) + "\n")
+    run = tmp_path / "run"
+    sets = (f"transfer={{texts: {path}}}", "final={select: all, seeds: 1, chain: true}",
+            "evaluator.settings.layer_mapping=uniform")
+    assert _run(run, tiny_teacher, *sets) == 0
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    transfer = next(e for e in log if e.get("stage") == "transfer")
+    assert transfer["read"] == 40 and transfer["overlap_dropped"] == 1
+    assert transfer["rows"] == 39
+    metrics = json.loads((run / "metrics.json").read_text())
+    rows = {f["tag"]: f["seeds"][0] for f in metrics["final"]}
+    assert [f["tag"] for f in metrics["final"]] == ["trial0", "trial1"]  # the chosen order
+    # 80 task rows + 39 transfer rows in batches of 32: 4 steps (3 without them)
+    assert {r["train_steps"] for r in rows.values()} == {math.ceil((80 + 39) / 32)}
+    # trial1 keeps both layers (slower): it learns from the teacher, trial0 from it
+    assert rows["trial1"]["distilled_from"] == "teacher"
+    assert rows["trial0"]["distilled_from"] == "trial1"
+    assistant = run / "final" / "trial1" / "seed0" / rows["trial1"]["arch_id"]
+    assert len(list(assistant.glob("logits-*.npy"))) == 1
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["evaluator"]["settings"]["layer_mapping"] == "uniform"
+    assert config["transfer"]["texts"] == str(path)
+
+    # resume with the faster point undone: the assistant's weights are read back
+    weights = run / "final" / "trial0" / "seed0" / rows["trial0"]["arch_id"] / "model.safetensors"
+    before = weights.read_bytes()
+    import shutil
+
+    shutil.rmtree(run / "final" / "trial0")
+    if (run / "export").exists():
+        shutil.rmtree(run / "export")
+    assert _run(run, tiny_teacher, *sets, resume=True) == 0
+    again = {f["tag"]: f["seeds"][0] for f in
+             json.loads((run / "metrics.json").read_text())["final"]}
+    assert again["trial0"]["distilled_from"] == "trial1"
+    assert weights.read_bytes() == before
+    assert again["trial0"]["test"] == rows["trial0"]["test"]
