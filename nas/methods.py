@@ -193,7 +193,7 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
     if not isinstance(name, str):
         raise ConfigError(f"{path}: method must be a name, got {name!r}")
     method = METHODS.get(name)()
-    if (isinstance(data.get("transfer"), dict) and "texts" in data["transfer"]
+    if (isinstance(data.get("transfer"), dict) and {"texts", "augment"} & set(data["transfer"])
             and not getattr(method, "uses_transfer", False)):
         raise ConfigError(f"{path}: transfer: method {name} does not distil on transfer "
                           "text (methods search and compress do, in their final retrain); "

@@ -1,16 +1,23 @@
 """Transfer text: unlabeled text that the teacher labels, added to a final retrain.
 
 A distilled student learns from the teacher's answer distribution, which needs no human
-label, so text without labels teaches it as well as the task's own rows do, and far more
-of it is at hand: TinyBERT's task distillation augments the training set for the same
-reason (Jiao et al. 2020, §3.1), and DistilBERT / Patient-KD-style students gain most
-from more transfer data. The experiment's top-level block::
+label, so text without labels teaches it too, and far more of it is at hand: TinyBERT's
+task distillation augments the training set for the same reason (Jiao et al. 2020,
+§3.1). The experiment's top-level block::
 
     transfer:
       texts: FILE        # a text file (one text a line), or CSV / TSV / JSONL
       text: COLUMN       # a table's text column (default: ``text``, else its only column)
       text_pair: COLUMN  # a pair task's second text (MRPC): required there
       max_texts: N       # the first N texts kept after the overlap check (default: all)
+      augment: {n: N, rows: sentences}  # and/or TinyBERT's augmentation of the task's rows
+
+``augment`` (:class:`TransferAugment`) is a second source: TinyBERT's word-replacement
+augmentation (Jiao et al. 2020, §3.1; :mod:`nas.augment`, cached) of the final
+retrain's own rows, by default only its whole sentences (``rows: sentences``: the rows
+contained in no longer row; SST-2's training split holds every phrase of each sentence,
+and a phrase's variants teach little), its N variants per row labelled by the teacher
+the same way (the originals are training rows already).
 
 The file is read a row at a time (:func:`nas.textfile.read_rows`); a text that shares an
 8-word phrase with dev or the report split, equals one of their texts or lies inside one
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +47,48 @@ MIN_WORDS = 8
 _SNIFF = 8192
 
 
+#: ``transfer.augment.rows``: which of the final retrain's rows are augmented
+AUGMENT_ROWS = ("sentences", "all")
+
+
+@dataclass
+class TransferAugment:
+    """``transfer.augment``: ``n`` TinyBERT variants of each of the final retrain's
+    ``rows`` (``sentences``: rows contained in no longer row, :func:`sentence_rows`;
+    ``all``), with :class:`nas.augment.AugmentSettings`' ``m``, ``p_t``,
+    ``multi_piece`` and ``seed``. ``n: 0`` (the default): none."""
+
+    n: int = 0
+    rows: str = "sentences"
+    m: int = 15
+    p_t: float = 0.4
+    multi_piece: str = "skip"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from nas.config import check_fields
+
+        check_fields([("n", self.n >= 0, "an integer >= 1 (0: no augmentation)"),
+                      ("rows", self.rows in AUGMENT_ROWS, " or ".join(AUGMENT_ROWS))], self)
+        self.settings()  # m, p_t and multi_piece checked now
+
+    def settings(self) -> Any:
+        from nas.augment import AugmentSettings
+
+        return AugmentSettings(n=max(self.n, 1), m=self.m, p_t=self.p_t,
+                               multi_piece=self.multi_piece, seed=self.seed)
+
+
 @dataclass
 class TransferText:
-    """The ``transfer:`` block (module docstring). ``texts`` unset: no transfer text."""
+    """The ``transfer:`` block (module docstring). ``texts`` unset and ``augment.n`` 0:
+    no transfer text."""
 
     texts: str | None = None
     text: str | None = None
     text_pair: str | None = None
     max_texts: int | None = None
+    augment: TransferAugment = field(default_factory=TransferAugment)
 
     def __post_init__(self) -> None:
         from nas.config import cap_ok, check_fields
@@ -59,7 +100,8 @@ class TransferText:
 
     @property
     def enabled(self) -> bool:
-        return self.texts is not None
+        """Whether the block adds any rows (a file, or augmentation)."""
+        return self.texts is not None or self.augment.n > 0
 
 
 def _fail(path: str, problem: str) -> DataError:
@@ -105,7 +147,7 @@ def check_transfer(settings: TransferText, pair: bool | None = None) -> None:
     """Refuse a transfer file that cannot be read, in one line, before any stage: a
     binary or empty file, a column it does not have, a first row without its text; for
     a ``pair`` task, a table without ``text_pair`` (``None``: not known yet)."""
-    if not settings.enabled:
+    if settings.texts is None:
         return
     _check_pair(settings, pair)
     if next(_rows(settings), None) is None:
@@ -180,6 +222,61 @@ def load_transfer(settings: TransferText, like: Any, held_out: Sequence[Any]
     return data, info
 
 
+def sentence_rows(data: Any) -> Any:
+    """The rows of ``data`` whose text is contained in no longer row (word for word), each
+    once: a treebank's whole sentences without their phrases (SST-2's training split
+    holds every phrase of each sentence). A row inside a longer one is inside a maximal
+    one too, so only the maximal rows' word spans are kept to look rows up in (a few
+    hundred per sentence). Pair tasks: every row."""
+    if data.is_pair:
+        return data
+    words = [tuple(t.lower().split()) for t in data.texts_a]
+    order = sorted(range(len(words)), key=lambda i: -len(words[i]))
+    spans: set[int] = set()
+    kept: list[int] = []
+    seen: set[tuple[str, ...]] = set()
+    for i in order:
+        w = words[i]
+        if not w or w in seen or hash(w) in spans:
+            continue
+        seen.add(w)
+        kept.append(i)
+        spans.update(hash(w[a:b]) for a in range(len(w)) for b in range(a + 1, len(w) + 1))
+    return data.subset(sorted(kept), split=f"{data.split}-sentences")
+
+
+def augmented_transfer(data: Any, settings: TransferAugment, teacher: str, max_seq_len: int,
+                       held_out: Sequence[Any], progress: bool = False
+                       ) -> tuple[Any, dict[str, Any]]:
+    """``(rows, info)``: ``settings.n`` TinyBERT variants of each of ``data``'s
+    ``settings.rows`` (:func:`nas.augment.augment_task` with ``teacher``'s candidates,
+    cached), the originals left out, variants overlapping a split of ``held_out``
+    dropped, every label :data:`NO_LABEL`."""
+    from nas.augment import augment_task, load_augmented
+    from nas.data import TaskData
+    from nas.data.overlap import NONE, overlapping
+
+    source = sentence_rows(data) if settings.rows == "sentences" else data
+    summary = augment_task(source, teacher=teacher,
+                           config=settings.settings().config(max_seq_len), progress=progress)
+    rows = load_augmented(summary["cache_file"], like=source)
+    variants = [j for j in range(len(rows)) if j % (settings.n + 1)]  # originals first
+    guard = [t for d in held_out for t in (*d.texts_a, *(d.texts_b or ()))]
+    flags = overlapping(guard, [rows.texts_a[j] + (" " + rows.texts_b[j] if rows.texts_b
+                                                   else "") for j in variants], MIN_WORDS)
+    keep = [j for j, f in zip(variants, flags, strict=True) if f == NONE]
+    texts_b = tuple(rows.texts_b[j] for j in keep) if rows.texts_b is not None else None
+    out = TaskData(task=data.task, split="transfer-augmented", kind=data.kind,
+                   texts_a=tuple(rows.texts_a[j] for j in keep), texts_b=texts_b,
+                   labels=(NO_LABEL,) * len(keep), label_names=data.label_names,
+                   metric=data.metric, fingerprint=f"{rows.fingerprint}-transfer",
+                   sources=rows.sources)
+    info = {"augmented_rows": len(source), "of": len(data), "rows_kind": settings.rows,
+            "variants": len(variants), "overlap_dropped": len(variants) - len(keep),
+            "rows": len(keep), "from_cache": summary["from_cache"]}
+    return out, info
+
+
 def with_transfer(data: Any, transfer: Any) -> Any:
     """The task's rows followed by the transfer rows, as one training set (its
     fingerprint names both)."""
@@ -217,5 +314,6 @@ def transfer_kd_loss(logits: Any, teacher_logits: Any, labels: Any, temperature:
     return per_row.mean()
 
 
-__all__ = ["NO_LABEL", "TransferText", "check_transfer", "load_transfer", "normalise_texts",
+__all__ = ["AUGMENT_ROWS", "NO_LABEL", "TransferAugment", "TransferText", "augmented_transfer",
+           "check_transfer", "load_transfer", "normalise_texts", "sentence_rows",
            "transfer_kd_loss", "with_transfer"]

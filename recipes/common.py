@@ -169,7 +169,7 @@ def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
         if values.get(key) == default:
             values.pop(key)
     transfer = values.get("transfer")
-    if isinstance(transfer, dict) and transfer.get("texts") is None:  # as before it existed
+    if isinstance(transfer, dict) and asdict(TransferText()) == transfer:  # as before it was
         values.pop("transfer")
     return {"method": method, **values}
 
@@ -281,7 +281,7 @@ class TaskContext(Generic[ConfigT]):
         dev or the report split dropped, every label ``NO_LABEL``), or ``None``; what was
         read and dropped goes to the run log."""
         settings = getattr(self.cfg, "transfer", None)
-        if not isinstance(settings, TransferText) or not settings.enabled:
+        if not isinstance(settings, TransferText) or settings.texts is None:
             return None
         from nas.transfer import load_transfer
 
@@ -293,18 +293,45 @@ class TaskContext(Generic[ConfigT]):
         return data
 
     def with_transfer(self, data: Any) -> Any:
-        """``data`` followed by the transfer rows (when ``transfer:`` gives some), with the
-        teacher's logits on both (each part cached on disk by its own fingerprint, so the
-        transfer text's are computed once for every run and seed that reads it)."""
-        if getattr(self, "transfer", None) is None:
+        """``data`` followed by the transfer rows (when ``transfer:`` gives some: the
+        file's, then the augmented variants of ``data``'s rows), with the teacher's logits
+        on every part (each cached on disk by its own fingerprint, so the transfer text's
+        are computed once for every run and seed that reads it)."""
+        parts = [p for p in (getattr(self, "transfer", None), self.augmented(data))
+                 if p is not None]
+        if not parts:
             return data
         from nas.transfer import with_transfer
 
-        joined = with_transfer(data, self.transfer)
+        joined = data
+        for part in parts:
+            joined = with_transfer(joined, part)
         if joined.fingerprint not in self._teacher_logits:
             self._teacher_logits[joined.fingerprint] = np.concatenate(
-                [self.teacher_logits(data), self.teacher_logits(self.transfer)])
+                [self.teacher_logits(p) for p in (data, *parts)])
         return joined
+
+    def augmented(self, data: Any) -> Any:
+        """``transfer.augment``'s variants of ``data``'s rows (:func:`nas.transfer.
+        augmented_transfer`, cached by the teacher, the rows and the settings), or
+        ``None``; the counts go to the run log once per data."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or settings.augment.n == 0:
+            return None
+        if not hasattr(self, "_augmented"):
+            self._augmented: dict[str, Any] = {}
+        if data.fingerprint not in self._augmented:
+            from nas.transfer import augmented_transfer
+
+            rows, info = augmented_transfer(data, settings.augment, self.teacher.model_dir,
+                                            self.max_seq_len, [self.dev, self.report],
+                                            self.progress)
+            self.run.log("transfer_augment", **info)
+            log.info("transfer augmentation: %d variants of %d of %d rows (%s), %d kept",
+                     info["variants"], info["augmented_rows"], info["of"], info["rows_kind"],
+                     info["rows"])
+            self._augmented[data.fingerprint] = rows
+        return self._augmented[data.fingerprint]
 
     def select_data(self) -> list[str]:
         """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
@@ -802,7 +829,7 @@ class Recipe(Method, Generic[ConfigT]):
         recorded = {**self.snapshot(config), **snapshot_extra}
         # data inside the run folder relative to it, a user's own files as given (absolute)
         recorded["task"] = record_task(recorded["task"], options.run_dir)
-        if "transfer" in recorded:  # the same rule for the transfer text's file
+        if isinstance(recorded.get("transfer"), dict):  # the same rule for its file
             recorded["transfer"] = {**recorded["transfer"], "texts": record_task(
                 recorded["transfer"]["texts"], options.run_dir)}
         run = RunDir(options.run_dir, recorded, resume=options.resume,

@@ -136,11 +136,11 @@ def test_a_method_that_cannot_use_transfer_text_refuses_it(tmp_path, capsys):
 
 def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teacher):
     """Smoke-sized compress run with ``transfer:`` (a dev sentence among the texts is
-    dropped), ``final.chain`` and ``layer_mapping: uniform``: the transfer rows count in
-    the retrain's steps, the faster truncation is distilled from the slower one (which
-    learnt from the teacher), the assistant's logits are cached beside its weights, and
-    a resumed chain reloads the finished assistant's weights (the point retrains the
-    same)."""
+    dropped; one augmented variant of each whole training sentence), ``final.chain`` and
+    ``layer_mapping: uniform``: the transfer rows count in the retrain's steps, the faster
+    truncation is distilled from the slower one (which learnt from the teacher), the
+    assistant's logits are cached beside its weights, and a resumed chain reloads the
+    finished assistant's weights (the point retrains the same)."""
     from nas.data import load_task
 
     dev = load_task("sst2", "dev")
@@ -149,18 +149,23 @@ def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teac
     path = tmp_path / "transfer.txt"
     path.write_text("\n".join([*lines, leak]) + "\n")
     run = tmp_path / "run"
-    sets = (f"transfer={{texts: {path}}}", "final={select: all, seeds: 1, chain: true}",
+    sets = (f"transfer={{texts: {path}, augment: {{n: 1}}}}",
+            "final={select: all, seeds: 1, chain: true}",
             "evaluator.settings.layer_mapping=uniform")
     assert _run(run, tiny_teacher, *sets) == 0
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     transfer = next(e for e in log if e.get("stage") == "transfer")
     assert transfer["read"] == 40 and transfer["overlap_dropped"] == 1
     assert transfer["rows"] == 39
+    augment = next(e for e in log if e.get("stage") == "transfer_augment")
+    assert augment["of"] == 80 and 0 < augment["augmented_rows"] < 80  # whole sentences
+    assert augment["variants"] == augment["augmented_rows"] and augment["rows"] > 0
     metrics = json.loads((run / "metrics.json").read_text())
     rows = {f["tag"]: f["seeds"][0] for f in metrics["final"]}
     assert [f["tag"] for f in metrics["final"]] == ["trial0", "trial1"]  # the chosen order
-    # 80 task rows + 39 transfer rows in batches of 32: 4 steps (3 without them)
-    assert {r["train_steps"] for r in rows.values()} == {math.ceil((80 + 39) / 32)}
+    # 80 task rows + 39 transfer rows + the variants, in batches of 32 (3 steps alone)
+    steps = math.ceil((80 + 39 + augment["rows"]) / 32)
+    assert steps > 3 and {r["train_steps"] for r in rows.values()} == {steps}
     # trial1 keeps both layers (slower): it learns from the teacher, trial0 from it
     assert rows["trial1"]["distilled_from"] == "teacher"
     assert rows["trial0"]["distilled_from"] == "trial1"
@@ -186,3 +191,34 @@ def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teac
     assert again["trial0"]["distilled_from"] == "trial1"
     assert weights.read_bytes() == before
     assert again["trial0"]["test"] == rows["trial0"]["test"]
+
+
+def test_sentence_rows_are_the_rows_inside_no_longer_row():
+    """``rows: sentences`` keeps each whole sentence once and drops its phrases (a row
+    that lies, word for word, inside a longer one)."""
+    from nas.transfer import sentence_rows
+
+    data = _task(["a fine film", "A fine film , really", "fine film", "another one",
+                  "a fine film , really", "film , really good"])
+    assert sentence_rows(data).texts_a == ("A fine film , really", "another one",
+                                           "film , really good")
+
+
+def test_augmented_transfer_rows_are_variants_labelled_by_nobody(tiny_teacher, monkeypatch,
+                                                                 tmp_path):
+    """``transfer.augment``: N variants of each whole sentence (the originals and the
+    phrases left out), every label ``NO_LABEL``; a variant overlapping dev is dropped."""
+    from nas.transfer import NO_LABEL, TransferAugment, augmented_transfer
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    data = _task(["the movie was a great and moving story", "great and moving",
+                  "one two three four five six seven eight nine"])
+    dev = _task(["one two three four five six seven eight nine ten"])
+    rows, info = augmented_transfer(data, TransferAugment(n=3, p_t=0.0), str(tiny_teacher),
+                                    32, [dev])
+    # p_t 0: every variant is its sentence; the dev sentence's three are dropped
+    assert rows.texts_a == ("the movie was a great and moving story",) * 3
+    assert set(rows.labels) == {NO_LABEL}
+    assert info["augmented_rows"] == 2 and info["variants"] == 6
+    assert info["overlap_dropped"] == 3 and info["rows"] == 3
