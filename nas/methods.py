@@ -174,15 +174,6 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
             data["task"] = normalise_task(data["task"], base or Path.cwd())
         except DataError as err:
             raise ConfigError(f"{path}: {err}") from None
-    transfer = data.get("transfer")
-    if isinstance(transfer, dict) and transfer.get("texts") is not None:
-        from nas.transfer import normalise_texts
-
-        try:  # absolute, found like task files (a missing one is refused now)
-            data["transfer"] = {**transfer, "texts": normalise_texts(transfer["texts"],
-                                                                     base or Path.cwd())}
-        except DataError as err:
-            raise ConfigError(f"{path}: {err}") from None
     if "random_samples" in data:  # merged into the study's own setting
         raise ConfigError(f"{path}: random_samples is now multi_trial.n_trials; write "
                           "`multi_trial: {n_trials: N}` instead")
@@ -198,6 +189,15 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
         raise ConfigError(f"{path}: transfer: method {name} does not distil on transfer "
                           "text (methods search and compress do, in their final retrain); "
                           "drop the transfer: block")
+    transfer = data.get("transfer")
+    if isinstance(transfer, dict) and transfer.get("texts") is not None:
+        from nas.transfer import normalise_texts
+
+        try:  # absolute, found like task files (a missing one is refused now)
+            data["transfer"] = {**transfer, "texts": normalise_texts(transfer["texts"],
+                                                                     base or Path.cwd())}
+        except DataError as err:
+            raise ConfigError(f"{path}: {err}") from None
     if "plugins" in data and "plugins" not in getattr(method.config_class,
                                                       "__dataclass_fields__", {}):
         data.pop("plugins")  # imported above; this method's workers do not re-import them

@@ -95,43 +95,18 @@ def test_a_pair_task_reads_both_columns(tmp_path):
     assert data.texts_a == ("the cat sat",) and data.texts_b == ("a cat sat down",)
 
 
-@pytest.mark.parametrize("content, set_extra, message", [
-    (None, "", r"transfer.texts: .*missing.txt: no such file"),
-    (b"", "", r"transfer.texts: .*t.txt: no text in it"),
-    (b"\x00\x01\x02binary", "", r"transfer.texts: .*t.txt: a binary file, not text"),
-    (b"sentence,x\nhello,1\n", ", text: review",
-     r"transfer.texts: .*t.csv: no column 'review' \(the columns are 'sentence', 'x'\); "
-     r"pass transfer.text NAME"),
-])
-def test_a_bad_transfer_file_is_refused_before_the_teacher_stage(
-        tmp_path, capsys, tiny_teacher, content, set_extra, message):
-    """Missing, empty, binary, a column it lacks: one line, exit 2, and no run folder
-    (nothing ran, the teacher stage included)."""
-    name = "t.csv" if "text:" in set_extra else "t.txt"
-    path = tmp_path / ("missing.txt" if content is None else name)
-    if content is not None:
-        path.write_bytes(content)
-    run = tmp_path / "run"
-    assert _run(run, tiny_teacher, f"transfer={{texts: {path}{set_extra}}}") == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0]
-    import re
-
-    assert re.search(message, err[0]), err[0]
-    assert not run.exists()
-
-
-def test_a_method_that_cannot_use_transfer_text_refuses_it(tmp_path, capsys):
-    """Only methods search and compress distil on transfer text: another refuses the
-    block in one line."""
+def test_a_bad_transfer_file_is_refused_before_the_teacher_stage(tmp_path, capsys,
+                                                                  tiny_teacher):
+    """An unreadable file (here an empty one; the others are cases of
+    tests/test_bad_inputs.py) is refused before anything ran: no run folder, so no
+    teacher stage either."""
     path = tmp_path / "t.txt"
-    path.write_text("some text\n")
-    argv = ["run", str(ROOT / "experiments" / "tinybert_smoke.yaml"), "--run-dir",
-            str(tmp_path / "run"), "--set", f"transfer={{texts: {path}}}"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "transfer: method tinybert does not distil on transfer text" in err
-    assert len(err.splitlines()) == 1
+    path.write_bytes(b"")
+    run = tmp_path / "run"
+    assert _run(run, tiny_teacher, f"transfer={{texts: {path}}}") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no text in it" in err[0]
+    assert not run.exists()
 
 
 def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teacher):
@@ -222,3 +197,19 @@ def test_augmented_transfer_rows_are_variants_labelled_by_nobody(tiny_teacher, m
     assert set(rows.labels) == {NO_LABEL}
     assert info["augmented_rows"] == 2 and info["variants"] == 6
     assert info["overlap_dropped"] == 3 and info["rows"] == 3
+
+
+def test_transfer_text_stays_out_of_the_teachers_cache_key(tmp_path):
+    """Adding ``transfer:`` never re-fine-tunes the teacher: the task and the fine-tune
+    settings, what its cache key is made of, are the same with and without it."""
+    from nas.methods import load_experiment
+    from nas.teacher import finetune_key
+
+    path = tmp_path / "t.txt"
+    path.write_text("some text\n")
+    _, plain = load_experiment(SMOKE)
+    _, with_text = load_experiment(SMOKE, [f"transfer={{texts: {path}, augment: {{n: 2}}}}"])
+    assert with_text.transfer.enabled and not plain.transfer.enabled
+    assert with_text.task == plain.task
+    assert finetune_key(plain.task, "t", ["d"], plain.finetune_config()) == finetune_key(
+        with_text.task, "t", ["d"], with_text.finetune_config())
