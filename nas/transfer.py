@@ -143,16 +143,25 @@ def _rows(settings: TransferText) -> Iterator[Any]:
         raise _fail(str(path), message) from None
 
 
-def check_transfer(settings: TransferText, pair: bool | None = None) -> None:
-    """Refuse a transfer file that cannot be read, in one line, before any stage: a
-    binary or empty file, a column it does not have, a first row without its text; for
-    a ``pair`` task, a table without ``text_pair`` (``None``: not known yet)."""
+def check_transfer(settings: TransferText, task: str, kind: str | None = None) -> None:
+    """Refuse a transfer block that cannot serve ``task``, in one line, before any stage:
+    a task of another ``kind`` than single texts or pairs; a binary or empty file, a
+    column it does not have, a first row without its text; for a pair task, a file
+    without ``text_pair`` (``kind`` ``None``: not known yet, checked when read)."""
+    if kind is not None:
+        _check_kind(settings, task, kind)
     if settings.texts is None:
         return
-    _check_pair(settings, pair)
+    _check_pair(settings, None if kind is None else kind == "pair")
     if next(_rows(settings), None) is None:
         raise _fail(str(settings.texts), "no text in it; give a file with one text a line "
                     "(or a table with a text column)")
+
+
+def _check_kind(settings: TransferText, task: str, kind: str) -> None:
+    if kind not in ("single", "pair"):
+        raise DataError(f"transfer: task {task} is a {kind} task; transfer text is for "
+                        "sentence and sentence-pair classification; drop the transfer: block")
 
 
 def _check_pair(settings: TransferText, pair: bool | None) -> None:
@@ -174,9 +183,7 @@ def load_transfer(settings: TransferText, like: Any, held_out: Sequence[Any]
     from nas.data import TaskData
     from nas.data.overlap import NONE, overlapping
 
-    if like.kind not in ("single", "pair"):
-        raise _fail(str(settings.texts), f"task {like.task} is a {like.kind} task; transfer "
-                    "text is for sentence and sentence-pair classification")
+    _check_kind(settings, like.task, like.kind)
     _check_pair(settings, like.is_pair)
     guard = [t for d in held_out for t in (*d.texts_a, *(d.texts_b or ()))]
     key = hashlib.sha256("\0".join(guard).encode()).hexdigest()[:16]
@@ -256,6 +263,7 @@ def augmented_transfer(data: Any, settings: TransferAugment, teacher: str, max_s
     from nas.data import TaskData
     from nas.data.overlap import NONE, overlapping
 
+    _check_kind(TransferText(), data.task, data.kind)
     source = sentence_rows(data) if settings.rows == "sentences" else data
     summary = augment_task(source, teacher=teacher,
                            config=settings.settings().config(max_seq_len), progress=progress)

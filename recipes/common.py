@@ -819,7 +819,7 @@ class Recipe(Method, Generic[ConfigT]):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
-        self.check_transfer(config)
+        self.check_transfer(config, task)
         if options.resume and getattr(options.study, "storage", None) is None:
             from searchers.study import check_own_storages
 
@@ -836,15 +836,18 @@ class Recipe(Method, Generic[ConfigT]):
                      break_lock=options.break_lock)
         return replace(config, task=task), run
 
-    def check_transfer(self, config: ConfigT) -> None:
-        """A ``transfer:`` file that cannot be read is refused in one line before the
-        teacher stage (:func:`nas.transfer.check_transfer`)."""
+    def check_transfer(self, config: ConfigT, task: str) -> None:
+        """A ``transfer:`` file that cannot be read, or that does not fit the ``task``'s
+        kind (pairs without ``text_pair``, a tagging task), is refused in one line before
+        the teacher stage (:func:`nas.transfer.check_transfer`)."""
         settings = getattr(config, "transfer", None)
         if not isinstance(settings, TransferText) or not settings.enabled:
             return
+        from nas.data.tasks import TASKS
         from nas.transfer import check_transfer
 
-        check_transfer(settings)
+        kind = TASKS.get(task).kind if task in TASKS else None  # a hub task: read later
+        check_transfer(settings, task, kind)
 
     def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:

@@ -341,6 +341,10 @@ CASES = {
                                                   text="review"), 2,
                                 r"transfer\.texts: .*t\.csv: no column 'review' \(the columns "
                                 r"are 'sentence', 'x'\); pass transfer\.text NAME"),
+    "transfer-pair-task": Case(lambda ctx: [*compress_transfer(b"text\nsome text\n")(ctx),
+                                            "--set", "task=mrpc"], 2,
+                               r"transfer\.texts: .*t\.txt: the task reads sentence pairs; "
+                               r"name the second text's column as transfer\.text_pair"),
     "transfer-other-method": Case(tinybert_with(transfer={"texts": "x.txt"}), 2,
                                   r"transfer: method tinybert does not distil on transfer text"),
     "final-chain-without-latency": Case(compress_with(objectives=["accuracy"],
