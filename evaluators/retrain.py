@@ -100,8 +100,8 @@ def report_row(tag: str, arch: Any, result: Any, report_split: str) -> dict[str,
     """One retrained model's line of a run's ``metrics.json`` (the report's table): its
     validation metrics (``dev``), those on ``report_split`` when that is another split,
     and its costs (with its training steps where the result has them). ``result``: this
-    evaluator's :class:`EvalResult`, or a study trial's
-    stored ``metrics`` and ``costs``."""
+    evaluator's :class:`EvalResult`, or a study trial's stored ``metrics`` and
+    ``costs``."""
 
     def strip(prefix: str) -> dict[str, Any]:
         return {k[len(prefix):]: v for k, v in result.metrics.items() if k.startswith(prefix)}
