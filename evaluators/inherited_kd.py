@@ -14,9 +14,11 @@ cut lost. Here:
   stop a hopeless candidate there, before it costs a step);
 * **distillation**: the recipe's logits loss (``logits_loss``: Hinton et al. 2015, T = 2
   in the compress files) plus ``hidden_weight`` times a hidden-state MSE. The hidden
-  states are the outputs of the layers the candidate keeps, matched *by graph node* to
-  the same layer of the full teacher (the supernet's default child: for ``bert-subnet``
-  the whole sorted teacher), and compared **through the slice**: the teacher's state is
+  states are the outputs of the layers the candidate keeps, matched to a layer of the
+  full teacher (the supernet's default child: for ``bert-subnet`` the whole sorted
+  teacher) by ``layer_mapping`` (:func:`layer_pairs`; by default *by graph node*, the
+  layer each was sliced from), or of a teacher assistant (``assistant``: on the layers
+  and channels it has), and compared **through the slice**: the teacher's state is
   cut to the candidate's leading ``hidden_size`` channels, the very channels the
   candidate inherited (where the widths match this is the whole state). The squared
   error is averaged over the unpadded tokens and channels, then over the kept layers
