@@ -195,6 +195,20 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
     if not isinstance(name, str):
         raise ConfigError(f"{path}: method must be a name, got {name!r}")
     method = METHODS.get(name)()
+    if (isinstance(data.get("transfer"), dict) and {"texts", "augment"} & set(data["transfer"])
+            and not getattr(method, "uses_transfer", False)):
+        raise ConfigError(f"{path}: transfer: method {name} does not distil on transfer "
+                          "text (methods search and compress do, in their final retrain); "
+                          "drop the transfer: block")
+    transfer = data.get("transfer")
+    if isinstance(transfer, dict) and transfer.get("texts") is not None:
+        from nas.transfer import normalise_texts
+
+        try:  # absolute, found like task files (a missing one is refused now)
+            data["transfer"] = {**transfer, "texts": normalise_texts(transfer["texts"],
+                                                                     base or Path.cwd())}
+        except DataError as err:
+            raise ConfigError(f"{path}: {err}") from None
     if "plugins" in data and "plugins" not in getattr(method.config_class,
                                                       "__dataclass_fields__", {}):
         data.pop("plugins")  # imported above; this method's workers do not re-import them

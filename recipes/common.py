@@ -48,6 +48,7 @@ from nas.seeding import (
     stage_seed,
 )
 from nas.teacher import FinetuneConfig
+from nas.transfer import TransferText
 
 if TYPE_CHECKING:
     from nas.network import GraphNet
@@ -187,6 +188,9 @@ def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
     finetune = values.get("teacher_finetune")
     if isinstance(finetune, dict) and finetune.get("enabled") is True:
         finetune.pop("enabled")
+    transfer = values.get("transfer")
+    if isinstance(transfer, dict) and asdict(TransferText()) == transfer:  # as before it was
+        values.pop("transfer")
     return {"method": method, **values}
 
 
@@ -306,6 +310,64 @@ class TaskContext(Generic[ConfigT]):
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
+        self.transfer = self.load_transfer()
+
+    def load_transfer(self) -> Any:
+        """The ``transfer:`` rows (:func:`nas.transfer.load_transfer`: texts that overlap
+        dev or the report split dropped, every label ``NO_LABEL``), or ``None``; what was
+        read and dropped goes to the run log."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or settings.texts is None:
+            return None
+        from nas.transfer import load_transfer
+
+        data, info = load_transfer(settings, self.full_train, [self.dev, self.report])
+        self.run.log("transfer", **info)
+        log.info("transfer text: %d rows of %s (%d read, %d dropped: they overlap dev or "
+                 "the report split)", info["rows"], info["file"], info["read"],
+                 info["overlap_dropped"])
+        return data
+
+    def with_transfer(self, data: Any) -> Any:
+        """``data`` followed by the transfer rows (when ``transfer:`` gives some: the
+        file's, then the augmented variants of ``data``'s rows), with the teacher's logits
+        on every part (each cached on disk by its own fingerprint, so the transfer text's
+        are computed once for every run and seed that reads it)."""
+        parts = [p for p in (getattr(self, "transfer", None), self.augmented(data))
+                 if p is not None]
+        if not parts:
+            return data
+        from nas.transfer import with_transfer
+
+        joined = data
+        for part in parts:
+            joined = with_transfer(joined, part)
+        if joined.fingerprint not in self._teacher_logits:
+            self._teacher_logits[joined.fingerprint] = np.concatenate(
+                [self.teacher_logits(p) for p in (data, *parts)])
+        return joined
+
+    def augmented(self, data: Any) -> Any:
+        """``transfer.augment``'s variants of ``data``'s rows (:func:`nas.transfer.
+        augmented_transfer`, cached by the teacher, the rows and the settings), or
+        ``None``; the counts go to the run log once per data."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or settings.augment.n == 0:
+            return None
+        if not hasattr(self, "_augmented"):
+            self._augmented: dict[str, Any] = {}
+        if data.fingerprint not in self._augmented:
+            from nas.transfer import augmented_transfer
+
+            rows, info = augmented_transfer(data, settings.augment, self.teacher.model_dir,
+                                            self.max_seq_len, [self.dev, self.report],
+                                            self.progress)
+            self.run.log("transfer_augment", **info)
+            log.info("transfer augmentation: %d variants of %d of %d rows (%s), %d kept",
+                     info["variants"], info["augmented_rows"], info["of"], info["rows_kind"],
+                     info["rows"])
+            self._augmented[data.fingerprint] = rows
+        return self._augmented[data.fingerprint]
 
     def select_data(self) -> list[str]:
         """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
@@ -740,6 +802,10 @@ class Recipe(Method, Generic[ConfigT]):
     """
 
     context_class: ClassVar[type[TaskContext[Any]]] = TaskContext
+    #: whether the method's final retrain distils on ``transfer:`` text (methods search
+    #: and compress: a ``transfer`` field of type :class:`~nas.transfer.TransferText`);
+    #: another method's file is refused in one line (:func:`nas.methods.method_config`)
+    uses_transfer: ClassVar[bool] = False
 
     def run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         """Every stage on the configuration's ``device`` in its ``precision``
@@ -797,6 +863,7 @@ class Recipe(Method, Generic[ConfigT]):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
+        self.check_transfer(config, task)
         if options.resume and getattr(options.study, "storage", None) is None:
             from searchers.study import check_own_storages
 
@@ -814,6 +881,9 @@ class Recipe(Method, Generic[ConfigT]):
 
         recorded = {**self.snapshot(config), **snapshot_extra}
         recorded["task"] = record_task(recorded["task"], options.run_dir)
+        if isinstance(recorded.get("transfer"), dict):  # the same rule for its file
+            recorded["transfer"] = {**recorded["transfer"], "texts": record_task(
+                recorded["transfer"]["texts"], options.run_dir)}
         return recorded
 
     def validate(self, config: ConfigT, options: RunOptions, *, calibrate: bool = True
@@ -830,7 +900,7 @@ class Recipe(Method, Generic[ConfigT]):
         autocast(getattr(config, "precision", "fp32"),  # the checks only, as use_device
                  resolve_device(getattr(config, "device", "auto")))
         self.context_class.check_config(config)
-        resolve_task(config.task)
+        self.check_transfer(config, resolve_task(config.task))
         options = replace(options, resume=self.resumes(config, options))
         given = getattr(options.study, "storage", None)
         storage = given or getattr(config, "storage", None)
@@ -845,6 +915,19 @@ class Recipe(Method, Generic[ConfigT]):
         check_run_folder(options.run_dir, self.recorded(config, options), resume=options.resume,
                          break_lock=options.break_lock)
         return []
+
+    def check_transfer(self, config: ConfigT, task: str) -> None:
+        """A ``transfer:`` file that cannot be read, or that does not fit the ``task``'s
+        kind (pairs without ``text_pair``, a tagging task), is refused in one line before
+        the teacher stage (:func:`nas.transfer.check_transfer`)."""
+        settings = getattr(config, "transfer", None)
+        if not isinstance(settings, TransferText) or not settings.enabled:
+            return
+        from nas.data.tasks import TASKS
+        from nas.transfer import check_transfer
+
+        kind = TASKS.get(task).kind if task in TASKS else None  # a hub task: read later
+        check_transfer(settings, task, kind)
 
     def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:

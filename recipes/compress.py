@@ -284,10 +284,11 @@ class Compress(Search):
 
     def final_evaluator(self, ctx: SearchContext) -> tuple[str, dict[str, Any]]:
         """``inherited-kd`` with ``retrain:``'s budget, from the sorted teacher's slice;
-        the hidden-state weight is the search evaluator's when it has one."""
+        the hidden-state weight and layer map are the search evaluator's when it sets
+        them."""
         settings = ctx.cfg.evaluator.settings
-        return "inherited-kd", ({"hidden_weight": settings["hidden_weight"]}
-                                if "hidden_weight" in settings else {})
+        return "inherited-kd", {k: settings[k] for k in ("hidden_weight", "layer_mapping")
+                                if k in settings}
 
     def check_head(self, config: SearchConfig, options: RunOptions) -> None:
         """None to check: the space is the teacher's, with a head for the task's labels."""

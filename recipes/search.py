@@ -33,6 +33,7 @@ A space file next to the experiment needs no install: ``plugins: [my_space.py]``
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -64,6 +65,7 @@ class Search(Recipe[SearchConfig]):
     #: the exports' format (:func:`nas.export.export`): ``native`` (the runtime as remote
     #: code); compress asks for ``hf``, stock transformers where the shape allows
     export_format: ClassVar[str] = "native"
+    uses_transfer: ClassVar[bool] = True
 
     def final_evaluator(self, ctx: SearchContext) -> tuple[str, dict[str, Any]]:
         """The final retrain's evaluator and settings (over ``retrain:``): the distilled
@@ -319,28 +321,42 @@ class Search(Recipe[SearchConfig]):
     def final(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
               ) -> list[dict[str, Any]]:
         """Each chosen architecture retrained on the whole training subset (or what
-        ``final.train_examples`` says) with ``final.seeds`` seeds, scored on dev and the
-        report split, and exported."""
+        ``final.train_examples`` says, with the ``transfer:`` rows) with ``final.seeds``
+        seeds, scored on dev and the report split, and exported. With ``final.chain``
+        they are retrained slowest first, each distilled from the one before (teacher
+        assistants); the rows stay in the chosen order."""
         from nas.teacher import metric_score
 
-        cfg, rows = ctx.cfg, []
-        for number, (tag, arch, trial) in enumerate(chosen):
+        cfg, rows = ctx.cfg, {}
+        first = chosen[0][0] if chosen else None
+        order = self.chain_order(ctx, chosen) if cfg.final.chain else chosen
+        previous: tuple[str, Any] | None = None  # the last point retrained (chain)
+        for tag, arch, trial in order:
             done = ctx.run.load_json(f"final/{tag}/result.json")
             if done is not None and (ctx.run.path / "final" / tag / "export").is_dir():
-                rows.append(done)
+                rows[tag] = done
+                previous = (tag, arch)
                 continue
-            ctx.stage(4, "final retrain of %s (%s), %d seed(s)", tag, arch.id, cfg.final.seeds)
+            ctx.stage(4, "final retrain of %s (%s), %d seed(s)%s", tag, arch.id,
+                      cfg.final.seeds, f", distilled from {previous[0]}"
+                      if cfg.final.chain and previous else "")
             seeds = []
             final_name, final_settings = self.final_evaluator(ctx)
+            data = ctx.final_data()
             for s in range(cfg.final.seeds):
+                assistant = None if previous is None or not cfg.final.chain else ctx.assistant(
+                    previous[0], previous[1], self.final_weights(ctx, previous, s), data)
                 evaluator = ctx.evaluator(
-                    final_name, final_settings, data=ctx.final_train(), val_batches=None,
+                    final_name, final_settings, data=data, val_batches=None,
                     test=True, workdir=ctx.run.path / "final" / tag / f"seed{s}",
-                    seed=cfg.seed + s, stage=f"final:{s}")
-                folders = (["export"] if number == 0 else []) + [f"final/{tag}/export"]
+                    seed=cfg.seed + s, stage=f"final:{s}", assistant=assistant)
+                folders = (["export"] if tag == first else []) + [f"final/{tag}/export"]
+                chained = ({"distilled_from": "teacher" if assistant is None
+                            else assistant.tag} if cfg.final.chain else {})
                 seeds.append(ctx.finish(
                     tag, ctx.space, arch, evaluator=evaluator, stage=5,
-                    what=f"the final retrain of {tag}", extra={"seed": cfg.seed + s},
+                    what=f"the final retrain of {tag}",
+                    extra={"seed": cfg.seed + s, **chained},
                     exports={f: self.export_format for f in folders} if s == 0 else {}))
             split = ctx.report_split
             row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
@@ -350,8 +366,40 @@ class Search(Recipe[SearchConfig]):
             ctx.run.save_json(f"final/{tag}/result.json", row)
             ctx.run.log("final", tag=tag, arch_id=arch.id, **{
                 k: v for k, v in row.items() if k.startswith(split)})
-            rows.append(row)
-        return rows
+            rows[tag] = row
+            previous = (tag, arch)
+        return [rows[tag] for tag, _, _ in chosen]
+
+    def chain_order(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
+                    ) -> list[tuple[str, Any, int | None]]:
+        """``final.chain``'s order: the chosen points from the slowest to the fastest by
+        the study's ``latency_ms`` (each trial's recorded objective value, on the scale
+        the search used: predicted or measured); ties and trial-less points keep their
+        chosen order."""
+        def latency(pick: tuple[str, Any, int | None]) -> float:
+            if pick[2] is None:
+                return math.inf
+            record = ctx.run.load_json(f"trials/{pick[2]}/result.json") or {}
+            names = [o["name"] for o in record.get("objectives", [])]
+            values = (record.get("result") or {}).get("values") or []
+            return float(values[names.index("latency_ms")]) if "latency_ms" in names \
+                and len(values) == len(names) else math.inf
+
+        return sorted(chosen, key=latency, reverse=True)
+
+    def final_weights(self, ctx: SearchContext, point: tuple[str, Any], seed: int) -> Path:
+        """Where the final retrain of ``point`` (tag, architecture) with seed index
+        ``seed`` wrote its weights (the evaluator's ``weights_path`` in its workdir); a
+        missing file is refused in one line naming the point."""
+        from evaluators.training import WEIGHTS_FILE
+
+        tag, arch = point
+        path = ctx.run.path / "final" / tag / f"seed{seed}" / arch.id / WEIGHTS_FILE
+        if not path.is_file():
+            raise NasError(f"final.chain: {path} is missing, the weights of the teacher "
+                           f"assistant {tag} (seed {seed}); delete {path.parent.parent.parent} "
+                           "and resume, and it is retrained")
+        return path
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:

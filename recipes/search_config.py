@@ -14,6 +14,7 @@ from nas.config import ConfigError, are_ratios, check_fields, from_dict
 from nas.errors import NasError
 from nas.quantize import MAX_INT8_DROP, QUANTIZATIONS
 from nas.train import TrainSettings, loop_settings
+from nas.transfer import TransferText
 from recipes.common import (
     MethodConfig,
 )
@@ -165,7 +166,12 @@ class FinalSettings:
     (stage ``final-data``). Only the last stage reads it, so the sort, the held-out part
     and the search stay as they were: candidates are chosen cheaply on the subset, and
     the few chosen ones distil on more text (Minitron, Sreenivas et al. 2024, §3: a
-    pruned model recovers with a short distillation on more tokens)."""
+    pruned model recovers with a short distillation on more tokens).
+
+    ``chain``: teacher assistants (Mirzadeh et al. 2020, §3): the chosen points are
+    retrained from the slowest to the fastest on the study's latency scale, each
+    distilled from the previous retrained point (seed s from seed s) instead of the full
+    teacher; the slowest from the teacher. Each row records ``distilled_from``."""
 
     select: str = "best"
     n: int = 1
@@ -173,6 +179,7 @@ class FinalSettings:
     seeds: int = 1
     train_examples: int | str | None = None
     export: FinalExport = field(default_factory=FinalExport)
+    chain: bool = False
 
     def __post_init__(self) -> None:
         check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
@@ -221,6 +228,8 @@ class SearchConfig(MethodConfig):
     one_shot: OneShot = field(default_factory=OneShot)
     final: FinalSettings = field(default_factory=FinalSettings)
     retrain: Distillation = field(default_factory=Distillation)
+    #: unlabeled text the teacher labels, added to the final retrain (:mod:`nas.transfer`)
+    transfer: TransferText = field(default_factory=TransferText)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -248,6 +257,9 @@ class SearchConfig(MethodConfig):
                              "objective once")
         if self.final.select == "latency_ratios" and "latency_ms" not in self.objectives:
             raise ValueError("final.select latency_ratios needs latency_ms among the objectives")
+        if self.final.chain and "latency_ms" not in self.objectives:
+            raise ValueError("final.chain orders the chosen points by the study's latency: "
+                             "add latency_ms to the objectives, or drop final.chain")
         self.check_searcher_name()
         owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "extra_objectives"}
         taken = sorted(owned & set(self.multi_trial))

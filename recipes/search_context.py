@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from nas.config import ConfigError
 from nas.device import table_rows
-from nas.distill.losses import kd_loss
+from nas.transfer import transfer_kd_loss
 from recipes.common import (
     TaskContext,
 )
@@ -23,6 +25,16 @@ from recipes.search_config import (
     check_evaluator,
     evaluator_settings,
 )
+
+
+@dataclass(frozen=True)
+class Assistant:
+    """A teacher assistant of ``final.chain`` (Mirzadeh et al. 2020): the retrained point
+    ``tag`` (frozen, eval mode) and its logits on the final retrain's data."""
+
+    tag: str
+    model: Any
+    logits: np.ndarray
 
 
 class SearchContext(TaskContext[SearchConfig]):
@@ -60,6 +72,12 @@ class SearchContext(TaskContext[SearchConfig]):
                          of=len(self.full_train), setting=n)
         return self._final_train
 
+    def final_data(self) -> Any:
+        """The final retrain's training set: :meth:`final_train`, followed by the
+        ``transfer:`` rows when the file gives some (their loss is the soft term only:
+        :func:`nas.transfer.transfer_kd_loss`)."""
+        return self.with_transfer(self.final_train())
+
     def teacher_latency_ms(self) -> float | None:
         """The teacher's batch-1 latency on the scale of the study's ``latency_ms``, which
         ``final.select: latency_ratios`` divides by each ratio: here the one timed in
@@ -96,15 +114,42 @@ class SearchContext(TaskContext[SearchConfig]):
         # how `nas export --run` rebuilds a trial's space: the factory's own arguments
         return {**super().export_info(), "space_kwargs": self.space_kwargs}
 
-    def distillation(self, data: Any, settings: Distillation, stage: str) -> dict[str, Any]:
+    def assistant(self, tag: str, arch: Any, weights: Path, data: Any) -> Assistant:
+        """The retrained point ``tag`` (``arch`` with the ``weights`` its final retrain
+        wrote, read back on resume too) as a teacher assistant, with its logits on
+        ``data``, kept beside its weights as a memory-mapped array keyed by the data's
+        fingerprint and length (as the teacher's are: computed once)."""
+        from nas.builder import build_child
+        from nas.cache import load_weights
+        from nas.checkpoint import atomic_target
+        from nas.distill.general import model_logits
+
+        model = build_child(self.space, arch)
+        load_weights(model, weights)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model.eval()
+        path = weights.parent / f"logits-{data.fingerprint}-L{self.max_seq_len}.npy"
+        if not path.is_file():
+            logits = model_logits(model, data, self.tokenizer, self.max_seq_len,
+                                  self.progress, desc=f"{tag} logits")
+            with atomic_target(path) as tmp, open(tmp, "wb") as f:
+                np.save(f, logits, allow_pickle=False)
+        return Assistant(tag, model, np.load(path, mmap_mode="r"))
+
+    def distillation(self, data: Any, settings: Distillation, stage: str,
+                     logits: np.ndarray | None = None) -> dict[str, Any]:
         """The training parts of an evaluator over ``data``: seeded batches, steps per
-        epoch and the KD loss against the teacher's logits on ``data`` (``loss`` on the
-        model, ``logits_loss`` on logits an evaluator computed itself)."""
-        logits = self.teacher_logits(data)
+        epoch and the KD loss against the teacher's logits on ``data`` (or ``logits``, a
+        teacher assistant's) (``loss`` on the model, ``logits_loss`` on logits an
+        evaluator computed itself); transfer rows (no label) learn the teacher's
+        distribution alone."""
+        if logits is None:
+            logits = self.teacher_logits(data)
 
         def logits_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return kd_loss(out, table_rows(logits, batch["index"], out), batch["labels"],
-                           settings.temperature, settings.alpha)
+            return transfer_kd_loss(out, table_rows(logits, batch["index"], out),
+                                    batch["labels"], settings.temperature, settings.alpha)
 
         def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
             return logits_loss(model(batch).logits, batch)
@@ -115,10 +160,11 @@ class SearchContext(TaskContext[SearchConfig]):
 
     def evaluator(self, name: str, settings: Mapping[str, Any], *, data: Any,
                   val_batches: list[Any] | None, test: bool, workdir: Path, seed: int,
-                  stage: str) -> Any:
+                  stage: str, assistant: Assistant | None = None) -> Any:
         """The registered evaluator ``name`` built with the parts it asks for; one this
         recipe cannot give (a warm-up supernet, a teacher fit layer...) is refused in
-        one line."""
+        one line. ``assistant``: distil from it instead of the full teacher (its logits,
+        and its hidden states for an evaluator that reads them)."""
         from evaluators.base import EVALUATORS
 
         check_evaluator(name, self.space.name, self.cfg.provided_parts)
@@ -127,9 +173,11 @@ class SearchContext(TaskContext[SearchConfig]):
         wanted = {*required, *optional}
         pool: dict[str, Any] = {
             "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
-            **(self.distillation(data, train, stage) if wanted & {"loss", "logits_loss"}
-               else {}),
-            **self.evaluator_parts(wanted)}
+            **(self.distillation(data, train, stage, None if assistant is None
+                                 else assistant.logits)
+               if wanted & {"loss", "logits_loss"} else {}),
+            **self.evaluator_parts(wanted),
+            **({"assistant": assistant.model} if assistant is not None else {})}
         return self.build_evaluator(name, given, pool, val_batches=val_batches, test=test)
 
 

@@ -275,6 +275,31 @@ def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
     return setup
 
 
+def compress_transfer(content: bytes | None, name: str = "t.txt", **block: object
+                      ) -> Callable[[Ctx], list[str]]:
+    """``method: compress`` with ``transfer: {texts: FILE, **block}``, FILE holding
+    ``content`` (``None``: no such file)."""
+    def setup(ctx: Ctx) -> list[str]:
+        path = ctx.tmp / name
+        if content is not None:
+            path.write_bytes(content)
+        return compress_with(transfer={"texts": str(path), **block})(ctx)
+
+    return setup
+
+
+def tinybert_with(**changes: object) -> Callable[[Ctx], list[str]]:
+    """``method: tinybert`` (the smoke file) with ``changes``: refused while loading."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = yaml.safe_load((ROOT / "experiments" / "tinybert_smoke.yaml").read_text())
+        data.update(changes)
+        path = ctx.tmp / "tinybert.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+    return setup
+
+
 def search_with(**changes: object) -> Callable[[Ctx], list[str]]:
     """``method: search`` (the example with its space file) with ``changes``."""
     def setup(ctx: Ctx) -> list[str]:
@@ -317,6 +342,28 @@ CASES = {
     "own-teacher-without-a-head": Case(
         compress_with(teacher_finetune={"enabled": False}), 2,
         r"not a fine-tuned classifier .*set teacher_finetune\.enabled=true"),
+    # transfer text: a file that cannot be read, before the teacher stage
+    "transfer-missing": Case(compress_transfer(None), 2,
+                             r"transfer\.texts: .*t\.txt: no such file"),
+    "transfer-empty": Case(compress_transfer(b""), 2, r"transfer\.texts: .*t\.txt: no text in it"),
+    "transfer-binary": Case(compress_transfer(b"\x00\x01\x02binary"), 2,
+                            r"transfer\.texts: .*t\.txt: a binary file, not text"),
+    "transfer-bad-column": Case(compress_transfer(b"sentence,x\nhello,1\n", "t.csv",
+                                                  text="review"), 2,
+                                r"transfer\.texts: .*t\.csv: no column 'review' \(the columns "
+                                r"are 'sentence', 'x'\); pass transfer\.text NAME"),
+    "transfer-pair-task": Case(lambda ctx: [*compress_transfer(b"text\nsome text\n")(ctx),
+                                            "--set", "task=mrpc"], 2,
+                               r"transfer\.texts: .*t\.txt: the task reads sentence pairs; "
+                               r"name the second text's column as transfer\.text_pair"),
+    "transfer-other-method": Case(tinybert_with(transfer={"texts": "x.txt"}), 2,
+                                  r"transfer: method tinybert does not distil on transfer text"),
+    "final-chain-without-latency": Case(compress_with(objectives=["accuracy"],
+                                                      final={"select": "best", "chain": True}),
+                                        2, r"final\.chain orders the chosen points by the "
+                                           r"study's latency"),
+    "layer-mapping": Case(compress_with(evaluator={"name": "inherited-kd", "settings": {
+        "layer_mapping": "middle"}}), 2, r"layer_mapping must be sliced or uniform or last"),
     # method compress: the space is the teacher's own
     "compress-other-space": Case(compress_with(space="bert"), 2,
                                  r"space: method compress searches 'bert-subnet'"),

@@ -174,28 +174,35 @@ def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
     """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
     (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data);
     ``teacher()`` gives the model (called only when the cache lacks them)."""
-    import math
-
-    from tqdm.auto import tqdm
-
-    from nas.data import iter_batches
     from nas.distill.cache import TeacherOutputCache
 
     cache = TeacherOutputCache(model_dir, data, max_seq_len)
     if cache.has("logits"):
         return cache.load("logits")
-    model = teacher()
+    log.info("teacher logits on %d rows (cached for later runs)", len(data))
+    return cache.save("logits", model_logits(teacher(), data, tokenizer, max_seq_len,
+                                             progress, desc="teacher logits"))
+
+
+def model_logits(model: Any, data: Any, tokenizer: Any, max_seq_len: int,
+                 progress: bool = False, desc: str = "logits") -> np.ndarray:
+    """``model``'s logits on ``data`` (N, C) float32, in length-sorted batches of 128
+    (little padding), in data order: the teacher's, or a teacher assistant's."""
+    import math
+
+    from tqdm.auto import tqdm
+
+    from nas.data import iter_batches
+
     lengths = token_lengths(tokenizer, data, max_seq_len)
     order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
     out = np.zeros((len(data), data.num_labels), dtype=np.float32)
-    log.info("teacher logits on %d rows (cached for later runs)", len(data))
     sub = data.subset(order.tolist())
     with torch.inference_mode():
         for batch in tqdm(iter_batches(sub, tokenizer, 128, max_seq_len),
-                          total=math.ceil(len(sub) / 128), desc="teacher logits",
-                          disable=not progress):
+                          total=math.ceil(len(sub) / 128), desc=desc, disable=not progress):
             out[order[batch["index"].numpy()]] = model(batch).logits.float().cpu().numpy()
-    return cache.save("logits", out)
+    return out
 
 
 class CachedTeacher:
@@ -261,6 +268,7 @@ __all__ = [
     "CachedTeacher",
     "TextDistillSettings",
     "cached_teacher_logits",
+    "model_logits",
     "check_text_settings",
     "chunk_texts",
     "seeded_batches",
