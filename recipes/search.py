@@ -111,7 +111,8 @@ class Search(Recipe[SearchConfig]):
         space, _ = config.build_space(2)
         latency_fn = None
         if config.constraints.max_latency_ms is not None:
-            latency_fn = self.latency_model(space, config.data.max_seq_len)
+            latency_fn = self.latency_model(space, config.data.max_seq_len,
+                                            config.latency_settings.runtime)
         try:
             check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
                            seed=config.seed, latency_fn=latency_fn)
@@ -122,10 +123,11 @@ class Search(Recipe[SearchConfig]):
                 raise
             raise InfeasibleConstraintError(f"{err}; {source}") from None
 
-    def latency_model(self, space: Any, seq_len: int) -> Any:
-        """This machine's latency predictor for ``space`` (calibrated once and cached when
-        its table has none: :func:`nas.latency.space_predictor`); what it did is logged
-        and kept for the run log (:attr:`latency_notes`)."""
+    def latency_model(self, space: Any, seq_len: int, runtime: str = "torch") -> Any:
+        """This machine's latency predictor for ``space`` on ``runtime`` (the ``latency:``
+        section's; calibrated once and cached when its table has none:
+        :func:`nas.latency.space_predictor`); what it did is logged and kept for the run
+        log (:attr:`latency_notes`)."""
         from nas.latency import space_predictor
 
         if not hasattr(self, "latency_notes"):
@@ -135,7 +137,7 @@ class Search(Recipe[SearchConfig]):
             log.info(message)
             self.latency_notes.append(message)
 
-        return space_predictor(space, seq_len=seq_len, log=note)
+        return space_predictor(space, seq_len=seq_len, log=note, runtime=runtime)
 
     def stages(self, ctx: SearchContext) -> dict[str, Any]:
         search, chosen = self.search_stage(ctx, self.searcher_of(ctx.cfg, ctx.options))
@@ -191,7 +193,8 @@ class Search(Recipe[SearchConfig]):
                                  if cfg.final.select == "latency_ratios" else []}
         if "budget" in wanted:
             # the latency model's notes reach the run log when the study starts
-            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
+            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len,
+                                             cfg.latency_settings.runtime)
                           if limits["max_latency_ms"] is not None else None)
             parts["budget"] = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
         return parts
@@ -227,7 +230,7 @@ class Search(Recipe[SearchConfig]):
                   ctx.space.name, f"{ctx.space.size():,}", cfg.evaluator.name,
                   ", ".join(cfg.objectives))
         if cfg.constraints.max_latency_ms is not None:  # the study's budget reads it
-            self.latency_model(ctx.space, ctx.max_seq_len)
+            self.latency_model(ctx.space, ctx.max_seq_len, cfg.latency_settings.runtime)
             for message in self.latency_notes:
                 ctx.run.log("latency_model", note=message)
             self.latency_notes.clear()
