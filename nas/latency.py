@@ -887,6 +887,11 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
         return ({k: table.machine.get(k) for k in here} == here and table.clock == clock
                 and table.runtime == runtime)
 
+    def described(table: LatencyTable) -> str:
+        """How the table was made, with an ONNX fit's held-out MAPE and seconds."""
+        fit = LatencyModel(table).fit_note(space, setting)
+        return table.describe(setting) + (f"; {fit}" if fit else "")
+
     def calibrated(table: LatencyTable | None) -> LatencyTable:
         if graph:
             return calibrate_graph(space, setting, runtime, clock=clock, table=table,
@@ -906,15 +911,13 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
                 table = calibrated(table)
                 table.save(path)
                 if log:
-                    fit = LatencyModel(table).fit_note(space, setting)
                     log(f"latency model: no table for space {space.name!r} at "
                         f"{setting.describe()}{f' on {runtime}' if graph else ''} on this "
                         f"machine; calibrated in {time.perf_counter() - start:.1f} s and "
-                        f"cached in {path} ({table.describe(setting)}"
-                        f"{f'; {fit}' if fit else ''})")
+                        f"cached in {path} ({described(table)})")
             elif log:
                 log(f"latency model: {path} (calibrated by another process; "
-                    f"{table.describe(setting)})")
+                    f"{described(table)})")
     elif log:
-        log(f"latency model: {path} (cached; {table.describe(setting)})")
+        log(f"latency model: {path} (cached; {described(table)})")
     return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)
