@@ -348,12 +348,14 @@ class Search(Recipe[SearchConfig]):
 def latency_scale(ctx: SearchContext, objectives: Sequence[str]) -> dict[str, Any]:
     """What the report's Pareto plot needs to draw the teacher on the trials' latency
     scale: ``latency_scale`` (``predicted`` by the latency model, or ``measured`` by the
-    evaluator) and the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing
-    when latency is not an objective."""
+    evaluator), its runtime (``latency_runtime``: ``torch``, ``onnx``, ``onnx-int8``) and
+    the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing when latency is
+    not an objective."""
     if "latency_ms" not in objectives:
         return {}
     scale = "predicted" if ctx.study_latency_fn() is not None else "measured"
-    return {"latency_scale": scale, "teacher_latency_ms": ctx.teacher_latency_ms()}
+    return {"latency_scale": scale, "latency_runtime": ctx.cfg.latency_settings.runtime,
+            "teacher_latency_ms": ctx.teacher_latency_ms()}
 
 
 def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[str]:

@@ -299,3 +299,27 @@ def test_the_latency_section_takes_a_source_a_runtime_or_both():
                                       "latency": {"runtime": "onnx"}}, "f")
     assert search.latency == LatencySettings("measured", "onnx")
     assert search.study_settings().latency_runtime == "onnx"
+
+
+def test_a_measured_int8_latency_times_each_candidates_int8_graph(tiny_teacher, tmp_path):
+    """``latency: {source: measured, runtime: onnx-int8}``: each trained candidate's
+    ``latency_ms`` is its int8 ONNX graph's on ONNX Runtime, and ``latency_ratios``
+    divides the teacher's int8 graph's latency, timed the same way (logged once), never
+    its torch timing."""
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=2",
+                          "evaluator.settings.max_steps=1",
+                          "final={select: latency_ratios, ratios: [2], seeds: 1}",
+                          "latency={source: measured, runtime: onnx-int8}") == 0
+    for number in range(2):
+        result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
+        row = result["costs"]["latency"]["batch1"]
+        assert row["runtime"] == "onnx-int8" and row["threads"] == 1
+        assert result["values"][1] == result["costs"]["latency_ms"] == row["median_ms"]
+        assert "latency_ms_predicted" not in result["costs"]
+    search = json.loads((run / "metrics.json").read_text())["search"]
+    assert (search["latency_scale"], search["latency_runtime"]) == ("measured", "onnx-int8")
+    logged = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    teacher = [e for e in logged if e.get("stage") == "teacher_latency"]
+    assert len(teacher) == 1 and teacher[0]["runtime"] == "onnx-int8"
+    assert search["ratios_teacher_ms"] == search["teacher_latency_ms"] == teacher[0]["median_ms"]
