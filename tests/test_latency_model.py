@@ -382,3 +382,14 @@ def test_a_measured_int8_latency_times_the_childs_int8_graph(bert_subnet):
     torch_row = measured_costs(bert_subnet, arch, child, 8, {1: batch_for(bert_subnet, 1, 8)},
                                2)["latency"]["batch1"]
     assert torch_row["runtime"] == "torch-fp32"
+
+
+def test_latency_show_lists_an_onnx_tables_fits(int8_table, bert_subnet, tmp_path, capsys):
+    path = tmp_path / "int8.json"
+    int8_table.save(path)
+    capsys.readouterr()
+    assert main(["latency", "show", "--table", str(path)]) == 0
+    out = capsys.readouterr().out
+    fit = int8_table.graph_fits[space_key(bert_subnet)][SETTING.key]
+    assert "runtime onnx-int8, clock cpu" in out
+    assert f"  {space_key(bert_subnet)} {SETTING.key}: {fit.describe()}" in out
