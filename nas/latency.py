@@ -36,6 +36,20 @@ caused names the table, its clock, date and noise (:func:`latency_source`).
 The model's error on held-out architectures, next to the noise floor of the
 measurements, is in ``benchmarks/RESULTS.md`` (``benchmarks/latency_model.py``) and
 ``docs/latency.md``.
+
+**The runtime a model ships in.** A table has a runtime (:data:`nas.timing.
+LATENCY_RUNTIMES`): ``torch`` (the op sum above), or ``onnx``/``onnx-int8``, where the
+latency is that of the child's exported ONNX graph (fp32, or int8 as ``nas export
+--quantize int8`` makes it) on ONNX Runtime at one thread. ONNX Runtime fuses and
+quantises across ops, so isolated op timings would not add up to its time; an ONNX
+table holds a :class:`GraphFit` per space and setting instead, a linear model over the
+child's op calls (:data:`GRAPH_FEATURES`: a constant, the calls, those with matrix
+products, their multiply-adds and output elements; for ``bert-subnet`` these follow the
+kept layers, heads, FFN width and hidden width), fitted
+by non-negative least squares to end-to-end timings of calibration children each exported
+to a temporary folder (:func:`calibrate_graph`), and checked on held-out children: the
+table records the calibration's seconds and that held-out MAPE. Tables of different
+runtimes are different files (:func:`default_table_path`).
 """
 
 from __future__ import annotations
@@ -66,7 +80,7 @@ from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS, Context, SelectOp
 from nas.space import SearchSpace
-from nas.timing import relative_iqr
+from nas.timing import LATENCY_RUNTIMES, ONNX_RUNTIMES, relative_iqr
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +144,13 @@ class LatencyError(NasError):
     """No usable latency table: none calibrated, a broken file, or no fit for a setting."""
 
 
+def check_runtime(runtime: str) -> None:
+    """A runtime that :data:`nas.timing.LATENCY_RUNTIMES` does not name is refused."""
+    if runtime not in LATENCY_RUNTIMES:
+        raise LatencyError(f"unknown latency runtime {runtime!r}; use one of "
+                           f"{', '.join(LATENCY_RUNTIMES)}")
+
+
 class MachineMismatchWarning(UserWarning):
     """A latency table calibrated on another machine (or torch version) was loaded."""
 
@@ -173,12 +194,16 @@ def _cpu_model() -> str:
 
 
 def default_table_path(clock: str = DEFAULT_CLOCK,
-                       cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``cache_root()/latency/<cpu>-<cores>cores[-cpu].json`` for this machine and clock."""
+                       cache_dir: str | os.PathLike[str] | None = None,
+                       runtime: str = "torch") -> Path:
+    """``cache_root()/latency/<cpu>-<cores>cores[-cpu][-<runtime>].json`` for this
+    machine, clock and runtime (a torch table's name has no runtime, as before)."""
     _check_clock(clock)
+    check_runtime(runtime)
     m = machine()
     slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-") or "cpu"
-    suffix = "" if clock == "wall" else f"-{clock}"
+    suffix = ("" if clock == "wall" else f"-{clock}") + (
+        "" if runtime == "torch" else f"-{runtime}")
     return cache_root(cache_dir) / "latency" / f"{slug}-{m['cores']}cores{suffix}.json"
 
 
@@ -247,9 +272,41 @@ class Fit:
         return self.scale * ops_ms + self.per_call_ms * calls + self.const_ms
 
 
+#: The features of a :class:`GraphFit`, over a child's op calls: a constant, the calls,
+#: the calls with multiply-adds (each a quantised matrix product and its (de)quantising
+#: nodes in the int8 graph), and the multiply-adds and output elements summed.
+GRAPH_FEATURES = ("const", "calls", "product_calls", "macs", "outputs")
+
+
+@dataclass
+class GraphFit:
+    """``latency ≈ Σ coef · feature`` (:data:`GRAPH_FEATURES`) of one space's children
+    on an ONNX runtime at one setting; what it was fitted on, the children held out and
+    its mean absolute percentage error on them, and the calibration's seconds."""
+
+    coefs: list[float]
+    archs: list[str] = field(default_factory=list)
+    measured_ms: list[float] = field(default_factory=list)
+    held_out: list[str] = field(default_factory=list)
+    held_out_ms: list[float] = field(default_factory=list)
+    held_out_predicted_ms: list[float] = field(default_factory=list)
+    mape: float | None = None  # on the held-out children; None without any
+    calibration_s: float = 0.0
+
+    def __call__(self, features: Sequence[float]) -> float:
+        return float(np.dot(self.coefs, features))
+
+    def describe(self) -> str:
+        """``held-out MAPE 7.1 % on 6 children, calibrated in 95.0 s``."""
+        mape = ("no held-out children" if self.mape is None else
+                f"held-out MAPE {100 * self.mape:.1f} % on {len(self.held_out)} children")
+        return f"{mape}, calibrated in {self.calibration_s:.1f} s"
+
+
 @dataclass
 class LatencyTable:
-    """Per setting, the time of each op call key; per space and setting, the :class:`Fit`."""
+    """Per setting, the time of each op call key; per space and setting, the :class:`Fit`
+    (a ``torch`` table) or the :class:`GraphFit` (an ONNX runtime's)."""
 
     machine: dict[str, Any]
     clock: str = DEFAULT_CLOCK  # "unknown" for a table written before tables said it
@@ -259,11 +316,17 @@ class LatencyTable:
     calibrated: str | None = None
     #: per setting key, the median relative IQR of the timings of its last calibration
     noise: dict[str, float] = field(default_factory=dict)
+    #: what its milliseconds time (:data:`nas.timing.LATENCY_RUNTIMES`); a table
+    #: written before tables said it is a torch one
+    runtime: str = "torch"
+    #: an ONNX runtime's fits, per space and setting
+    graph_fits: dict[str, dict[str, GraphFit]] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, clock: str = DEFAULT_CLOCK) -> LatencyTable:
+    def new(cls, clock: str = DEFAULT_CLOCK, runtime: str = "torch") -> LatencyTable:
         _check_clock(clock)
-        return cls({**machine(), "threads": []}, clock)
+        check_runtime(runtime)
+        return cls({**machine(), "threads": []}, clock, runtime=runtime)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -271,6 +334,9 @@ class LatencyTable:
             "format": TABLE_FORMAT, "machine": self.machine, "clock": self.clock,
             "calibrated": self.calibrated, "noise": self.noise, "ops": self.ops,
             "fits": {s: {k: asdict(f) for k, f in by.items()} for s, by in self.fits.items()},
+            "runtime": self.runtime,
+            "graph_fits": {s: {k: asdict(f) for k, f in by.items()}
+                           for s, by in self.graph_fits.items()},
         })
 
     def describe(self, setting: Setting | None = None) -> str:
@@ -284,8 +350,9 @@ class LatencyTable:
         spread = "noise unknown" if noise is None else f"noise {100 * noise:.1f} %"
         if noise is not None and noise > NOISY_SPREAD:
             spread += " (noisy: calibrated on a busy machine?)"
-        return (f"clock {self.clock}, calibrated {self.calibrated or 'unknown'}, {spread} "
-                "(median relative IQR of its repeated timings)")
+        runtime = "" if self.runtime == "torch" else f"runtime {self.runtime}, "
+        return (f"{runtime}clock {self.clock}, calibrated {self.calibrated or 'unknown'}, "
+                f"{spread} (median relative IQR of its repeated timings)")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> LatencyTable:
@@ -299,12 +366,18 @@ class LatencyTable:
             clock = data.get("clock", "unknown")  # not recorded by the first tables
             if clock != "unknown":
                 _check_clock(clock)
+            runtime = data.get("runtime", "torch")
+            if runtime not in LATENCY_RUNTIMES:
+                raise ValueError(f"unknown runtime {runtime!r}")
             return cls(dict(data["machine"]), clock,
                        {k: {op: float(t) for op, t in v.items()} for k, v in data["ops"].items()},
                        {s: {k: Fit(**f) for k, f in by.items()}
                         for s, by in data["fits"].items()},
                        data.get("calibrated"),
-                       {k: float(v) for k, v in (data.get("noise") or {}).items()})
+                       {k: float(v) for k, v in (data.get("noise") or {}).items()},
+                       runtime,
+                       {s: {k: GraphFit(**f) for k, f in by.items()}
+                        for s, by in (data.get("graph_fits") or {}).items()})
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError,
                 AttributeError, ValueError) as err:
             why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
@@ -369,6 +442,10 @@ class LatencyModel:
     def explain(self, space: SearchSpace, arch: Mapping[str, Any] | None = None,
                 batch_size: int = 1, seq_len: int = 128, threads: int = 1) -> Prediction:
         setting = Setting(batch_size, seq_len, threads)
+        if self.table.runtime in ONNX_RUNTIMES:
+            graph_fit = self._graph_fit(space, setting)
+            features = graph_features(space, arch, setting)
+            return Prediction(graph_fit(features), float("nan"), int(features[1]), 0, setting)
         fit = self._fit(space, setting)
         p = self.ops_ms(space, arch, setting)
         return Prediction(fit(p.ops_ms, p.calls), p.ops_ms, p.calls, p.estimated_calls, setting)
@@ -397,19 +474,44 @@ class LatencyModel:
         """``arch -> ms`` for one space and setting: the ``latency_fn`` of the evaluators
         (:class:`evaluators.penalty.PenaltyEvaluator`, :class:`evaluators.costs.CostEvaluator`)."""
         setting = Setting(batch_size, seq_len, threads)
-        self._fit(space, setting)  # fail now, not mid-search
+        if self.table.runtime in ONNX_RUNTIMES:  # fail now, not mid-search
+            self._graph_fit(space, setting)
+        else:
+            self._fit(space, setting)
         return Predictor(self, space, setting)
 
     def _fit(self, space: SearchSpace, setting: Setting) -> Fit:
         fit = self.table.fits.get(space_key(space), {}).get(setting.key)
         if fit is None:
-            where = f" in {self.path}" if self.path else ""
-            raise LatencyError(
-                f"no latency calibration for space {space.name!r} (this configuration) at "
-                f"{setting.describe()}{where}; run `nas latency calibrate --spaces "
-                f"{space.name} --batch-sizes {setting.batch_size} --seq-lens "
-                f"{setting.seq_len} --threads {setting.threads}`")
+            raise self._uncalibrated(space, setting)
         return fit
+
+    def _graph_fit(self, space: SearchSpace, setting: Setting) -> GraphFit:
+        fit = self.table.graph_fits.get(space_key(space), {}).get(setting.key)
+        if fit is None:
+            raise self._uncalibrated(space, setting)
+        return fit
+
+    def fit_note(self, space: SearchSpace, setting: Setting) -> str:
+        """An ONNX table's held-out MAPE and calibration time for ``space`` at
+        ``setting`` (:meth:`GraphFit.describe`); empty for a torch table."""
+        if self.table.runtime not in ONNX_RUNTIMES:
+            return ""
+        return self._graph_fit(space, setting).describe()
+
+    def _uncalibrated(self, space: SearchSpace, setting: Setting) -> LatencyError:
+        where = f" in {self.path}" if self.path else ""
+        if self.table.runtime in ONNX_RUNTIMES:
+            again = (f"a run with latency runtime {self.table.runtime} calibrates it "
+                     "(`nas cache clear latency` first if this table is stale)")
+        else:
+            again = (f"run `nas latency calibrate --spaces {space.name} --batch-sizes "
+                     f"{setting.batch_size} --seq-lens {setting.seq_len} --threads "
+                     f"{setting.threads}`")
+        runtime = "" if self.table.runtime == "torch" else f" on {self.table.runtime}"
+        return LatencyError(
+            f"no latency calibration{runtime} for space {space.name!r} (this configuration) "
+            f"at {setting.describe()}{where}; {again}")
 
     def _estimator(self, setting: Setting) -> Callable[[OpCall], float]:
         if setting.key not in self._estimators:
@@ -441,10 +543,17 @@ class Predictor:
         again = (f"`nas latency calibrate {table_flag}--spaces {self.space.name} "
                  f"--batch-sizes {s.batch_size} --seq-lens {s.seq_len} --threads {s.threads} "
                  f"--clock {clock}`")
-        if path is not None and "nas cache clear" in clear_hint(path, ""):
-            again = f"`nas cache clear latency` (the next run calibrates again) or {again}"
-        return (f"latency predicted by {where} ({table.describe(s)}); if it was calibrated "
-                f"while the machine was busy, recalibrate: {again}")
+        cleared = path is not None and "nas cache clear" in clear_hint(path, "")
+        if table.runtime in ONNX_RUNTIMES:  # `nas latency calibrate` times torch only
+            again = ("`nas cache clear latency` (the next run calibrates again)" if cleared
+                     else "delete it (the next run calibrates again)")
+            fit = f"; {self.model.fit_note(self.space, s)}"
+        else:
+            fit = ""
+            if cleared:
+                again = f"`nas cache clear latency` (the next run calibrates again) or {again}"
+        return (f"latency predicted by {where} ({table.describe(s)}{fit}); if it was "
+                f"calibrated while the machine was busy, recalibrate: {again}")
 
 
 def latency_source(latency_fn: Any) -> str | None:
@@ -459,6 +568,17 @@ def _op_features(op: str, in_widths: Sequence[int], width: int, params: Mapping[
     tokens = setting.batch_size * setting.seq_len
     macs = OPS.get(op).count_macs(list(in_widths), width, params, setting.seq_len)
     return [1.0, float(setting.batch_size * macs), float(tokens * width)]
+
+
+def graph_features(space: SearchSpace, arch: Mapping[str, Any] | None,
+                   setting: Setting) -> list[float]:
+    """A child's :data:`GRAPH_FEATURES` at ``setting`` (what a :class:`GraphFit`
+    weighs)."""
+    calls, products, macs, outputs = 0, 0, 0.0, 0.0
+    for call in op_calls(space, arch):
+        _, m, o = _op_features(call.op, call.in_widths, call.width, call.params, setting)
+        calls, products, macs, outputs = calls + 1, products + (m > 0), macs + m, outputs + o
+    return [1.0, float(calls), float(products), macs, outputs]
 
 
 def _op_estimator(times: Mapping[str, float], setting: Setting) -> Callable[[OpCall], float]:
@@ -672,33 +792,109 @@ def _time_child(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], repea
 
 
 def _fit_overhead(rows: Sequence[tuple[list[float], float]], archs: list[str]) -> Fit:
-    """The fit minimising the *relative* squared error (each row divided by its
-    measurement), as MAPE weighs a small child's error like a large one's."""
-    weighted = [([x / y for x in xs], 1.0) for xs, y in rows]
-    scale, per_call, const = _nnls(weighted)
+    """The fit minimising the relative squared error (:func:`_relative_nnls`)."""
+    scale, per_call, const = _relative_nnls(rows)
     return Fit(float(scale), float(per_call), float(const), archs, [y for _, y in rows])
+
+
+def _relative_nnls(rows: Sequence[tuple[Sequence[float], float]]) -> np.ndarray:
+    """Non-negative coefficients minimising the *relative* squared error (each row
+    divided by its measurement), as MAPE weighs a small child's error like a large one's."""
+    return _nnls([([x / y for x in xs], 1.0) for xs, y in rows])
+
+
+def calibrate_graph(space: SearchSpace, setting: Setting, runtime: str = "onnx-int8", *,
+                    archs: int = 16, held_out: int = 6, repeats: int = 20,
+                    budget_s: float = 1.0, seed: int = 0, clock: str = DEFAULT_CLOCK,
+                    table: LatencyTable | None = None,
+                    log: Callable[[str], None] | None = None) -> LatencyTable:
+    """Fit ``space``'s :class:`GraphFit` on ``runtime`` at ``setting``: ``archs + held_out``
+    seeded children (:func:`calibration_archs`: the smallest and largest among the fitted
+    ones), each exported to ONNX in a temporary folder (:func:`nas.onnx_latency.child_graph`)
+    and timed on ONNX Runtime at one thread (median of at most ``repeats`` runs within
+    ``budget_s``); the first ``archs`` fit it, the last ``held_out`` measure its MAPE.
+    Adds to ``table`` (a new one by default) and returns it."""
+    import tempfile
+
+    from nas.builder import build_child
+    from nas.onnx_latency import child_graph, graph_runner, vocab_of
+
+    if runtime not in ONNX_RUNTIMES:
+        raise LatencyError(f"runtime {runtime!r} has no graph calibration; use one of "
+                           f"{', '.join(ONNX_RUNTIMES)}")
+    _check_clock(clock, [setting])
+    if table is not None and (table.clock, table.runtime) != (clock, runtime):
+        raise LatencyError(f"the table measures {table.runtime} on the {table.clock} clock, "
+                           f"not {runtime} on {clock}")
+    table = table or LatencyTable.new(clock, runtime)
+    table.machine = {**machine(), "threads": sorted(
+        set(table.machine.get("threads", [])) | {setting.threads})}
+    table.calibrated = _now()
+    start = time.perf_counter()
+    picked = calibration_archs(space, archs + held_out, seed)
+    rows, spreads = [], []
+    with cpu_threads(setting.threads), tempfile.TemporaryDirectory(prefix="nas-latency-") as tmp:
+        for i, arch in enumerate(picked):
+            child = build_child(space, arch).eval()
+            path = child_graph(child, Path(tmp) / str(i), runtime)
+            run = graph_runner(path, setting.batch_size, setting.seq_len, vocab_of(child))
+            measured, spread = _timed(run, repeats, budget_s, clock)
+            spreads.append(spread)
+            rows.append((graph_features(space, arch, setting), measured))
+    n_fit = min(archs, len(rows))
+    fit = GraphFit([float(c) for c in _relative_nnls(rows[:n_fit])],
+                   [a.id for a in picked[:n_fit]], [y for _, y in rows[:n_fit]])
+    fit.held_out = [a.id for a in picked[n_fit:]]
+    fit.held_out_ms = [y for _, y in rows[n_fit:]]
+    fit.held_out_predicted_ms = [fit(x) for x, _ in rows[n_fit:]]
+    if fit.held_out:
+        fit.mape = statistics.mean(abs(p - y) / y for p, y in
+                                   zip(fit.held_out_predicted_ms, fit.held_out_ms, strict=True))
+    fit.calibration_s = round(time.perf_counter() - start, 1)
+    table.graph_fits.setdefault(space_key(space), {})[setting.key] = fit
+    _record_noise(table, setting, spreads)
+    if log:
+        log(f"{space.name:<16} {setting.describe()} on {runtime}: {n_fit} children fitted; "
+            f"{fit.describe()}")
+    return table
 
 
 def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
                     threads: int = 1, clock: str = DEFAULT_CLOCK,
                     log: Callable[[str], None] | None = None,
-                    calibration: Mapping[str, Any] | None = None
-                    ) -> Predictor:
+                    calibration: Mapping[str, Any] | None = None,
+                    runtime: str = "torch") -> Predictor:
     """``arch -> ms`` for ``space`` on this machine, from the cached latency table
     (:func:`default_table_path`, the cache's ``latency`` kind). A table without a fit
     for this space and setting, or no table, is calibrated once (:func:`calibrate`, its
     defaults) and saved in the cache under the table's lock, so a second process waits
     and then reads it; ``log`` says which it was, with the calibration's time. A table
-    from another machine is replaced, as ``nas latency calibrate`` does."""
+    from another machine is replaced, as ``nas latency calibrate`` does. ``runtime``: what
+    the milliseconds time (:data:`nas.timing.LATENCY_RUNTIMES`); an ONNX runtime's
+    table is its own file, calibrated by :func:`calibrate_graph` (``calibration``: its
+    keywords then)."""
     setting = Setting(batch_size, seq_len, threads)
-    path = default_table_path(clock)
+    path = default_table_path(clock, runtime=runtime)
     path.parent.mkdir(parents=True, exist_ok=True)
+    graph = runtime in ONNX_RUNTIMES
 
     def fitted(table: LatencyTable) -> bool:
-        return _fits(table, space, setting)
+        return _fits(table, space, setting, graph)
 
     def ours(table: LatencyTable) -> bool:
-        return _ours(table, clock)
+        return _ours(table, clock, runtime)
+
+    def described(table: LatencyTable) -> str:
+        """How the table was made, with an ONNX fit's held-out MAPE and seconds."""
+        fit = LatencyModel(table).fit_note(space, setting)
+        return table.describe(setting) + (f"; {fit}" if fit else "")
+
+    def calibrated(table: LatencyTable | None) -> LatencyTable:
+        if graph:
+            return calibrate_graph(space, setting, runtime, clock=clock, table=table,
+                                   **dict(calibration or {}))
+        return calibrate([space], [setting], clock=clock, table=table,
+                         **dict(calibration or {}))
 
     table = LatencyTable.load(path) if path.is_file() else None
     if table is None or not (ours(table) and fitted(table)):
@@ -709,42 +905,47 @@ def space_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 1
             table = table if table is not None and ours(table) else None
             if table is None or not fitted(table):
                 start = time.perf_counter()
-                table = calibrate([space], [setting], clock=clock, table=table,
-                                  **dict(calibration or {}))
+                table = calibrated(table)
                 table.save(path)
                 if log:
                     log(f"latency model: no table for space {space.name!r} at "
-                        f"{setting.describe()} on this machine; calibrated in "
-                        f"{time.perf_counter() - start:.1f} s and cached in {path} "
-                        f"({table.describe(setting)})")
+                        f"{setting.describe()}{f' on {runtime}' if graph else ''} on this "
+                        f"machine; calibrated in {time.perf_counter() - start:.1f} s and "
+                        f"cached in {path} ({described(table)})")
             elif log:
                 log(f"latency model: {path} (calibrated by another process; "
-                    f"{table.describe(setting)})")
+                    f"{described(table)})")
     elif log:
-        log(f"latency model: {path} (cached; {table.describe(setting)})")
+        log(f"latency model: {path} (cached; {described(table)})")
     return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)
 
 
-def _fits(table: LatencyTable, space: SearchSpace, setting: Setting) -> bool:
-    """Whether ``table`` has a fit for ``space`` at ``setting``."""
-    return setting.key in table.fits.get(space_key(space), {})
+def _fits(table: LatencyTable, space: SearchSpace, setting: Setting, graph: bool = False
+          ) -> bool:
+    """Whether ``table`` has a fit for ``space`` at ``setting`` (``graph``: an ONNX
+    runtime's end-to-end fit)."""
+    fits = table.graph_fits if graph else table.fits
+    return setting.key in fits.get(space_key(space), {})
 
 
-def _ours(table: LatencyTable, clock: str) -> bool:
-    """Whether ``table`` was made on this machine with ``clock``."""
+def _ours(table: LatencyTable, clock: str, runtime: str = "torch") -> bool:
+    """Whether ``table`` was made on this machine with ``clock`` on ``runtime``."""
     here = machine()
-    return {k: table.machine.get(k) for k in here} == here and table.clock == clock
+    return ({k: table.machine.get(k) for k in here} == here and table.clock == clock
+            and table.runtime == runtime)
 
 
 def cached_predictor(space: SearchSpace, *, batch_size: int = 1, seq_len: int = 128,
-                     threads: int = 1, clock: str = DEFAULT_CLOCK) -> Predictor | None:
+                     threads: int = 1, clock: str = DEFAULT_CLOCK,
+                     runtime: str = "torch") -> Predictor | None:
     """:func:`space_predictor`'s answer when this machine's cached table already fits
     ``space`` at the setting, else ``None``: nothing is calibrated or written
     (``nas run --dry-run`` checks a latency limit only on a table it finds)."""
     setting = Setting(batch_size, seq_len, threads)
-    path = default_table_path(clock)
+    path = default_table_path(clock, runtime=runtime)
     table = LatencyTable.load(path) if path.is_file() else None
-    if table is None or not (_ours(table, clock) and _fits(table, space, setting)):
+    if table is None or not (_ours(table, clock, runtime)
+                             and _fits(table, space, setting, runtime in ONNX_RUNTIMES)):
         return None
     return LatencyModel(table, path).predictor(space, batch_size, seq_len, threads)
 

@@ -40,6 +40,13 @@ class Timing:
 #: the teacher loaded into the engine's ``bert`` design both run this way).
 TORCH_FP32 = "torch-fp32"
 
+#: A latency's runtime as a run's ``latency:`` section names it → the name its timings
+#: are recorded under: the engine's graph in torch, or its ONNX graph on ONNX Runtime in
+#: fp32 or dynamic int8 (:mod:`nas.onnx_latency`).
+LATENCY_RUNTIMES = {"torch": TORCH_FP32, "onnx": "onnx-fp32", "onnx-int8": "onnx-int8"}
+#: The latency runtimes that time an ONNX graph.
+ONNX_RUNTIMES = ("onnx", "onnx-int8")
+
 #: The fewest interleaved rounds :func:`time_pair` runs: a quartile of fewer is not a spread.
 MIN_ROUNDS = 5
 

@@ -1084,8 +1084,9 @@ def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
     when the study's ``latency_ms`` was predicted by the latency model (the search
     summary's ``latency_scale``), the teacher's predicted latency; else (measured, or no
     scale recorded: the methods whose studies time each trial) the teacher's latency
-    timed in the run, as the trials were, in PyTorch fp32. Never a measured point among
-    predicted ones."""
+    timed in the run, as the trials were, in PyTorch fp32, or on the ONNX runtime the
+    trials were timed on (``latency_runtime``: the summary's ``teacher_latency_ms``).
+    Never a measured point among predicted ones, nor a torch one among int8 ones."""
     from nas.teacher import metric_score
 
     teacher, metric = metrics.get("teacher") or {}, metrics.get("metric", "accuracy")
@@ -1097,7 +1098,10 @@ def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
     if search.get("latency_scale") == "predicted" and "teacher_latency_ms" in search:
         point["latency_ms"] = search["teacher_latency_ms"]
     elif search.get("latency_scale", "measured") == "measured":
-        point["latency_ms"] = teacher["latency"]["batch1"]["median_ms"]
+        if search.get("latency_runtime", "torch") == "torch":
+            point["latency_ms"] = teacher["latency"]["batch1"]["median_ms"]
+        elif "teacher_latency_ms" in search:
+            point["latency_ms"] = search["teacher_latency_ms"]
     return {"teacher": point}
 
 

@@ -14,8 +14,9 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    (:func:`spaces.bert_subnet.from_design`), its supernet the sorted teacher, so every
    leading slice a child keeps holds the most important heads, neurons and channels;
 3. **search** — any searcher over validation accuracy against batch-1 latency
-   (``latency: predicted`` by the latency model, or ``measured``; the ``objectives`` and
-   ``constraints`` of method search), each candidate scored by
+   (``latency: predicted`` by the latency model, or ``measured``, on the runtime the
+   model ships in: ``latency: {source, runtime: torch | onnx | onnx-int8}``; the
+   ``objectives`` and ``constraints`` of method search), each candidate scored by
    ``inherited-kd``
    (:mod:`evaluators.inherited_kd`: the sorted teacher's slice, a short distillation
    from the full teacher, the validation score); the Puzzle-style ``blockwise`` proxy
@@ -57,6 +58,7 @@ from recipes.search_config import (
     SEARCHER_PARTS,
     EvaluatorChoice,
     FinalSettings,
+    LatencySettings,
     SearchConfig,
 )
 from recipes.search_context import SearchContext
@@ -64,8 +66,6 @@ from searchers.knapsack import KnapsackSettings
 
 #: the space this method searches
 SPACE = "bert-subnet"
-#: where the search's batch-1 latency comes from
-LATENCIES = ("predicted", "measured")
 #: the planned searchers over what the sort makes (searchers/knapsack.py,
 #: searchers/truncation.py): the blockwise knapsack, and uniform truncation (the first k
 #: whole layers, the baseline it must beat)
@@ -94,8 +94,9 @@ class CompressConfig(SearchConfig):
     for a file. ``space_config`` may set only ``layers`` (``any`` or ``first``): the shape
     is the teacher's. ``latency``: the search's ``latency_ms`` is ``predicted`` by this
     machine's latency model (batch 1, one thread, the run's length; calibrated once per
-    teacher shape and cached) or ``measured`` on each trained candidate (noisier; no
-    calibration, as the smoke run uses)."""
+    teacher shape and runtime and cached) or ``measured`` on each trained candidate
+    (noisier; no calibration), on its ``runtime`` (``torch`` unless the section says
+    ``onnx`` or ``onnx-int8``: :class:`~recipes.search_config.LatencySettings`)."""
 
     provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss",
                                                  "table")
@@ -111,7 +112,9 @@ class CompressConfig(SearchConfig):
     objectives: list = field(default_factory=lambda: ["accuracy", "latency_ms"])
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
-    latency: str = "predicted"
+    default_latency_source: ClassVar[str] = "predicted"
+    latency: str | dict | LatencySettings = field(
+        default_factory=lambda: LatencySettings("predicted"))
     #: the knapsack searcher's settings as files before ``searcher: {name, settings}``
     #: wrote them (still read; the searcher's own settings win)
     knapsack: KnapsackSettings = field(default_factory=KnapsackSettings)
@@ -125,7 +128,6 @@ class CompressConfig(SearchConfig):
             raise ConfigError(f"space: method compress searches {SPACE!r} (the teacher's own "
                               f"sub-networks), got {self.space!r}; use method search for "
                               "another space")
-        check_fields([("latency", self.latency in LATENCIES, " or ".join(LATENCIES))], self)
         other = sorted(set(self.space_config) - {"layers"})
         if other:
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
@@ -251,27 +253,15 @@ class CompressContext(SearchContext):
 
     def teacher_latency_ms(self) -> float | None:
         """With ``latency: predicted``, the latency model's prediction for the teacher
-        (the space's full child) at the run's length, the scale of every trial's
-        ``latency_ms``; the teacher's timed latency (stage 1, at the report split's median
-        length) would set the ratios on another scale. (Runs before this was fixed,
-        2026-11-24, divided the timed one: their "2x" pick was about 2.5x predicted.)"""
+        (the space's full child) at the run's length on the section's runtime, the scale
+        of every trial's ``latency_ms``; the teacher's timed latency (stage 1, at the
+        report split's median length) would set the ratios on another scale. (Runs before
+        this was fixed, 2026-11-24, divided the timed one: their "2x" pick was about 2.5x
+        predicted.)"""
         predict = self.study_latency_fn()
         if predict is None:
             return super().teacher_latency_ms()
         return float(predict(self.space.default()))
-
-    def study_latency_fn(self) -> Any:
-        """With ``latency: predicted``, this machine's latency model for the space (batch
-        1, one thread, the run's length), calibrated once and cached when its table has
-        none (:func:`nas.latency.space_predictor`)."""
-        if self.cfg.latency != "predicted":
-            return None
-        from nas.latency import space_predictor
-
-        def note(message: str) -> None:
-            self.run.log("latency_model", note=message)
-
-        return space_predictor(self.space, seq_len=self.max_seq_len, log=note)
 
 
 @register_method("compress")
@@ -335,7 +325,8 @@ class Compress(Search):
         return AuditParts(space=ctx.space, arms=arms, full=full, folder=run.path,
                           max_params=cfg.constraints.max_params, seq_len=ctx.max_seq_len,
                           notes=notes, latency_fn=space_predictor(
-                              ctx.space, seq_len=ctx.max_seq_len, log=note))
+                              ctx.space, seq_len=ctx.max_seq_len, log=note,
+                              runtime=cfg.latency_settings.runtime))
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
         """Stage 3: method search's, a multi-trial study seeded with the truncations when

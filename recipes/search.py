@@ -123,8 +123,9 @@ class Search(Recipe[SearchConfig]):
         latency_fn = None
         seq_len = config.data.max_seq_len
         if config.constraints.max_latency_ms is not None:
-            latency_fn = (self.latency_model(space, seq_len) if calibrate
-                          else cached_predictor(space, seq_len=seq_len))
+            runtime = config.latency_settings.runtime
+            latency_fn = (self.latency_model(space, seq_len, runtime) if calibrate
+                          else cached_predictor(space, seq_len=seq_len, runtime=runtime))
             if latency_fn is None:
                 settings = replaced(settings, max_latency_ms=None)
                 notes.append(f"constraints.max_latency_ms: not checked: no latency table for "
@@ -155,10 +156,11 @@ class Search(Recipe[SearchConfig]):
         vocab = len(load_tokenizer(resolve_teacher(config.teacher)))
         check_head(config.build_space(labels, vocab)[0], labels)
 
-    def latency_model(self, space: Any, seq_len: int) -> Any:
-        """This machine's latency predictor for ``space`` (calibrated once and cached when
-        its table has none: :func:`nas.latency.space_predictor`); what it did is logged
-        and kept for the run log (:attr:`latency_notes`)."""
+    def latency_model(self, space: Any, seq_len: int, runtime: str = "torch") -> Any:
+        """This machine's latency predictor for ``space`` on ``runtime`` (the ``latency:``
+        section's; calibrated once and cached when its table has none:
+        :func:`nas.latency.space_predictor`); what it did is logged and kept for the run
+        log (:attr:`latency_notes`)."""
         from nas.latency import space_predictor
 
         if not hasattr(self, "latency_notes"):
@@ -168,7 +170,7 @@ class Search(Recipe[SearchConfig]):
             log.info(message)
             self.latency_notes.append(message)
 
-        return space_predictor(space, seq_len=seq_len, log=note)
+        return space_predictor(space, seq_len=seq_len, log=note, runtime=runtime)
 
     def stages(self, ctx: SearchContext) -> dict[str, Any]:
         search, chosen = self.search_stage(ctx, self.searcher_of(ctx.cfg, ctx.options))
@@ -224,7 +226,8 @@ class Search(Recipe[SearchConfig]):
                                  if cfg.final.select == "latency_ratios" else []}
         if "budget" in wanted:
             # the latency model's notes reach the run log when the study starts
-            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
+            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len,
+                                             cfg.latency_settings.runtime)
                           if limits["max_latency_ms"] is not None else None)
             parts["budget"] = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
         return parts
@@ -260,7 +263,7 @@ class Search(Recipe[SearchConfig]):
                   ctx.space.name, f"{ctx.space.size():,}", cfg.evaluator.name,
                   ", ".join(cfg.objectives))
         if cfg.constraints.max_latency_ms is not None:  # the study's budget reads it
-            self.latency_model(ctx.space, ctx.max_seq_len)
+            self.latency_model(ctx.space, ctx.max_seq_len, cfg.latency_settings.runtime)
             for message in self.latency_notes:
                 ctx.run.log("latency_model", note=message)
             self.latency_notes.clear()
@@ -424,12 +427,14 @@ class Search(Recipe[SearchConfig]):
 def latency_scale(ctx: SearchContext, objectives: Sequence[str]) -> dict[str, Any]:
     """What the report's Pareto plot needs to draw the teacher on the trials' latency
     scale: ``latency_scale`` (``predicted`` by the latency model, or ``measured`` by the
-    evaluator) and the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing
-    when latency is not an objective."""
+    evaluator), its runtime (``latency_runtime``: ``torch``, ``onnx``, ``onnx-int8``) and
+    the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing when latency is
+    not an objective."""
     if "latency_ms" not in objectives:
         return {}
     scale = "predicted" if ctx.study_latency_fn() is not None else "measured"
-    return {"latency_scale": scale, "teacher_latency_ms": ctx.teacher_latency_ms()}
+    return {"latency_scale": scale, "latency_runtime": ctx.cfg.latency_settings.runtime,
+            "teacher_latency_ms": ctx.teacher_latency_ms()}
 
 
 def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[str]:

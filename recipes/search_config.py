@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from nas.config import ConfigError, are_ratios, check_fields, from_dict
 from nas.errors import NasError
 from nas.quantize import MAX_INT8_DROP, QUANTIZATIONS
+from nas.timing import LATENCY_RUNTIMES
 from nas.train import TrainSettings, loop_settings
 from nas.transfer import TransferText
 from recipes.common import (
@@ -22,6 +23,9 @@ from recipes.common import (
 #: what ``objectives:`` may list: the evaluator's validation score, then costs to minimise
 OBJECTIVES = ("accuracy", "latency_ms", "params", "flops")
 SELECTIONS = ("best", "pareto", "latency_ratios", "all")
+#: where a search's ``latency_ms`` comes from: the latency model's prediction, or a
+#: timing of each trained candidate
+LATENCIES = ("predicted", "measured")
 #: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
 PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
                   "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
@@ -80,6 +84,40 @@ class Constraints:
         check_fields([(name, getattr(self, name) is None or getattr(self, name) > 0,
                        "None or a positive number")
                       for name in ("max_params", "max_flops", "max_latency_ms")], self)
+
+
+@dataclass
+class LatencySettings:
+    """``latency: {source, runtime}``: the study's ``latency_ms`` is ``predicted`` by the
+    latency model of ``runtime`` or ``measured`` on each trained candidate in it; the
+    runtime is the one the model ships in (:data:`nas.timing.LATENCY_RUNTIMES`:
+    ``torch``, ``onnx`` fp32, ``onnx-int8`` as ``nas export --quantize int8`` makes it).
+    A bare string is the source (``latency: predicted``), on ``torch``; a mapping without
+    a source has the method's (``measured`` for search, ``predicted`` for compress)."""
+
+    source: str = "measured"
+    runtime: str = "torch"
+
+    def __post_init__(self) -> None:
+        check_fields([("source", self.source in LATENCIES, " or ".join(LATENCIES)),
+                      ("runtime", self.runtime in LATENCY_RUNTIMES,
+                       " or ".join(LATENCY_RUNTIMES))], self)
+
+    @classmethod
+    def read(cls, value: Any, source: str = "measured") -> LatencySettings:
+        """The section from what a file gives: a source name or a mapping (``source``:
+        the method's when it names none)."""
+        if isinstance(value, LatencySettings):
+            return value
+        if isinstance(value, Mapping):
+            value = {"source": source, **value}
+        if isinstance(value, str):
+            try:
+                return cls(source=value)
+            except ValueError as err:
+                raise ConfigError(f"latency: {err} (or {{source: ..., runtime: "
+                                  f"{' | '.join(LATENCY_RUNTIMES)}}})") from None
+        return from_dict(cls, value, "latency")
 
 
 @dataclass
@@ -230,9 +268,16 @@ class SearchConfig(MethodConfig):
     retrain: Distillation = field(default_factory=Distillation)
     #: unlabeled text the teacher labels, added to the final retrain (:mod:`nas.transfer`)
     transfer: TransferText = field(default_factory=TransferText)
+    #: the ``latency:`` section's source when a mapping names none
+    default_latency_source: ClassVar[str] = "measured"
+    #: where ``latency_ms`` comes from and on which runtime (:class:`LatencySettings`; a
+    #: bare string is the source); the constraint ``max_latency_ms`` is predicted by the
+    #: latency model of that runtime either way
+    latency: str | dict | LatencySettings = field(default_factory=LatencySettings)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.latency = LatencySettings.read(self.latency, self.default_latency_source)
         if not str(self.space).strip():
             raise ValueError("space: name a registered space (nas spaces list), or one a file "
                              "in plugins: registers")
@@ -261,7 +306,8 @@ class SearchConfig(MethodConfig):
             raise ValueError("final.chain orders the chosen points by the study's latency: "
                              "add latency_ms to the objectives, or drop final.chain")
         self.check_searcher_name()
-        owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "extra_objectives"}
+        owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "latency_runtime",
+                 "extra_objectives"}
         taken = sorted(owned & set(self.multi_trial))
         if taken:
             raise ValueError(f"multi_trial.{taken[0]}: method search sets it from the top-level "
@@ -329,6 +375,12 @@ class SearchConfig(MethodConfig):
             raise ConfigError(f"multi_trial.seeds: searcher {name}'s study runs its own "
                               "picks only; drop the seed architectures")
 
+    @property
+    def latency_settings(self) -> LatencySettings:
+        """The ``latency:`` section, read (:meth:`LatencySettings.read`) when the
+        configuration was made."""
+        return LatencySettings.read(self.latency, self.default_latency_source)
+
     def study_settings(self) -> Any:
         """The study's settings: ``multi_trial`` plus the trial count, the constraints and
         the cost objectives."""
@@ -344,6 +396,7 @@ class SearchConfig(MethodConfig):
                     "n_trials": self.n_trials,
                     "max_params": c.max_params, "max_flops": c.max_flops,
                     "max_latency_ms": c.max_latency_ms,
+                    "latency_runtime": self.latency_settings.runtime,
                     "extra_objectives": list(self.objectives[1:])}
         return from_dict(StudySettings, settings, "multi_trial")
 

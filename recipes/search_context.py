@@ -15,6 +15,7 @@ import torch
 
 from nas.config import ConfigError
 from nas.device import table_rows
+from nas.timing import ONNX_RUNTIMES
 from nas.transfer import transfer_kd_loss
 from recipes.common import (
     TaskContext,
@@ -80,15 +81,52 @@ class SearchContext(TaskContext[SearchConfig]):
 
     def teacher_latency_ms(self) -> float | None:
         """The teacher's batch-1 latency on the scale of the study's ``latency_ms``, which
-        ``final.select: latency_ratios`` divides by each ratio: here the one timed in
-        stage 1, as each candidate's is timed by its evaluator."""
+        ``final.select: latency_ratios`` divides by each ratio: on torch the one timed in
+        stage 1, as each candidate's is timed by its evaluator; on an ONNX runtime its
+        graph timed there once (:meth:`teacher_runtime_ms`)."""
+        if self.cfg.latency_settings.runtime in ONNX_RUNTIMES:
+            return self.teacher_runtime_ms()
         latency = (self.run.load_json("teacher.json") or {}).get("latency", {})
         return latency.get("batch1", {}).get("median_ms")
 
+    def teacher_runtime_ms(self) -> float:
+        """The teacher (the engine's ``bert`` design of it) exported to the section's ONNX
+        runtime and timed as a candidate is (the smallest latency batch), once a run."""
+        if not hasattr(self, "_teacher_runtime_ms"):
+            from nas.onnx_latency import measure_onnx_latency
+
+            runtime = self.cfg.latency_settings.runtime
+            batch = self.latency_batches[min(self.latency_batches)]
+            timed = measure_onnx_latency(self.task_teacher()[1], batch, runtime,
+                                         repeats=self.cfg.latency_repeats)
+            self.run.log("teacher_latency", **timed.to_dict())
+            self._teacher_runtime_ms = timed.median_ms
+        return float(self._teacher_runtime_ms)
+
     def study_latency_fn(self) -> Any:
-        """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
-        latency as its evaluator measured it; compress can predict it instead."""
-        return None
+        """The study's ``latency_ms`` (objective, target): with ``latency: {source:
+        predicted}``, this machine's latency model of the section's runtime for the space
+        (batch 1, one thread, the run's length; calibrated once and cached when its table
+        has none: :func:`nas.latency.space_predictor`); else ``None``, the candidate's
+        latency as its evaluator measured it (on that runtime: :meth:`scoring_fields`)."""
+        latency = self.cfg.latency_settings
+        if latency.source != "predicted":
+            return None
+        from nas.latency import space_predictor
+
+        def note(message: str) -> None:
+            self.run.log("latency_model", note=message)
+
+        return space_predictor(self.space, seq_len=self.max_seq_len, log=note,
+                               runtime=latency.runtime)
+
+    def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
+        """The run's scoring fields, and the runtime a ``measured`` latency is timed on
+        (``latency.runtime``; a predicted search's candidates are timed in torch, the
+        cheaper record beside the objective)."""
+        latency = self.cfg.latency_settings
+        runtime = latency.runtime if latency.source == "measured" else "torch"
+        return {**super().scoring_fields(val_batches), "latency_runtime": runtime}
 
     def evaluator_parts(self, wanted: set[str]) -> dict[str, Any]:
         """Parts beyond the training pieces that this context gives an evaluator asking

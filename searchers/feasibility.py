@@ -95,7 +95,8 @@ def _as_budget(space: SearchSpace, budget: Any, seq_len: int | None,
         from nas.latency import space_predictor
 
         latency_fn = space_predictor(space, seq_len=seq_len or 128,
-                                     log=logging.getLogger("nas.study").info)
+                                     log=logging.getLogger("nas.study").info,
+                                     runtime=getattr(budget, "latency_runtime", "torch"))
     return Budget(seq_len=seq_len, latency_fn=latency_fn, **limits)
 
 

@@ -210,7 +210,8 @@ def open_search(spec: StudySpec, space: SearchSpace, objectives: tuple[Objective
 def study_budget(spec: StudySpec, space: SearchSpace) -> Budget:
     """The hard constraints of ``spec``'s study; ``max_latency_ms`` predicts batch-1
     latency at the run's length with one thread (as each worker runs) from this machine's
-    latency table, calibrated once for the space and cached when it has none
+    latency table of the settings' ``latency_runtime``, calibrated once for the space
+    and cached when it has none
     (:func:`nas.latency.space_predictor`; the first process does it, before any worker
     starts)."""
     s = spec.settings
@@ -218,7 +219,8 @@ def study_budget(spec: StudySpec, space: SearchSpace) -> Budget:
     if s.max_latency_ms is not None:
         from nas.latency import space_predictor
 
-        latency_fn = space_predictor(space, seq_len=spec.seq_len, log=log.info)
+        latency_fn = space_predictor(space, seq_len=spec.seq_len, log=log.info,
+                                     runtime=s.latency_runtime)
     return Budget(seq_len=spec.seq_len, latency_fn=latency_fn, **s.budget_kwargs)
 
 

@@ -367,6 +367,13 @@ CASES = {
     # method compress: the space is the teacher's own
     "compress-other-space": Case(compress_with(space="bert"), 2,
                                  r"space: method compress searches 'bert-subnet'"),
+    # latency: {source, runtime}; a bare string is the source
+    "compress-latency-runtime": Case(
+        compress_with(latency={"source": "predicted", "runtime": "tflite"}), 2,
+        r"latency: runtime must be torch or onnx or onnx-int8, got 'tflite'"),
+    "compress-latency-source": Case(compress_with(latency="guessed"), 2,
+                                    r"latency: source must be predicted or measured, got "
+                                    r"'guessed' \(or \{source: \.\.\., runtime: "),
     "compress-teacher-shape": Case(compress_with(space_config={"hidden_size": 64}), 2,
                                    r"space_config\.hidden_size: method compress takes the "
                                    r"shape from the teacher"),

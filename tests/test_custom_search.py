@@ -160,7 +160,7 @@ def test_a_latency_limit_refused_on_predictions_names_the_latency_table(tmp_path
 
     table_path = tmp_path / "table.json"
 
-    def predictor(self, space, seq_len):
+    def predictor(self, space, seq_len, runtime="torch"):
         setting = Setting(1, seq_len)
         table = LatencyTable.new()
         table.fits[space_key(space)] = {setting.key: Fit(0.0, 0.0, 5.0)}  # 5 ms, any child

@@ -176,6 +176,10 @@ def test_the_report_marks_runs_timed_under_the_previous_protocol(tmp_path):
     ({"latency_scale": "measured", "teacher_latency_ms": 10.0}, 10.0),
     ({}, 10.0),  # a study that records no scale timed its trials
     ({"latency_scale": "predicted"}, None),  # predicted trials, no predicted teacher: none
+    # trials timed as int8 graphs: the teacher's int8 graph, never its torch timing
+    ({"latency_scale": "measured", "latency_runtime": "onnx-int8", "teacher_latency_ms": 4.0},
+     4.0),
+    ({"latency_scale": "measured", "latency_runtime": "onnx-int8"}, None),
 ])
 def test_the_pareto_plot_draws_the_teacher_on_the_trials_scale(search, expected):
     metrics = {"metric": "accuracy", "teacher": _model(10.0, 20_000_000), "search": search}

@@ -120,5 +120,9 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"{'unknown' if k not in t.noise else f'{100 * t.noise[k]:.1f} %'}"
               for k, n in ops.items()]
     lines += [f"  {s}: {', '.join(by)}" for s, by in fits.items()]
+    if t.graph_fits:  # an ONNX runtime's table: its fits' held-out error and seconds
+        notes = {s: {k: f.describe() for k, f in by.items()} for s, by in t.graph_fits.items()}
+        data.update(runtime=t.runtime, graph_fits=notes)
+        lines += [f"  {s} {k}: {note}" for s, by in notes.items() for k, note in by.items()]
     emit(args, data, "\n".join(lines))
     return 0
