@@ -58,8 +58,8 @@ from searchers.base import (
     searcher_names,
 )
 from searchers.optuna_bridge import Budget, Proposal, SpaceBridge
-from searchers.resume import next_waiting, proposal_index
-from searchers.storage import claim_waiting, live_trial, system_attrs
+from searchers.resume import given_architecture, next_waiting, proposal_index
+from searchers.storage import live_trial, propose_once, start_trial, system_attrs
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -217,16 +217,13 @@ class StudySearch:
         rejected = repeated = 0
         while True:
             trial = self._next_trial()
-            for key, value in self.trial_attrs.items():
-                trial.set_user_attr(key, value)
+            # a queued architecture (a seed, a fallback) is always evaluated
+            fixed = given_architecture(system_attrs(trial), trial.params)
             # a tabular benchmark maps a proposal to its nearest unevaluated recorded row
             taken = self.evaluated_ids(exclude=trial.number) if self.bridge.pool else ()
-            proposal = self.bridge.propose(self.bridge.suggest(trial), taken)
+            proposal = self.bridge.propose(propose_once(trial, self.bridge.suggest), taken)
             if proposal.mapped_from is not None:
                 trial.set_user_attr("proposed", dict(proposal.mapped_from))
-            # an enqueued trial (a seed, a retry, a fallback) is always evaluated
-            system = system_attrs(trial)
-            fixed = "fixed_params" in system or "failed_trial" in system
             if proposal.arch is not None:
                 if not proposal.costs:
                     proposal.costs = self.bridge.budget.costs(self.space, proposal.arch)
@@ -286,15 +283,12 @@ class StudySearch:
         return values
 
     def _next_trial(self) -> optuna.Trial:
-        """The next trial: a queued retry that comes first in the uninterrupted sequence
-        (:func:`searchers.resume.next_waiting`), else Optuna's (the first queued trial, or
-        a new one)."""
+        """The next trial, the worker named on it from the start: a queued retry that comes
+        first in the uninterrupted sequence (:func:`searchers.resume.next_waiting`), else
+        Optuna's (the first queued trial, or a new one)."""
         retry = next_waiting(self.study.get_trials(deepcopy=False))
-        trial = None if retry is None else claim_waiting(self.study, retry.number)
-        if trial is None:
-            with _quiet():
-                trial = self.study.ask()
-        return trial
+        return start_trial(self.study, self.trial_attrs,
+                           None if retry is None else retry.number)
 
     def _fall_back(self, free: int, trial: optuna.Trial) -> None:
         """After every ``fallback_after`` proposals in a row that were rejected or repeats,
