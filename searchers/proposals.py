@@ -128,6 +128,27 @@ def evaluated_ids(trials: Sequence[FrozenTrial], exclude: int | None = None) -> 
     return ids
 
 
+def unanswered(trials: Sequence[FrozenTrial]) -> tuple[int, int]:
+    """The proposals in a row that end the study, since its last evaluation: how many were
+    rejected or infeasible, and how many were repeats (what :meth:`StudySearch.ask`
+    counts towards a fallback and its limits). Read from the study, not counted per
+    call, so that an ask killed after some of them goes on counting where it stopped;
+    trials not finished (another worker's, a queued one) and killed ones (failed with no
+    outcome) are passed over."""
+    rejected = repeated = 0
+    for t in sorted(trials, key=lambda t: t.number, reverse=True):
+        outcome = t.user_attrs.get("outcome")
+        if not t.state.is_finished() or outcome is None:
+            continue
+        if outcome in ("rejected", "infeasible"):
+            rejected += 1
+        elif outcome == "repeat":
+            repeated += 1
+        else:
+            break
+    return rejected, repeated
+
+
 def claims_before(study: optuna.Study, number: int) -> int:
     """Evaluations that trials numbered below ``number`` have finished or may still be
     doing (RUNNING ones, evaluating or still being proposed). Trial numbers come from
@@ -214,7 +235,7 @@ class StudySearch:
     def ask(self) -> Candidate:
         """The next architecture to evaluate, as a candidate whose id is its trial's
         number (rejected and repeated proposals are recorded and asked again)."""
-        rejected = repeated = 0
+        rejected, repeated = unanswered(self.study.get_trials(deepcopy=False))
         while True:
             trial = self._next_trial()
             # a queued architecture (a seed, a fallback) is always evaluated

@@ -332,6 +332,9 @@ def start_trial(study: optuna.Study, user_attrs: dict[str, Any],
             continue
         trial = claim_waiting(study, number)
         if trial is not None:
+            if any(trial.user_attrs.get(k) != v for k, v in user_attrs.items()):
+                for key, value in user_attrs.items():  # a worker that lost the claim wrote
+                    trial.set_user_attr(key, value)   # its own between ours and the claim
             return trial
     template = optuna.trial.FrozenTrial(
         number=-1, trial_id=-1, state=TrialState.RUNNING, value=None, values=None,
