@@ -132,13 +132,16 @@ def unanswered(trials: Sequence[FrozenTrial]) -> tuple[int, int]:
     """The proposals in a row that end the study, since its last evaluation: how many were
     rejected or infeasible, and how many were repeats (what :meth:`StudySearch.ask`
     counts towards a fallback and its limits). Read from the study, not counted per
-    call, so that an ask killed after some of them goes on counting where it stopped;
-    trials not finished (another worker's, a queued one) and killed ones (failed with no
-    outcome) are passed over."""
+    call, so that an ask killed after some of them goes on counting where it stopped.
+    A running trial (a candidate asked and not told yet, or another worker's) ends the
+    run as an evaluation does; queued trials and killed ones (failed with no outcome)
+    are passed over."""
     rejected = repeated = 0
     for t in sorted(trials, key=lambda t: t.number, reverse=True):
+        if t.state == TrialState.RUNNING:
+            break
         outcome = t.user_attrs.get("outcome")
-        if not t.state.is_finished() or outcome is None:
+        if t.state == TrialState.WAITING or outcome is None:
             continue
         if outcome in ("rejected", "infeasible"):
             rejected += 1
