@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,10 +237,19 @@ def check_study(search: StudySearch, spec: StudySpec) -> None:
                            "or another storage or run folder")
 
 
-def create(search: StudySearch, spec: StudySpec) -> None:
+#: the study user attribute that is true while :func:`create` has not finished
+CREATING = "creating"
+
+
+def create(search: StudySearch, spec: StudySpec,
+           queue: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
     """A new study's user attributes (the search that made it, for ``--resume``,
-    ``nas report`` and ``nas export``) and its seed architectures, queued."""
+    ``nas report`` and ``nas export``), its seed architectures and ``queue`` (a method's
+    own picks), queued; :data:`CREATING` is true until all of it is written, so that a
+    study whose creation was killed is created again (:func:`unfinished`) instead of
+    resuming without its seeds."""
     study, space = search.study, search.space
+    study.set_user_attr(CREATING, True)
     with warnings.catch_warnings():  # so that optuna-dashboard names the objectives
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([o.name for o in search.objectives])
@@ -252,3 +262,16 @@ def create(search: StudySearch, spec: StudySpec) -> None:
     for tag, arch in seed_architectures(space, spec.settings.seeds, budget):
         search.enqueue(arch, tag)
         log.info("seed %s: %s queued", tag, arch.id)
+    for tag, picked in queue:
+        search.enqueue(picked, tag)
+    study.set_user_attr(CREATING, False)
+
+
+def unfinished(study: optuna.Study) -> bool:
+    """Whether the study's creation (:func:`create`) was interrupted: it is still
+    :data:`CREATING`, or it has neither user attributes nor trials (killed right after
+    Optuna made it). A queued architecture enqueued again is skipped (Optuna's
+    ``skip_if_exists``), so creating such a study again gives the uninterrupted one's.
+    Studies made before the attribute existed have finished their creation."""
+    attrs = study.user_attrs
+    return bool(attrs.get(CREATING)) or (not attrs and not study.get_trials(deepcopy=False))
