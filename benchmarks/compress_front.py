@@ -1,6 +1,6 @@
 """The searched front of the teacher's sub-networks on the blockwise proxy, against random
-sub-networks, uniform truncation and the knapsack, over paired seeds (issue 30, item 5,
-second bullet).
+sub-networks, uniform truncation and the knapsack, over paired seeds (results in
+benchmarks/RESULTS.md).
 
 The teacher is the default one-epoch fine-tune of the packaged MiniLM-L6-H384 on SST-2,
 found as every recipe finds it (:func:`nas.teacher.finetune_teacher` with the default
@@ -35,7 +35,7 @@ sum, so the knapsack is the exact optimum of this proxy under a latency budget.
 **Hypervolume.** In the plane (summed block error, ln(latency / the teacher's)), both
 minimised, with one reference point for every arm and seed: (the largest summed error
 any sub-network of the space can have, ln 1 = 0, the teacher's latency), over speed-ups
-from 1x to 20x (``MAX_SPEEDUP``; issue 30's largest ratio is 15): a faster point counts
+from 1x to 20x (``MAX_SPEEDUP``; the compress method's largest ratio is 15): a faster point counts
 as 20x, so that the sub-networks that keep almost nothing (the space reaches several
 hundred times the teacher's speed with the embeddings and the head alone) do not weigh
 in. The logarithm gives each factor of speed-up the same weight (2x, 5x and 15x spread
@@ -209,7 +209,7 @@ def search_points(table: BlockTable, searcher: str, seed: int, trials: int) -> n
 
 
 def _wilcoxon(a: np.ndarray, b: np.ndarray) -> float:
-    from benchmarks.ground_truth import wilcoxon
+    from searchers.benchmarks import wilcoxon
 
     return wilcoxon(a.tolist(), b.tolist())
 

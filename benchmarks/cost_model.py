@@ -1,5 +1,5 @@
 """Architectures per second for parameters + FLOPs, per registered space: the plan walk
-(:func:`nas.cost.count_costs_reference`, the path before issue 13) against the cost
+(:func:`nas.cost.count_costs_reference`, the path before 15bb29e) against the cost
 tables (:func:`nas.cost.count_costs`), in one run, on one core.
 
 Run: ``python benchmarks/cost_model.py [--archs 5000] [--reference-archs 200]``.

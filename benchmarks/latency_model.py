@@ -16,7 +16,7 @@ For each space family and setting (batch x sequence length, one thread by defaul
   as a percentage of the first: the error of a perfect predictor that is told one
   measurement and asked for the next.
 
-Target (issue 13): MAPE <= 10%, or <= twice the noise floor. Prints one line per space
+Target (docs/latency.md): MAPE <= 10%, or <= twice the noise floor. Prints one line per space
 and setting, then what the errors are made of (:func:`summarize`); ``--json`` writes every
 measurement and ``--summarize JSON`` prints the second part again from them. Record the
 output in ``benchmarks/RESULTS.md`` with the command.

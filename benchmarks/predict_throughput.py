@@ -1,5 +1,5 @@
 """Prediction at volume: sentences per second of ``nas.runtime.load(DIR).predict(list)``
-on one thread, with torch and with ONNX Runtime (issue 31, item 3).
+on one thread, with torch and with ONNX Runtime.
 
 Run: ``OMP_NUM_THREADS=1 NAS_DATA_DIR=... python benchmarks/predict_throughput.py DIR
 [--sentences 1821] [--batch-sizes 1,64] [--repeats 3]``, where ``DIR`` is an export with

@@ -1,4 +1,4 @@
-"""The ranking audit checked on ground truth (issue 29, item 5): NAS-Bench-BERT's 7
+"""The ranking audit checked on ground truth (docs/ranking_audit.md): NAS-Bench-BERT's 7
 training-free proxies (Serianni & Kalita, 2023, §3) and the parameter count, against the
 recorded SST-2 and GLUE dev scores, with the audit's own statistics
 (:func:`evaluators.audit.rank_agreement`: Kendall τ-b and Spearman ρ with percentile-

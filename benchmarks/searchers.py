@@ -1,5 +1,5 @@
 """Sample efficiency of the multi-trial searchers on a synthetic objective with a known
-optimum, defined on a real space's encoding (issue 14, docs/reference.md#lanas).
+optimum, defined on a real space's encoding (docs/reference.md#lanas).
 
 The space is EfficientBERT's (docs/reference.md#efficientbert: 6 layers × {FFN expression, stack N,
 ratio r}, 18 choices; the expression a categorical over 3,645 enumerated expressions), searched
@@ -35,11 +35,15 @@ the objective itself takes microseconds).
 Run: ``python benchmarks/searchers.py [--seeds 10] [--trials 200] [--searchers
 lanas,tpe,gp,random]`` and record the output in ``benchmarks/RESULTS.md``.
 
-``--benchmark nas-bench-bert`` or ``hw-gpt-bench`` runs the searchers on a tabular
-benchmark with known answers instead (:mod:`benchmarks.ground_truth`, issue 29): regret
-and hypervolume at 10/20/40/100 evaluations over paired seeds, against random and two
-baselines, with and without noise; it prints markdown tables and writes a PNG next to
-this file. ``--benchmark synthetic`` (the default) is the objective above.
+``--benchmark NAME`` runs the searchers on a registered tabular benchmark with known
+answers instead (:mod:`searchers.benchmarks`; built in: ``nas-bench-bert``,
+``hw-gpt-bench``; ``--plugin FILE`` registers a table of yours, e.g.
+``tests/fixtures/tiny_table.py``): regret and hypervolume at 10/20/40/100 evaluations
+over paired seeds, against the controls ``random`` and ``random-params`` and two
+baselines, with and without noise; it prints markdown tables
+(:mod:`benchmarks.ground_truth`) and, with ``--out DIR``, writes the per-seed results
+as JSON, the tables and a plot into ``DIR`` (nothing is written without it).
+``--benchmark synthetic`` (the default) is the objective above.
 """
 
 from __future__ import annotations
@@ -215,7 +219,14 @@ def run_one(objective: Objective42, variant: str, seed: int, trials: int, target
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--benchmark", default="synthetic",
-                        choices=["synthetic", "nas-bench-bert", "hw-gpt-bench"])
+                        help="synthetic, or a registered tabular benchmark: nas-bench-bert, "
+                             "hw-gpt-bench, or one a --plugin file registers")
+    parser.add_argument("--plugin", action="append", default=[],
+                        help="a Python file (or module) that registers a tabular benchmark "
+                             "(searchers.benchmarks.register_benchmark); repeatable")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="tabular benchmarks: write <name>.json (per-seed results), "
+                             "<name>.md and the plot into this folder")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0,
                         help="tabular benchmarks: seeds first-seed .. first-seed+seeds-1")
@@ -231,13 +242,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6, help="EfficientBERT layers")
     args = parser.parse_args()
     if args.benchmark != "synthetic":
-        from benchmarks.ground_truth import run_benchmark
-
-        searchers = (args.searchers or "random,tpe,nsga2,gp,lanas,lamoo").split(",")
-        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-        print(run_benchmark(args.benchmark, seeds, args.trials or 100, searchers,
-                            Path(__file__).resolve().parent, args.modes.split(","),
-                            [n == "on" for n in args.noise.split(",")], args.tag))
+        tabular(args)
         return
     args.trials = args.trials or 200
     args.searchers = args.searchers or "lanas,lanas-20,tpe,gp,random"
@@ -282,6 +287,25 @@ def main() -> None:
               f"{at(100):>9} {at(200):>9} "
               f"{statistics.mean(r['rejected'] for r in runs):>13.1f} "
               f"{statistics.median(r['ms'] for r in runs):>9.1f}", flush=True)
+
+
+def tabular(args: argparse.Namespace) -> None:
+    """``--benchmark NAME``: a registered tabular benchmark (module docstring); a bad name,
+    plug-in or searcher is one line on stderr and exit 2."""
+    from benchmarks.ground_truth import run_benchmark
+    from nas.errors import NasError
+    from nas.plugins import import_plugins
+
+    searchers = (args.searchers or "random,tpe,nsga2,gp,lanas,lamoo").split(",")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    try:
+        import_plugins(args.plugin)
+        print(run_benchmark(args.benchmark, seeds, args.trials or 100, searchers, args.out,
+                            args.modes.split(","), [n == "on" for n in args.noise.split(",")],
+                            args.tag))
+    except NasError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ and a full evaluator:
    ``select="latency-spread"``, the ``n`` whose predicted batch-1 latency lies nearest
    ``n`` points log-spaced from the pool's fastest to its slowest
    (:func:`latency_candidates`), so that they span the widest latency range the pool
-   has (issue 30 asks for at least 10x: the span is reported, and warned about below
+   has (method compress asks for at least 10x: the span is reported, and warned about below
    ``min_span``);
 2. each candidate scored by every **proxy arm** (e.g. the ``warmup-kd`` proxy with and
    without the warm-up) and by the **full** evaluator (the recipe's stand-alone retrain);
@@ -25,7 +25,7 @@ and a full evaluator:
 5. **seed noise** (``noise_seeds`` > 0): the middle candidate scored again by every arm
    and the full evaluator with other seeds (:func:`reseeded`); when the candidates'
    spread (sd of their scores) is smaller than that seed noise (sd over seeds), the audit
-   warns (:func:`spread_warnings`): its ranking is then mostly noise (issue 29: the
+   warns (:func:`spread_warnings`): its ranking is then mostly noise (the
    EfficientBERT audit's 12 candidates spread by sd 0.26, one architecture by 0.27);
 6. a **scatter plot** (proxy score against full score, one panel per arm), ``audit.json``
    and ``audit.md``.
@@ -149,7 +149,7 @@ def latency_candidates(space: SearchSpace, n: int, latency_fn: Callable[[Any], f
     random valid ones within ``max_params`` (size ``max(50, 20·n)``), the nearest in log
     latency to each of ``n`` points log-spaced from the pool's fastest to its slowest,
     in order of latency. So the candidates span the pool's whole range, which a ranking
-    audit over sub-networks of very different speed needs (issue 30: at least 10x)."""
+    audit over sub-networks of very different speed needs (method compress: at least 10x)."""
     if n < 1:
         raise NasError(f"the audit needs at least 1 candidate, got {n}")
     found = _pool(space, pool or max(50, 20 * n), seed, max_params, seq_len)

@@ -191,12 +191,15 @@ class ScoringData:
     metric: ``"accuracy"`` or ``"accuracy+f1"``; the objective is their mean.
     latency_batches: batch size → batch for the latency measurement.
     seq_len: the length FLOPs are counted at.
+    latency_runtime: what the latency is timed on (``torch``, or the ONNX graph of
+    ``onnx``/``onnx-int8``: :data:`nas.timing.LATENCY_RUNTIMES`).
     """
 
     val_batches: Sequence[Mapping[str, Any]]
     metric: str = "accuracy"
     latency_batches: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     seq_len: int = 128
+    latency_runtime: str = "torch"
 
 
 @dataclass(kw_only=True)

@@ -1,6 +1,6 @@
 """``blockwise``: how well each sliced block of a teacher imitates the teacher's block, and a
 proxy score built from it (Puzzle, Bercovich et al. 2025, §3; docs/reference.md#teacher-compression;
-issue 30 item 3b).
+docs/compress.md#blockwise).
 
 The table (:func:`block_table`), for the ``bert-subnet`` space whose supernet is the
 (importance-sorted) teacher: for each hidden width, each layer and each per-layer option
@@ -209,10 +209,8 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     kind ``block-activations`` (safetensors; see :func:`activations_key`)."""
     if task is None:
         return teacher_states(supernet, space, batches), False
-    from safetensors.torch import load_file, save_file
-
-    from nas.cache import cache_root, cached_entry, weights_fingerprint
-    from nas.checkpoint import atomic_target
+    from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
+    from nas.checkpoint import save_safetensors
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
     teacher = weights_fingerprint(supernet)
@@ -224,14 +222,13 @@ def cached_states(supernet: torch.nn.Module, space: SearchSpace, batches: list[d
     def compute() -> dict[str, Any]:
         start = time.perf_counter()
         states = teacher_states(supernet, space, batches)
-        with atomic_target(path) as tmp:
-            save_file({f"batch{j}": s.detach().cpu().contiguous()
-                       for j, s in enumerate(states)}, str(tmp))
+        save_safetensors({f"batch{j}": s.detach().cpu().contiguous()
+                          for j, s in enumerate(states)}, path)
         return dict(teacher=teacher, task=task, sample=sample, samples=samples, seed=seed,
                     batches=len(states), seconds=round(time.perf_counter() - start, 3))
 
     record, _ = cached_entry(folder, "teacher block states", compute)
-    tensors = load_file(str(path), device=str(batches[0]["input_ids"].device))
+    tensors = load_tensors(path, device=str(batches[0]["input_ids"].device))
     if len(tensors) != len(batches):
         raise BlockwiseError(f"{path}: holds {len(tensors)} batches, the sample has "
                              f"{len(batches)}; clear the cache kind {CACHE_KIND!r}")

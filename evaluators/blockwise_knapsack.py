@@ -23,7 +23,7 @@ import numpy as np
 from evaluators.blockwise import COSTS, BlockTable, BlockwiseError
 from nas.architecture import Architecture
 
-#: The speed-up ratios over the teacher issue 30's compress method reports.
+#: The speed-up ratios over the teacher the compress method reports.
 RATIOS = (2, 5, 15)
 
 
@@ -127,7 +127,7 @@ def max_ratio(table: BlockTable, cost: str = "latency_ms") -> float:
 def knapsack_front(table: BlockTable, budgets: Sequence[float] = RATIOS,
                    cost: str = "latency_ms") -> list[Architecture]:
     """One architecture per speed-up ratio in ``budgets``: the knapsack's pick within the
-    teacher's ``cost`` divided by the ratio (``[2, 5, 15]``: issue 30's latency ratios;
+    teacher's ``cost`` divided by the ratio (``[2, 5, 15]``: the compress method's latency ratios;
     ``cost="params"`` for a size budget). A ratio no architecture meets is a
     :class:`BlockwiseError` naming the largest ratio the space reaches."""
     return [pick.arch for _, pick in knapsack_sweep(table, budgets, cost, distinct=False)]

@@ -1,6 +1,6 @@
 """Inherited weights plus a short distillation (``inherited-kd``): a candidate starts from
 its slice of the (importance-sorted) teacher and is distilled briefly from the full
-teacher before it is scored (issue 30, item 3a; docs/reference.md#teacher-compression).
+teacher before it is scored (docs/reference.md#teacher-compression).
 
 Minitron (Muralidharan et al. 2024, §2-3) and DynaBERT (Hou et al. 2020, §3) both score
 or finish a pruned sub-network after a short distillation from the full model rather than
@@ -14,9 +14,11 @@ cut lost. Here:
   stop a hopeless candidate there, before it costs a step);
 * **distillation**: the recipe's logits loss (``logits_loss``: Hinton et al. 2015, T = 2
   in the compress files) plus ``hidden_weight`` times a hidden-state MSE. The hidden
-  states are the outputs of the layers the candidate keeps, matched *by graph node* to
-  the same layer of the full teacher (the supernet's default child: for ``bert-subnet``
-  the whole sorted teacher), and compared **through the slice**: the teacher's state is
+  states are the outputs of the layers the candidate keeps, matched to a layer of the
+  full teacher (the supernet's default child: for ``bert-subnet`` the whole sorted
+  teacher) by ``layer_mapping`` (:func:`layer_pairs`; by default *by graph node*, the
+  layer each was sliced from), or of a teacher assistant (``assistant``: on the layers
+  and channels it has), and compared **through the slice**: the teacher's state is
   cut to the candidate's leading ``hidden_size`` channels, the very channels the
   candidate inherited (where the widths match this is the whole state). The squared
   error is averaged over the unpadded tokens and channels, then over the kept layers
@@ -27,7 +29,7 @@ cut lost. Here:
   rest (trial reports and pruning, report-split metrics, weights, measured costs).
 
 The same evaluator with the run's full training budget is the compress method's final
-retrain "from the inherited weights" (issue 30, item 3c).
+retrain "from the inherited weights" (docs/compress.md#steps).
 """
 
 from __future__ import annotations
@@ -63,13 +65,17 @@ class InheritedKDTask(FullTrainingData):
         when ``logits_loss`` reads precomputed teacher logits).
     steps_per_epoch: batches per epoch.
     logits_loss(logits, batch): the distillation loss on the candidate's logits (the
-        recipe's KD against the teacher's logits).
+        recipe's KD against the teacher's logits, or a teacher assistant's).
+    assistant: a teacher assistant (a retrained point of the same supernet, frozen) whose
+        hidden states replace the full teacher's, on the layers and channels it has
+        (Mirzadeh et al. 2020); ``None``: the full teacher.
     """
 
     supernet: Any
     train_batches: Callable[[int, int], Iterable[Batch]]
     steps_per_epoch: int
     logits_loss: Callable[[Any, Batch], Any]
+    assistant: Any = None
 
 
 def recorded_nodes(graph: Any, kind: str = HIDDEN) -> list[str]:
@@ -79,6 +85,35 @@ def recorded_nodes(graph: Any, kind: str = HIDDEN) -> list[str]:
     import networkx as nx
 
     return [n for n in nx.topological_sort(graph) if graph.nodes[n].get("record") == kind]
+
+
+def layer_pairs(student: list[str], teacher: list[str], mapping: str = "sliced"
+                ) -> dict[str, str]:
+    """The teacher layer (recorded node) each kept student layer learns, by ``mapping``:
+
+    * ``sliced``: the layer it was sliced from (same node name), so the first k layers
+      of a truncation learn teacher layers 1..k;
+    * ``uniform``: TinyBERT's g(m) = ⌊m·N/M⌋ (Jiao et al. 2020, §3.1;
+      :func:`nas.distill.losses.layer_map`), spreading M kept layers over the teacher's
+      N and ending on its last, whose output the inherited classifier head was trained
+      on;
+    * ``last``: as ``sliced``, but the last kept layer learns the teacher's last layer
+      (the head's input) whichever layer it was sliced from.
+    """
+    from evaluators.settings import LAYER_MAPPINGS
+    from nas.distill.losses import layer_map
+
+    if mapping not in LAYER_MAPPINGS:
+        raise ValueError(f"layer_mapping must be {' or '.join(LAYER_MAPPINGS)}, got {mapping!r}")
+    if not student or not teacher:
+        return {}
+    if mapping == "uniform":
+        return {s: teacher[g - 1]
+                for s, g in zip(student, layer_map(len(student), len(teacher)), strict=True)}
+    pairs = {s: s for s in student if s in teacher}
+    if mapping == "last":
+        pairs[student[-1]] = teacher[-1]
+    return pairs
 
 
 def hidden_state_mse(student: Mapping[str, Any], teacher: Mapping[str, Any],
@@ -109,14 +144,15 @@ class InheritedKDEvaluator(TrainingEvaluator):
     task_type = InheritedKDTask
 
     def __init__(self, space: SearchSpace, task: InheritedKDTask, settings: Any, *,
-                 hidden_weight: float = 1.0, score: str = "metric", seed: int = 0,
+                 hidden_weight: float = 1.0, score: str = "metric",
+                 layer_mapping: str = "sliced", seed: int = 0,
                  workdir: str | Path | None = None, latency_repeats: int = 10,
                  progress: bool = False) -> None:
         super().__init__(space, task, seed=seed, workdir=workdir,
                          latency_repeats=latency_repeats, progress=progress)
         self.task: InheritedKDTask = task
         self.settings, self.hidden_weight = settings, float(hidden_weight)
-        self.score = score
+        self.score, self.layer_mapping = score, layer_mapping
         if score == TEACHER_KL:
             self.objectives = (Objective("val_minus_teacher_kl", "maximize"),)
         self._teacher: Any = None
@@ -193,6 +229,12 @@ class InheritedKDEvaluator(TrainingEvaluator):
         teacher = self.teacher() if hidden else None
         names = recorded_nodes(child.graph) if hidden else []
         t_names = recorded_nodes(teacher.graph) if teacher is not None else []
+        pairs = layer_pairs(names, t_names, self.layer_mapping)
+        if teacher is not None and task.assistant is not None:
+            # the assistant teaches the layers it kept; the layer map is the teacher's
+            teacher = task.assistant
+            t_names = recorded_nodes(teacher.graph)
+            pairs = {s: t for s, t in pairs.items() if t in t_names}
         record = (HIDDEN,) if hidden else ()
 
         def loss(model: Any, batch: Batch) -> Any:
@@ -202,8 +244,12 @@ class InheritedKDEvaluator(TrainingEvaluator):
                 return kd
             with torch.no_grad():
                 t_out = teacher(batch, record=record)
-            mse = hidden_state_mse(dict(zip(names, out.records.get(HIDDEN, []), strict=True)),
-                                   dict(zip(t_names, t_out.records[HIDDEN], strict=True)),
+            t_states = dict(zip(t_names, t_out.records[HIDDEN], strict=True))
+            states = dict(zip(names, out.records.get(HIDDEN, []), strict=True))
+            # only the channels the teacher side has: an assistant may be narrower
+            matched = {s: t_states[t] for s, t in pairs.items()
+                       if t_states[t].shape[-1] >= states[s].shape[-1]}
+            mse = hidden_state_mse({s: states[s] for s in matched}, matched,
                                    batch["attention_mask"])
             return kd + self.hidden_weight * mse, {"kd": kd.detach(), "hidden_mse": mse.detach()}
 
@@ -227,7 +273,8 @@ class InheritedKDEvaluator(TrainingEvaluator):
     @classmethod
     def settings_arguments(cls, settings: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (settings,), {"hidden_weight": settings.hidden_weight,
-                             "score": settings.score}
+                             "score": settings.score, "layer_mapping": settings.layer_mapping}
 
 
-__all__ = ["InheritedKDEvaluator", "InheritedKDTask", "hidden_state_mse", "recorded_nodes"]
+__all__ = ["InheritedKDEvaluator", "InheritedKDTask", "hidden_state_mse",
+           "layer_pairs", "recorded_nodes"]

@@ -99,8 +99,9 @@ class DistilledRetrainEvaluator(TrainingEvaluator):
 def report_row(tag: str, arch: Any, result: Any, report_split: str) -> dict[str, Any]:
     """One retrained model's line of a run's ``metrics.json`` (the report's table): its
     validation metrics (``dev``), those on ``report_split`` when that is another split,
-    and its costs. ``result``: this evaluator's :class:`EvalResult`, or a study trial's
-    stored ``metrics`` and ``costs``."""
+    and its costs (with its training steps where the result has them). ``result``: this
+    evaluator's :class:`EvalResult`, or a study trial's stored ``metrics`` and
+    ``costs``."""
 
     def strip(prefix: str) -> dict[str, Any]:
         return {k[len(prefix):]: v for k, v in result.metrics.items() if k.startswith(prefix)}
@@ -109,6 +110,8 @@ def report_row(tag: str, arch: Any, result: Any, report_split: str) -> dict[str,
            "params": result.costs["params"], "flops": result.costs["flops"],
            "seq_len": result.costs["seq_len"], "latency": result.costs["latency"],
            "train_seconds": result.costs["train_seconds"]}
+    if "train_steps" in result.costs:  # what the training took (transfer rows add steps)
+        row["train_steps"] = result.costs["train_steps"]
     if report_split != "dev":
         row[report_split] = strip(f"{report_split}_")
     return row

@@ -53,6 +53,12 @@ class WarmupKDSettings:
 SCORES = ("metric", "teacher-kl")
 
 
+#: ``layer_mapping``: which teacher layer each kept layer's hidden state is matched to
+#: (:func:`evaluators.inherited_kd.layer_pairs`); ``sliced`` is the default every recorded
+#: result used
+LAYER_MAPPINGS = ("sliced", "uniform", "last")
+
+
 @dataclass
 class InheritedKDSettings(TrainSettings):
     """``inherited-kd``: the short distillation's loop settings (``max_steps`` caps it),
@@ -60,15 +66,21 @@ class InheritedKDSettings(TrainSettings):
     scores a candidate: ``metric`` (the task's validation metric) or ``teacher-kl``
     (minus the mean KL divergence from the full teacher's answers on the validation
     batches, which still separates candidates that a short distillation leaves at the
-    majority answer; :mod:`evaluators.inherited_kd`)."""
+    majority answer; :mod:`evaluators.inherited_kd`). ``layer_mapping`` (TinyBERT's
+    name): which teacher layer each kept layer's hidden state learns, ``sliced`` (the
+    one it was cut from), ``uniform`` (TinyBERT's g(m)) or ``last`` (the last kept layer
+    to the teacher's last; :func:`evaluators.inherited_kd.layer_pairs`)."""
 
     hidden_weight: float = 1.0
     score: str = "metric"
+    layer_mapping: str = "sliced"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields([("hidden_weight", self.hidden_weight >= 0, "a number >= 0"),
-                      ("score", self.score in SCORES, " or ".join(SCORES))], self)
+                      ("score", self.score in SCORES, " or ".join(SCORES)),
+                      ("layer_mapping", self.layer_mapping in LAYER_MAPPINGS,
+                       " or ".join(LAYER_MAPPINGS))], self)
 
 
 @dataclass(frozen=True)
@@ -85,5 +97,5 @@ class TransferSettings:
     temperature: float = 1.0
 
 
-__all__ = ["CostSettings", "InheritedKDSettings", "PenaltySettings", "TrainSettings",
-           "TransferSettings", "WarmupKDSettings"]
+__all__ = ["LAYER_MAPPINGS", "CostSettings", "InheritedKDSettings", "PenaltySettings",
+           "TrainSettings", "TransferSettings", "WarmupKDSettings"]

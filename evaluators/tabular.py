@@ -1,5 +1,5 @@
 """The ``tabular`` evaluator: a tabular benchmark's recorded value, optionally noisy
-(issue 29).
+(``nas/pool.py``).
 
 On a finite-pool space (:class:`nas.pool.PoolSpace`: NAS-Bench-BERT, HW-GPT-Bench) a
 candidate is scored by looking up its recorded row, so every searcher runs through the

@@ -186,7 +186,8 @@ class TrainingEvaluator(Evaluator):
             if trained.cleanup is not None:
                 trained.cleanup()
         costs = measured_costs(self.space, arch, trained.model, task.seq_len,
-                               task.latency_batches, self.latency_repeats)
+                               task.latency_batches, self.latency_repeats,
+                               getattr(task, "latency_runtime", "torch"))
         costs["train_seconds"] = round(trained.seconds, 1)
         costs["train_steps"] = trained.steps
         costs.update(trained.costs)
@@ -236,10 +237,15 @@ class TrainingEvaluator(Evaluator):
         return cls.task_type(**{**shared, **fields})
 
 def measured_costs(space: SearchSpace, arch: Architecture, child: Any, seq_len: int,
-                   latency_batches: Mapping[int, Batch], repeats: int) -> dict[str, Any]:
+                   latency_batches: Mapping[int, Batch], repeats: int,
+                   runtime: str = "torch") -> dict[str, Any]:
     """Parameters and FLOPs counted from the graph, latency measured on the built child
-    (per batch size; ``latency_ms`` is the smallest batch's median)."""
+    (per batch size; ``latency_ms`` is the smallest batch's median) in ``runtime``: the
+    child itself in torch, or its ONNX graph (``onnx``, ``onnx-int8``: exported as the
+    model ships, :func:`nas.onnx_latency.measure_onnx_latency`)."""
     from nas.cost import count_costs, measure_latency
+    from nas.onnx_latency import measure_onnx_latency
+    from nas.timing import ONNX_RUNTIMES
 
     counted = count_costs(space, arch, seq_len)
     costs: dict[str, Any] = {"params": counted.params, "flops": counted.flops,
@@ -247,7 +253,9 @@ def measured_costs(space: SearchSpace, arch: Architecture, child: Any, seq_len: 
     latency = {}
     started = time.perf_counter()
     for bs, batch in sorted(latency_batches.items()):
-        latency[f"batch{bs}"] = measure_latency(child, batch, repeats=repeats).to_dict()
+        timed = (measure_onnx_latency(child, batch, runtime, repeats=repeats)
+                 if runtime in ONNX_RUNTIMES else measure_latency(child, batch, repeats=repeats))
+        latency[f"batch{bs}"] = timed.to_dict()
     if latency:
         costs["latency"] = latency
         first = latency[min(latency, key=lambda k: int(k[5:]))]

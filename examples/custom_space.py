@@ -13,12 +13,15 @@ from nas import Categorical, ChoiceRef, GraphBuilder, SearchSpace, get_space, re
 from nas.builder import build_supernet, extract_child
 from nas.cost import count_costs, dummy_batch
 from nas.draw import draw_architecture
+from nas.space import check_hyperparameters
 
 OPS = ("std_conv_3", "max_pool_3", "skip")
 
 
 @register_space("tiny-cell", test_config={"vocab_size": 300, "hidden": 16})
 def tiny_cell(vocab_size: int = 30522, hidden: int = 64, num_labels: int = 2) -> SearchSpace:
+    # sizes of 0 or below, refused in one line (nas run refuses them while loading the file)
+    check_hyperparameters("tiny-cell", locals(), positive=("vocab_size", "hidden", "num_labels"))
     choices = [Categorical("a", OPS), Categorical("b", OPS), Categorical("c", OPS)]
     g = GraphBuilder()
     g.node("emb", "embedding", group="embeddings", params=dict(

@@ -54,7 +54,8 @@ from pathlib import Path
 
 from evaluators.base import run_evaluation
 from nas.cost import count_costs
-from recipes.adabert import AdaBert, load_config, open_run
+from recipes.adabert import AdaBert, open_run
+from recipes.common import load_typed
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
                              "and report its dev and test accuracy")
     parser.add_argument("--out", default="runs/beta_sweep")
     args = parser.parse_args()
-    base = load_config(args.config)
+    base = load_typed(args.config, AdaBert)
     rows = []
     for beta in (float(b) for b in args.betas.split(",")):
         cfg = dataclasses.replace(base, search=dataclasses.replace(

@@ -9,7 +9,7 @@ cell; ``--derived`` adds architectures a search derived; ``--equal-cost`` adds
 ``--samples`` uniformly random architectures whose FLOPs lie within ±``--window`` of that
 derived architecture's (rejection sampling from the space with a generator seeded by the
 config's seed; the derived architecture itself is excluded): the like-for-like random
-baseline of issue 12. Prints one JSON line per architecture, then the mean ± std of each
+baseline of docs/adabert.md. Prints one JSON line per architecture, then the mean ± std of each
 group's scores.
 
 Results (2026-11-21, seed 0, the adabert_sst2.yaml recipe: 20k examples, 3 epochs, probe

@@ -1,26 +1,25 @@
 """Re-time a finished AdaBERT run's teacher and searched student side by side.
 
-Run: ``python experiments/adabert_latency.py RUN_DIR [--repeats 30]``. The teacher and the
-student are timed in alternating rounds on the same batches (the run's report split,
-batch 1 and 32 at its median token length, one CPU thread), so a busy machine slows
-both alike; prints the medians and the ratio. A run's own numbers are measured at
-different moments (the teacher before the search, the student after its retrain).
+Run: ``python experiments/adabert_latency.py RUN_DIR [--repeats 30]``. The teacher (in the
+engine's ``bert`` design, as the run now times it) and the exported student are timed by
+the engine's one protocol (:func:`nas.measure.paired_speedups`: interleaved rounds on the
+same batches, the run's report split at batch 1 and 32 and its median token length, one
+CPU thread, PyTorch fp32), so a busy machine slows both alike; prints the medians, the
+speed-up and its interquartile range.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from nas.data import iter_batches, load_task, report_split
-from nas.measure import HFAdapter, median_length_batches
+from nas.hf import load_teacher_as_design
+from nas.measure import median_length_batches, paired_speedups
 from nas.runtime import load
-from nas.teacher import load_teacher
 from nas.tokenization import load_tokenizer
 
 
@@ -42,27 +41,13 @@ def main() -> None:
         return iter_batches(data, tokenizer, batch_size, max_len)
 
     _, latency_batches = median_length_batches(report, tokenizer, max_len, batches)
-    teacher = HFAdapter(load_teacher(metrics["teacher"]["model_dir"],
-                                     num_labels=len(exported.labels))).eval()
-    student = exported.network.eval()
-    rows = {}
-    for bs, batch in sorted(latency_batches.items()):
-        times: dict[str, list[float]] = {"teacher": [], "student": []}
-        with torch.no_grad():
-            for model in (teacher, student):  # warm-up
-                for _ in range(3):
-                    model(batch)
-            for _ in range(args.repeats):
-                for name, model in (("teacher", teacher), ("student", student)):
-                    start = time.perf_counter()
-                    model(batch)
-                    times[name].append(1000 * (time.perf_counter() - start))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        rows[f"batch{bs}"] = {"teacher_ms": round(med["teacher"], 3),
-                              "student_ms": round(med["student"], 3),
-                              "speedup": round(med["teacher"] / med["student"], 1),
-                              "tokens": int(batch["input_ids"].shape[1])}
-    print(json.dumps(rows))
+    _, teacher = load_teacher_as_design(metrics["teacher"]["model_dir"])
+    with torch.no_grad():
+        timed = paired_speedups(teacher.eval(), exported.network.eval(), latency_batches,
+                                args.repeats)
+    for bs, batch in latency_batches.items():
+        timed[f"batch{bs}"]["tokens"] = int(batch["input_ids"].shape[1])
+    print(json.dumps(timed))
 
 
 if __name__ == "__main__":

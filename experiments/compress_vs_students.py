@@ -1,17 +1,20 @@
 """Plot a compress run's retrained front against the five methods' recorded students
-(issue 30, item 5, first bullet): accuracy on SST-2's clean test sentences against the
+(docs/compress.md#measured-on-sst-2): accuracy on SST-2's clean test sentences against the
 batch-1 speed-up over the teacher each was distilled from, one thread.
 
 The compress points are read from each run folder given (``final/<tag>/result.json``, the
 mean over the final seeds, and ``teacher.json``), labelled by the run's searcher (TPE's
-front, the knapsack's picks, uniform truncation): speed-ups are the run's own batch-1
-latency of the teacher over each model's, timed in the same run. A model's latency is
-the least of its seeds' medians: the seeds share one architecture, and a run beside
-another job can inflate one seed's timing (the knapsack run timed one model at 5.28 and
-3.27 ms). The students' numbers are the
-recorded results of their method pages (each row names its page and commit); each
-student's speed-up was measured against the same one-epoch MiniLM-L6-H384 teacher
-(89.84 on the same sentences) in its own run.
+front, the knapsack's picks, uniform truncation): a run that recorded paired timings
+(``metrics.json``'s ``speedup.final``: the teacher and each final model timed in
+interleaved rounds, docs/latency.md#speed-ups-one-timing-protocol) gives those; an older
+run's speed-up is its teacher.json batch-1 latency over each model's (the previous
+protocol: the teacher as a ``transformers`` model, possibly a cached row), the model's
+latency the least of its seeds' medians (the seeds share one architecture, and a run
+beside another job can inflate one seed's timing: the knapsack run timed one model at
+5.28 and 3.27 ms). The students' numbers are the recorded results of their method
+pages (each row names its page and commit); each student's speed-up was measured against
+the same one-epoch MiniLM-L6-H384 teacher (89.84 on the same sentences) in its own run,
+under the previous protocol.
 
     python experiments/compress_vs_students.py runs/compress_sst2 \\
         runs/compress_sst2_knapsack runs/compress_sst2_truncation runs/compress_sst2_kl \\
@@ -51,17 +54,20 @@ def compress_points(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     per final model."""
     teacher = json.loads((run_dir / "teacher.json").read_text(encoding="utf-8"))
     t_ms = batch1_ms(teacher["latency"])
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    paired = (metrics.get("speedup") or {}).get("final") or {}
     rows = []
     for result in sorted((run_dir / "final").glob("*/result.json")):
         row = json.loads(result.read_text(encoding="utf-8"))
         seeds = row["seeds"]
         ms = min(batch1_ms(s["latency"]) for s in seeds)
         kept = sum(v == 1 for k, v in row["arch"].items() if k.endswith("_keep"))
+        timed = (paired.get(row["tag"]) or {}).get("batch1")
         rows.append({"tag": row["tag"], "arch_id": row["arch_id"], "kept": kept,
                      "test": 100 * row["test_mean"], "test_sd": 100 * row["test_std"],
                      "seeds": len(seeds), "params": seeds[0]["params"], "ms": ms,
-                     "speedup": t_ms / ms})
-    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+                     "speedup": timed["speedup"] if timed else t_ms / ms,
+                     "paired": timed is not None})
     if metrics["search"]["searcher"] == "truncation":  # name them by their depth
         for r in rows:
             r["tag"] = f"first {r['kept']}"

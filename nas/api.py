@@ -15,8 +15,12 @@ it lives in this process only, so it cannot be searched by ``workers`` > 1.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,9 +95,25 @@ class SearchResult:
         return study.trials_dataframe()
 
     def export(self, directory: str | Path, format: str = "native", *,  # noqa: A002
-               trial: int | str | None = None, overwrite: bool = False) -> Path:
+               trial: int | str | None = None, overwrite: bool = False,
+               quantize: str | None = None) -> Path:
         """The best final model (or study trial ``trial``'s model, ``"best"`` or a number)
-        written to ``directory`` as ``native``, ``hf`` or ``onnx``."""
+        written to ``directory`` as ``native``, ``hf`` or ``onnx``; ``quantize="int8"``
+        (``onnx`` only, not with ``trial``): ONNX Runtime's int8 graph, compared with fp32
+        on the run's dev (:mod:`nas.quantize`)."""
+        if quantize is not None:
+            from nas.export import convert
+            from nas.quantize import check_quantize, run_dev, run_max_drop
+            from nas.rundir import RunDir
+
+            check_quantize(quantize, format)
+            if trial is not None:
+                raise NasError("quantize goes with the run's final model, not with a trial")
+            source = self.run_dir / "export"
+            convert(source, directory, format, overwrite=overwrite, quantize=quantize,
+                    dev=run_dev(self.run_dir, source), max_int8_drop=run_max_drop(self.run_dir),
+                    metrics=RunDir(self.run_dir).load_json("metrics.json"))
+            return Path(directory)
         if trial is not None:
             from searchers.results import export_trial
 
@@ -108,49 +128,114 @@ class SearchResult:
         return Path(directory)
 
 
-def search(space: Any, *, task: str | Mapping[str, Any], plugins: Sequence[str] = (),
-           searcher: str = "tpe", evaluator: str | Mapping[str, Any] = "distilled-retrain",
-           objectives: Sequence[str] = ("accuracy",),
-           constraints: Mapping[str, float] | None = None, n_trials: int = 12,
-           run_dir: str | Path | None = None, name: str | None = None, seed: int = 0,
-           teacher: str | None = None, final: Mapping[str, Any] | None = None,
+class _KeywordsFromConfig:
+    """The type of :func:`search`: its function, with a signature (``help(nas.search)``,
+    ``inspect.signature``, an editor's completion) that lists method search's
+    configuration keys and their defaults, read from the configuration class when asked
+    for: the keywords are never a hand-kept copy of it, and ``import nas`` imports no
+    recipe (no torch)."""
+
+    def __init__(self, function: Callable[..., SearchResult], method: str) -> None:
+        functools.update_wrapper(self, function)
+        self._function, self._method = function, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> SearchResult:
+        return self._function(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        from nas.methods import METHODS
+
+        own = inspect.signature(self._function)
+        fixed = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        taken = {p.name for p in fixed} | {"method"}
+        config = METHODS.get(self._method).config_class
+        keys = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                  default=_default(f))
+                for f in dataclasses.fields(config) if f.name not in taken]
+        return own.replace(parameters=[*fixed, *keys])
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A configuration field's default as a keyword shows it (``name``: ``None``, which
+    means ``search-<space>``)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _keywords_from_config(method: str) -> Callable[[Callable[..., SearchResult]],
+                                                  _KeywordsFromConfig]:
+    """Decorator: the function, its signature completed by method ``method``'s
+    configuration keys (:class:`_KeywordsFromConfig`)."""
+    return lambda function: _KeywordsFromConfig(function, method)
+
+
+@_keywords_from_config("search")
+def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | None = None,
            resume: bool = False, progress: bool = True, data_dir: str | None = None,
-           workers: int = 1, storage: str | None = None, timeout: float | None = None,
-           device: str = "auto", precision: str = "fp32", **settings: Any) -> SearchResult:
+           **settings: Any) -> SearchResult:
     """Search ``space`` on ``task`` and retrain, score and export what ``final`` chooses.
 
     ``space``: a registered name (a file in ``plugins`` may register it) or a
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
-    file). ``evaluator``: a registered name, or ``{"name": ..., "settings": {...}}``.
-    ``settings``: any other key of ``method: search`` (``retrain``, ``one_shot``, ``data``,
-    ``teacher_finetune``, ``space_config``, ``multi_trial``...). The run folder (default
-    ``runs/<name>``) is what ``nas report`` and ``nas export --run`` read; ``resume=True``
-    continues an interrupted one. Progress bars show in a terminal and in a notebook.
-    ``device`` (``auto``: a CUDA GPU when there is one; ``cpu``, ``cuda``, ``cuda:N``) and
-    ``precision`` (``fp32``, ``bf16``, ``fp16``: mixed-precision training) are the
-    experiment file's ``device:`` and ``precision:`` (:mod:`nas.device`).
+    file). ``settings``: the keys of ``method: search``'s configuration, as an experiment
+    file writes them, which the signature lists with their defaults
+    (``recipes.search_config.SearchConfig``: ``plugins``, ``searcher``, ``evaluator``,
+    ``objectives``, ``constraints``, ``n_trials``, ``final``, ``retrain``, ``one_shot``,
+    ``data``, ``seed``, ``teacher``, ``workers``, ``storage``, ``timeout``, ``device``,
+    ``precision``...; docs/search.md), checked by that class as a file is (an unknown
+    key or a bad value is one line naming it); ``name`` defaults to ``search-<space>``.
+    ``searcher`` and ``evaluator`` are a registered name (a plug-in's included) or
+    ``{"name": ..., "settings": {...}}``; the searcher is checked as ``nas run
+    --searcher`` checks it. ``device`` (``auto``: a CUDA GPU when there is one;
+    ``cpu``, ``cuda``, ``cuda:N``) and ``precision`` (``fp32``, ``bf16``, ``fp16``) are the
+    file's (:mod:`nas.device`). The run folder (default ``runs/<name>``) is what ``nas
+    report`` and ``nas export --run`` read; ``resume=True`` continues an interrupted one.
+    Progress bars show in a terminal and in a notebook.
     """
     from nas.methods import RunOptions, method_config
+    from nas.rundir import run_folder
 
-    space_name = _space_name(space, workers)
-    data: dict[str, Any] = {
-        "method": "search", "name": name or f"search-{space_name}", "task": task,
-        "space": space_name, "plugins": list(plugins), "searcher": searcher,
-        "evaluator": ({"name": evaluator} if isinstance(evaluator, str) else dict(evaluator)),
-        "objectives": list(objectives), "constraints": dict(constraints or {}),
-        "n_trials": n_trials, "seed": seed, "teacher": teacher, "workers": workers,
-        "storage": storage, "timeout": timeout, "device": device, "precision": precision,
-        **settings}
-    if final is not None:
-        data["final"] = dict(final)
+    space_name = _space_name(space, settings.get("workers", 1))
+    data: dict[str, Any] = {"name": settings.pop("name", None) or f"search-{space_name}",
+                            **{k: _plain(v) for k, v in settings.items()},
+                            "method": "search", "task": task, "space": space_name}
+    if isinstance(data.get("evaluator"), str):
+        data["evaluator"] = {"name": data["evaluator"]}
+    if "plugins" in settings:
+        data["plugins"] = _plugin_list(settings["plugins"])
     method, config = method_config(data, "nas.search()")
-    folder = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    folder = run_folder(run_dir, Path("runs") / config.name, "run_dir")
     if not logging.getLogger().handlers:  # a notebook or a script without logging set up
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     metrics = method.run(config, RunOptions(run_dir=folder, data_dir=data_dir,
-                                            searcher=searcher, resume=resume,
-                                            progress=progress))
+                                            searcher=method.check_searcher(config.searcher),
+                                            resume=resume, progress=progress))
     return SearchResult(folder, metrics)
+
+
+def _plugin_list(plugins: Any) -> list[str]:
+    """``plugins=`` as a list of names: one file as a string or path is one plug-in (a
+    string is a sequence too, and ``list("my_space.py")`` would be its characters)."""
+    if isinstance(plugins, (str, os.PathLike)):
+        return [os.fspath(plugins)]
+    if not isinstance(plugins, (list, tuple)) or not all(
+            isinstance(p, (str, os.PathLike)) for p in plugins):
+        raise NasError(f"plugins={plugins!r}: expected a file path or module name, or a list "
+                       "of them; e.g. plugins=['my_space.py']")
+    return [os.fspath(p) for p in plugins]
+
+
+def _plain(value: Any) -> Any:
+    """A keyword's value as a file would hold it: tuples as lists, mappings as dicts."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
 
 
 def _space_name(space: Any, workers: int) -> str:

@@ -279,7 +279,7 @@ def augment_task(
 class AugmentSettings:
     """An experiment file's ``augment:`` section: augment the training data before task
     distillation (docs/reference.md#tinybert: p_t 0.4, M 15, N 20). TinyBERT turns it on by default;
-    for AdaBERT's retrain it is off unless the file has the section (issue 12, item 3)."""
+    for AdaBERT's retrain it is off unless the file has the section."""
 
     enabled: bool = True
     n: int = 20

@@ -22,6 +22,13 @@ Loading never executes anything from the file: the header is parsed as JSON and
 checked (size, format, version) before a tensor is read, and a pickle, a truncated file
 or a file of another format raises :class:`CheckpointError`. Importing this module does
 not import torch: the atomic writers serve torch-free paths such as a cache hit.
+
+Every safetensors file the engine writes goes through :func:`save_safetensors` (or, for a
+file a library wrote, :func:`canonical_safetensors`): the safetensors library writes the
+header's ``__metadata__`` in the order of a Rust hash map, which changes from process to
+process, so two identical runs wrote weight files with different bytes. The header is
+rewritten with sorted keys (same content, same length), which makes the file a function
+of its tensors and metadata alone and its SHA-256 a check of reproduction.
 """
 
 from __future__ import annotations
@@ -89,6 +96,45 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any,
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=default) + "\n")
 
 
+# ---------------------------------------------------------------------------- safetensors
+
+
+def canonical_header(data: bytes) -> bytes:
+    """``data`` (a whole safetensors file) with its JSON header's keys sorted at every
+    level, padded with spaces to a multiple of 8 bytes as safetensors pads it. The tensor
+    offsets are relative to the end of the header, so the data bytes are kept as they are.
+    """
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes: too short for a safetensors file")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > min(len(data) - 8, _MAX_HEADER):
+        raise ValueError("no safetensors header")
+    header = json.loads(data[8:8 + n])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + n:]
+
+
+def save_safetensors(tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str],
+                     metadata: Mapping[str, str] | None = None) -> None:
+    """``tensors`` (CPU, contiguous) as a safetensors file with a canonical header
+    (:func:`canonical_header`), written atomically."""
+    from safetensors.torch import save
+
+    data = save(dict(tensors), metadata=dict(metadata) if metadata is not None else None)
+    atomic_write_bytes(path, canonical_header(data))
+
+
+def canonical_safetensors(path: str | os.PathLike[str]) -> None:
+    """Rewrite a safetensors file another library wrote (``save_pretrained``) with a
+    canonical header, atomically; a file already canonical is left untouched."""
+    data = Path(path).read_bytes()
+    fixed = canonical_header(data)
+    if fixed != data:
+        atomic_write_bytes(path, fixed)
+
+
 # ---------------------------------------------------------------------------- save
 
 
@@ -100,7 +146,6 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """
     import numpy as np
     import torch
-    from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
     seen_storage: set[int] = set()
@@ -157,8 +202,7 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     metadata = {"format": FORMAT, "version": str(VERSION),
                 _META_STATE: json.dumps(tree, allow_nan=False)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_target(path) as tmp:
-        save_file(tensors, str(tmp), metadata=metadata)
+    save_safetensors(tensors, path, metadata)
 
 
 def _join(where: str, key: object) -> str:
@@ -253,4 +297,5 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 __all__ = ["CheckpointError", "atomic_target", "atomic_write_bytes", "atomic_write_json",
-           "atomic_write_text", "load_state", "save_state"]
+           "atomic_write_text", "canonical_header", "canonical_safetensors", "load_state",
+           "save_safetensors", "save_state"]

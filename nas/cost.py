@@ -82,7 +82,7 @@ def equal_cost_sample(space: SearchSpace, reference: Mapping[str, Any], samples:
                       max_draws: int = 2_000_000) -> list[Architecture]:
     """``samples`` distinct uniformly random architectures of ``space`` whose FLOPs at
     ``seq_len`` tokens lie within ``±window`` of ``reference``'s (``reference`` itself
-    excluded): the like-for-like random baseline for a searched architecture (issue 12).
+    excluded): the like-for-like random baseline for a searched architecture (docs/adabert.md).
 
     Rejection sampling from :meth:`SearchSpace.sample` with a generator seeded by ``seed``,
     so the draw is uniform over the architectures in the window and the same every time.
@@ -214,6 +214,7 @@ class Latency:
     repeats: int
     threads: int
     device: str = "cpu"  # where it was measured; a GPU's latency is recorded as such
+    runtime: str = "torch-fp32"  # what ran the model (nas.timing.TORCH_FP32: eager float32)
 
     @property
     def throughput(self) -> float:

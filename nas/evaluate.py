@@ -118,7 +118,7 @@ def label_indices(model_labels: list[str], data: Any, mapping: dict[str, str],
 
 def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str | None = None,
                    data_dir: str | None = None, batch_size: int = 64,
-                   runtime: str = "torch", label_map: dict[str, str] | None = None,
+                   runtime: str = "auto", label_map: dict[str, str] | None = None,
                    device: str = "cpu") -> dict[str, Any]:
     """Metrics of the model saved at ``path`` on ``split`` of ``task`` (default: the
     task's report split, ``test`` when it has one). The model must fit the data: the same

@@ -10,11 +10,14 @@ directory that :mod:`nas.runtime` loads without any search code:
   that ``AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)``
   and ``pipeline("text-classification", model=DIR, trust_remote_code=True)`` load it;
 * ``onnx``: the native files plus ``model.onnx`` (dynamic batch and sequence length),
-  whose initializers are stored in ``model.safetensors`` (ONNX external data pointing into
-  it), so the weights are on disk once;
+  its weights inside the file and its inputs exactly what the tokenizer returns, so that
+  stock tools (``onnxruntime``, ``quant_pre_process``) take it as it is; with
+  ``quantize="int8"`` it is ONNX Runtime's dynamic int8 graph (:mod:`nas.quantize`). A
+  stock ``transformers`` folder gets its ``model.onnx`` from :func:`convert`;
 * ``hf``: a ``transformers`` directory. The bert and mobilebert families become stock
   ``BertForSequenceClassification`` / ``MobileBertForSequenceClassification`` (via
-  :mod:`nas.hf`; no remote code needed), and so does a ``bert-subnet`` child of stock
+  :mod:`nas.hf`; no remote code needed; a design of a RoBERTa, XLM-R, CamemBERT, ELECTRA or
+  DistilBERT teacher, its type's own class), and so does a ``bert-subnet`` child of stock
   shape (whole layers, all heads, one FFN width, the teacher's width:
   :func:`nas.hf.stock_subnet`; another shape falls back to the native layout); every
   other family (AdaBERT cells, EfficientBERT
@@ -29,32 +32,37 @@ records and ``nas predict`` warns about.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
 from nas.architecture import Architecture
+from nas.checkpoint import canonical_safetensors, save_safetensors
 from nas.errors import ExportError, NasError
 from nas.graph import to_json
 from nas.hf import CONVERTIBLE, FAMILIES
 from nas.network import GraphNet
+from nas.quantize import MAX_INT8_DROP, DevSet, check_quantize
 from nas.runtime import (
     CONFIG_FILE,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_KEY,
     ONNX_FILE,
+    QUANTIZATION_KEY,
     WEIGHTS_FILE,
     file_manifest,
 )
 from nas.space import SearchSpace
+from nas.vocab_trim import TrimTexts
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +166,11 @@ def hf_checkpoint_info(path: str | Path) -> dict[str, Any]:
     name, kwargs = space_kwargs_from_hf(config)
     info: dict[str, Any] = {"space": name, "space_config": kwargs}
     raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    recorded = raw.get("nas_tokenizer")  # an export of this engine: its trained length
+    if isinstance(recorded, dict) and recorded.get("max_length"):
+        info["max_length"] = int(recorded["max_length"])
+    if isinstance(raw.get("task"), str):
+        info["task"] = raw["task"]
     if raw.get("id2label"):
         info["labels"] = [raw["id2label"][k] for k in sorted(raw["id2label"], key=int)]
     result = path.parent / "result.json"
@@ -360,23 +373,22 @@ def plain_copy(model: GraphNet) -> GraphNet:
 
 
 def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: int,
-                weights: Path | None = None, per_token: bool = False,
-                produced: Sequence[str] | None = None) -> list[str]:
-    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17);
-    ``per_token``: the output has a sequence axis too (a tagging head, (B, L, C)).
-    ``produced``: what the export's tokenizer returns; a standard input it leaves out
-    (:data:`FILLS`: a student vocabulary gives no ``token_type_ids``) is not a graph
-    input but filled inside, so the graph takes exactly what the tokenizer gives.
-    Returns the graph's input names.
+                per_token: bool = False, produced: Sequence[str] | None = None) -> list[str]:
+    """Trace ``model`` to ONNX with dynamic batch and sequence axes (opset 17), its
+    weights inside the file; ``per_token``: the output has a sequence axis too (a
+    tagging head, (B, L, C)). ``produced``: what the export's tokenizer returns; a
+    standard input it leaves out (:data:`FILLS`: a student vocabulary gives no
+    ``token_type_ids``) is not a graph input but filled inside, and everything it returns
+    is one, used or not (:func:`complete_inputs`), so the graph takes exactly what the
+    tokenizer gives. Returns the graph's input names.
 
-    With ``weights`` (the export's ``model.safetensors``) the parameters are not stored a
-    second time: each ONNX initializer equal to a tensor of that file becomes external
-    data pointing at the tensor's bytes inside it (safetensors stores raw little-endian
-    tensors, which is what ONNX external data reads), so the export holds its weights once.
+    The weights are inside the file (ONNX's external-data format only past protobuf's
+    2 GB, where ``torch.onnx`` switches to it), never pointing into another format's file:
+    ``quant_pre_process`` and ONNX Runtime's optimiser read initializers only from there.
     """
     model = plain_copy(model)
     fill = [n for n in inputs if produced is not None and n in FILLS and n not in produced]
-    inputs = [n for n in inputs if n not in fill]
+    traced = [n for n in inputs if n not in fill]
     batch, length = 2, 7  # odd sizes so no axis is mistaken for a constant
     g = torch.Generator().manual_seed(0)
     example = {"input_ids": torch.randint(0, vocab_size, (batch, length), generator=g),
@@ -384,59 +396,83 @@ def export_onnx(model: GraphNet, inputs: Sequence[str], path: Path, vocab_size: 
                "token_type_ids": torch.zeros(batch, length, dtype=torch.long),
                "input_ids_b": torch.randint(0, vocab_size, (batch, length), generator=g),
                "attention_mask_b": torch.ones(batch, length, dtype=torch.long)}
-    axes = {n: {0: "batch", 1: "sequence"} for n in inputs}
+    _trace(_Positional(model, traced, fill), tuple(example[n] for n in traced), traced,
+           path, per_token)
+    names = [*(produced or ()), *(n for n in traced if n not in (produced or ()))]
+    complete_inputs(path, names)
+    return names
+
+
+def _trace(module: torch.nn.Module, example: tuple[torch.Tensor, ...], names: list[str],
+           path: Path, per_token: bool = False) -> None:
+    """``torch.onnx.export`` of a module called with positional id tensors ``names``."""
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     with warnings.catch_warnings():
         # The TorchScript-based exporter is deprecated but needs no onnxscript and handles
         # data-dependent shapes (position slices) by tracing; its warnings are noise here.
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Positional(model, inputs, fill), tuple(example[n] for n in inputs), str(path),
-            input_names=list(inputs), output_names=["logits"], dynamic_axes=axes,
-            opset_version=17, dynamo=False,
-            # unfolded, the initializers are the parameters themselves (shareable below)
-            do_constant_folding=weights is None,
-        )
-    if weights is not None:
-        _share_weights(path, weights)
-    return inputs
+        torch.onnx.export(module, example, str(path), input_names=list(names),
+                          output_names=["logits"], dynamic_axes=axes, opset_version=17,
+                          dynamo=False, do_constant_folding=True)
 
 
-def _share_weights(onnx_path: Path, weights: Path) -> None:
-    """Point the ONNX initializers that equal a tensor of ``weights`` into that file."""
+def complete_inputs(path: Path, names: Sequence[str]) -> None:
+    """Make ``names`` the graph's inputs, in that order: the tracer drops an input the
+    network never reads (AdaBERT's cells ignore ``token_type_ids``), and ONNX Runtime
+    then refuses the tokenizer's own output (``invalid input name``). An unused input is
+    declared as int64 ``(batch, sequence)`` ids."""
     import onnx
-    from onnx import numpy_helper
-    from safetensors import safe_open
+    from onnx import TensorProto, helper
 
-    proto = onnx.load(str(onnx_path))
-    header_len = int.from_bytes(weights.read_bytes()[:8], "little")
-    header = json.loads(weights.read_bytes()[8:8 + header_len])
-    start = 8 + header_len
-    shared = 0
-    with safe_open(str(weights), framework="np") as f:
-        names = set(f.keys())
-        for init in proto.graph.initializer:
-            name = init.name.removeprefix("model.")
-            if name not in names:
-                continue
-            value = f.get_tensor(name)
-            array = numpy_helper.to_array(init)
-            if array.dtype != value.dtype or array.shape != value.shape or \
-                    array.tobytes() != value.tobytes():
-                continue  # transformed by the exporter: keep it inline
-            begin, end = header[name]["data_offsets"]
-            init.ClearField("raw_data")
-            for field in ("float_data", "int64_data", "int32_data", "double_data"):
-                init.ClearField(field)
-            del init.external_data[:]
-            for key, val in (("location", weights.name), ("offset", str(start + begin)),
-                             ("length", str(end - begin))):
-                entry = init.external_data.add()
-                entry.key, entry.value = key, val
-            init.data_location = onnx.TensorProto.EXTERNAL
-            shared += 1
-    onnx_path.write_bytes(proto.SerializeToString())
-    log.debug("%s: %d initializers stored in %s", onnx_path, shared, weights.name)
+    proto = onnx.load(str(path))
+    have = {i.name: i for i in proto.graph.input}
+    if list(have) == list(names):
+        return
+    ordered = [have[n] if n in have else helper.make_tensor_value_info(
+        n, TensorProto.INT64, ["batch", "sequence"]) for n in names]
+    ordered += [i for n, i in have.items() if n not in names]
+    del proto.graph.input[:]
+    proto.graph.input.extend(ordered)
+    onnx.save(proto, str(path))
+
+
+class _HFPositional(torch.nn.Module):
+    """A ``transformers`` classifier called with positional id tensors."""
+
+    def __init__(self, model: torch.nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = list(names)
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.model(**dict(zip(self.names, tensors, strict=True))).logits
+
+
+def export_hf_onnx(directory: Path, path: Path, produced: Sequence[str],
+                   max_length: int) -> list[str]:
+    """``model.onnx`` of a stock ``transformers`` export folder (compress's truncations):
+    the folder's classifier traced with ``torch.onnx.export``, taking what its tokenizer
+    returns (``produced``) at any length up to the trained ``max_length``."""
+    from transformers import AutoModelForSequenceClassification
+
+    from nas.hf import quiet_transformers
+
+    with quiet_transformers():
+        # eager attention: the fused kernels (sdpa) do not trace to plain ONNX ops
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(directory), local_files_only=True, attn_implementation="eager").eval()
+    accepted = set(inspect.signature(model.forward).parameters)
+    traced = [n for n in produced if n in accepted]
+    vocab = int(getattr(model.config, "vocab_size", 1000))
+    g = torch.Generator().manual_seed(0)
+    length = max(2, min(7, max_length))
+    example = {"input_ids": torch.randint(0, min(vocab, 1000), (2, length), generator=g),
+               "attention_mask": torch.ones(2, length, dtype=torch.long),
+               "token_type_ids": torch.zeros(2, length, dtype=torch.long)}
+    _trace(_HFPositional(model, traced), tuple(example[n] for n in traced), traced, path)
+    complete_inputs(path, list(produced))
+    return list(produced)
 
 
 def export(
@@ -454,6 +490,10 @@ def export(
     overwrite: bool = False,
     random_init: bool = False,
     head: Mapping[str, Any] | None = None,
+    quantize: str | None = None,
+    dev: DevSet | None = None,
+    max_int8_drop: float = MAX_INT8_DROP,
+    trim: TrimTexts | None = None,
 ) -> Path:
     """Write the export directory of ``arch``'s child; returns the directory.
 
@@ -473,11 +513,20 @@ def export(
     refused or failed export leaves nothing behind. A non-empty ``out_dir`` is refused
     unless it holds a previous export and ``overwrite`` is set; that export is then
     replaced completely (no stale ``model.onnx`` survives a native re-export).
+
+    ``quantize="int8"`` (with ``fmt="onnx"``) makes ``model.onnx`` the dynamic int8 graph
+    (:mod:`nas.quantize`), compared with fp32 on ``dev`` when given (a run's export);
+    ``max_int8_drop``: the dev points it may lose before layers stay in fp32.
+
+    ``trim``: keep only the word pieces of ``trim.texts`` (and the special tokens) in the
+    tokenizer and the embedding rows (:mod:`nas.vocab_trim`), before any ONNX graph is
+    traced and quantised; ``config.json`` records the sizes and scores before and after.
     """
     from nas.builder import build_child
 
     if fmt not in FORMATS:
         raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    check_quantize(quantize, fmt)
     if weights is None and model is None and not random_init:
         raise ExportError("no weights to export: pass --weights CHECKPOINT (a child, supernet "
                           "or Hugging Face checkpoint), or --random-init to export untrained "
@@ -500,7 +549,19 @@ def export(
             load_weights(child, read_checkpoint(weights), str(weights))
     meta = _Meta(space.name, dict(space.config), space.is_fixed, dict(arch))
     return _export_child(child, meta, out_dir, fmt, labels, tokenizer, max_length, task,
-                         overwrite, random_init, head)
+                         overwrite, random_init, head, Int8(quantize, dev, max_int8_drop), trim)
+
+
+class Int8(NamedTuple):
+    """What an export quantises: ``quantize`` (``None`` or ``"int8"``), the dev examples
+    to compare on (``None``: not measured) and the points it may lose there."""
+
+    quantize: str | None = None
+    dev: DevSet | None = None
+    max_drop: float = MAX_INT8_DROP
+
+
+NO_INT8 = Int8()
 
 
 class _Meta(NamedTuple):
@@ -515,7 +576,8 @@ class _Meta(NamedTuple):
 def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
                   labels: Sequence[str] | None, tokenizer: str | Path | None | bool,
                   max_length: int, task: str | None, overwrite: bool, random_init: bool,
-                  head: Mapping[str, Any] | None = None) -> Path:
+                  head: Mapping[str, Any] | None = None, int8: Int8 = NO_INT8,
+                  trim: TrimTexts | None = None) -> Path:
     from nas.device import module_device
 
     if module_device(child).type != "cpu":
@@ -538,23 +600,98 @@ def _export_child(child: GraphNet, meta: _Meta, out_dir: str | Path, fmt: str,
         log.info("tokenizer max_length %d is beyond the model's %d positions; the export "
                  "truncates at %d", max_length, limit, limit)
         max_length = limit
-    final = Path(out_dir)
+    def fill(out: Path) -> None:
+        _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
+               random_init, _check_head(head, labels))
+
+    return _write_folder(Path(out_dir), overwrite, fill, int8, trim)
+
+
+def _write_folder(final: Path, overwrite: bool, fill: Callable[[Path], None],
+                  int8: Int8 = NO_INT8, trim: TrimTexts | None = None) -> Path:
+    """Write an export folder with ``fill`` beside ``final``, trim its vocabulary
+    (``trim``), quantise it (``int8``), give it its model card and move it into place: a
+    refused or failed export leaves nothing behind."""
     check_target(final, overwrite)
     out = final.parent / f".{final.name}.partial-{os.getpid()}"
     shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     try:
-        _write(child, meta, out, fmt, labels, n_labels, tokenizer, max_length, task,
-               random_init, _check_head(head, labels))
+        out.mkdir(parents=True)
+    except OSError as err:
+        raise ExportError(f"{final}: cannot create a folder beside it ({err.strerror}); give "
+                          "-o a folder you can write to") from None
+    try:  # whatever fails, the partial folder goes (the move into place included)
+        fill(out)
+        if trim is not None:
+            _trim_folder(out, trim)
+        if int8.quantize:
+            _quantize_folder(out, int8)
         from nas.model_card import write_card
 
         write_card(out)  # a run writes it again with its metrics (recipes/common.py)
         _readable(out)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    _move_into_place(out, final)
+        _move_into_place(out, final)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # gone already when moved into place
     return final
+
+
+def _trim_folder(out: Path, trim: TrimTexts) -> None:
+    """The vocabulary trimmed (:func:`nas.vocab_trim.trim_folder`), ``model.onnx`` traced
+    again from the trimmed weights, and the record and file list in ``config.json``
+    (``vocab_trim``; ``nas_vocab_trim`` in a ``transformers`` config)."""
+    from nas.vocab_trim import TRIM_KEY, trim_folder
+
+    record = trim_folder(out, trim)
+    path = out / CONFIG_FILE
+    config = json.loads(path.read_text(encoding="utf-8"))
+    native = config.get("format") == FORMAT
+    onnx = out / ONNX_FILE
+    if onnx.is_file():
+        before = onnx.stat().st_size
+        _retrace(out, config, native)
+        record["before"]["onnx_bytes"], record["after"]["onnx_bytes"] = before, onnx.stat(
+            ).st_size
+    config[TRIM_KEY if native else f"nas_{TRIM_KEY}"] = record
+    config[MANIFEST_KEY if native else "nas_files"] = file_manifest(out)
+    path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def _retrace(out: Path, config: dict[str, Any], native: bool) -> None:
+    """``model.onnx`` traced again from the folder's (trimmed) fp32 weights."""
+    if not native:
+        settings = config.get("nas_tokenizer") or {}
+        produced = tokenizer_outputs(out) if settings else list(FILLS_HF)
+        config["onnx_inputs"] = export_hf_onnx(out, out / ONNX_FILE, produced,
+                                               int(settings.get("max_length", 128)))
+        return
+    from nas.runtime import load_fp32
+
+    model = load_fp32(out)
+    config["onnx_inputs"] = export_onnx(
+        model.network, config["inputs"], out / ONNX_FILE, min(int(config["vocab_size"]), 1000),
+        per_token=config.get("head") is not None,
+        produced=tokenizer_outputs(out) if config.get("tokenizer") else None)
+
+
+def _quantize_folder(out: Path, int8: Int8) -> None:
+    """``model.onnx`` replaced by its int8 graph; ``config.json`` records how, what it
+    changed on dev and both latencies (``quantization``; ``nas_quantization`` in a
+    ``transformers`` config), and lists the new file."""
+    from nas.quantize import quantize_export
+
+    path = out / CONFIG_FILE
+    config = json.loads(path.read_text(encoding="utf-8"))
+    native = config.get("format") == FORMAT
+    settings = config.get("tokenizer" if native else "nas_tokenizer") or {}
+    length = int(settings.get("max_length") or config.get("trained_length") or 128)
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        length = min(length, positions)  # timed at a length the model reads
+    record = quantize_export(out, config, int8.dev, int8.max_drop, seq_len=length)
+    config[QUANTIZATION_KEY if native else f"nas_{QUANTIZATION_KEY}"] = record
+    config[MANIFEST_KEY if native else "nas_files"] = file_manifest(out)
+    path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def _readable(out: Path) -> None:
@@ -570,33 +707,89 @@ def _readable(out: Path) -> None:
 
 
 def convert(src: str | Path, out_dir: str | Path, fmt: str, *, overwrite: bool = False,
-            metrics: Mapping[str, Any] | None = None) -> Path:
-    """Write a native export ``src`` again in format ``fmt`` (``nas export --run`` on a run
-    whose result is its ``export/`` folder): the same graph, weights, labels, tokenizer
-    and task, checked against ``src``'s file list first. ``metrics``: the run's
-    ``metrics.json``, for the model card (:mod:`nas.model_card`)."""
-    from nas.runtime import load
+            metrics: Mapping[str, Any] | None = None, quantize: str | None = None,
+            dev: DevSet | None = None, max_int8_drop: float = MAX_INT8_DROP,
+            trim: TrimTexts | None = None) -> Path:
+    """Write an export ``src`` again in format ``fmt`` (``nas export --run`` on a run's
+    result folders): the same graph, weights, labels, tokenizer, trained length and task,
+    checked against ``src``'s file list first. A stock ``transformers`` folder (compress's
+    truncations) converts to ``onnx`` only: the folder as it is, plus its classifier
+    traced to ``model.onnx``. ``metrics``: the run's ``metrics.json``, for the model card
+    (:mod:`nas.model_card`); ``quantize``, ``dev``, ``max_int8_drop``, ``trim``: as
+    :func:`export` (with ``trim``, a stock folder converts to ``hf`` too: trimmed)."""
+    from nas.runtime import read_config
 
     if fmt not in FORMATS:
         raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    model = load(src)
-    if model.is_hf:
-        raise ExportError(f"{src}: already a transformers export; convert from a native one")
+    check_quantize(quantize, fmt)
+    int8 = Int8(quantize, dev, max_int8_drop)
+    if read_config(src).get("format") != FORMAT:
+        out = _convert_hf(Path(src), Path(out_dir), fmt, overwrite, int8, trim)
+    else:
+        out = _convert_native(Path(src), Path(out_dir), fmt, overwrite, int8, trim)
+    if metrics is not None:
+        from nas.model_card import write_card
+
+        write_card(out, metrics)
+    return out
+
+
+def _convert_native(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8,
+                    trim: TrimTexts | None = None) -> Path:
+    """A native export written again from its graph and fp32 weights (an int8 export's
+    ``model.safetensors`` holds the weights it was quantised from)."""
+    from nas.runtime import load_fp32
+
+    model = load_fp32(src)
     config = model.config
     space = config.get("space") or {}
     arch = (config.get("architecture") or {}).get("choices") or {}
     meta = _Meta(str(space.get("name", "?")), dict(space.get("config") or {}),
                  bool(space.get("fixed", False)), dict(arch))
     settings = config.get("tokenizer") or {}
-    out = _export_child(model.network, meta, out_dir, fmt, config["labels"],
-                        Path(src) if settings else False,
-                        int(settings.get("max_length", 128)), config.get("task"), overwrite,
-                        bool(config.get("random_init", False)), config.get("head"))
-    if metrics is not None:
-        from nas.model_card import write_card
+    return _export_child(model.network, meta, out_dir, fmt, model.labels,
+                         src if settings else False,
+                         int(settings.get("max_length", 128)), config.get("task"), overwrite,
+                         bool(config.get("random_init", False)), config.get("head"), int8,
+                         trim)
 
-        write_card(out, metrics)
-    return out
+
+def _convert_hf(src: Path, out_dir: Path, fmt: str, overwrite: bool, int8: Int8,
+                trim: TrimTexts | None = None) -> Path:
+    """A stock ``transformers`` export folder with ``model.onnx`` added, at its trained
+    length (``nas_tokenizer.max_length``); with ``trim``, ``hf`` copies it to be trimmed."""
+    from nas.runtime import load_fp32
+
+    if fmt == "hf" and trim is not None:
+        fmt = "copy"
+    elif fmt != "onnx":
+        raise ExportError(f"{src}: already a transformers export; --format onnx adds "
+                          "model.onnx to it, other formats convert from a native export")
+    load_fp32(src)  # its file list and labels checked before anything is written
+
+    def fill(out: Path) -> None:
+        for f in src.iterdir():
+            if f.is_file() and f.name not in (ONNX_FILE, "README.md"):
+                shutil.copyfile(f, out / f.name)
+        path = out / CONFIG_FILE
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config.pop(f"nas_{QUANTIZATION_KEY}", None)
+        if fmt == "copy":
+            path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            return
+        settings = config.get("nas_tokenizer") or {}
+        produced = tokenizer_outputs(out) if settings else list(FILLS_HF)
+        config["onnx_inputs"] = export_hf_onnx(out, out / ONNX_FILE, produced,
+                                               int(settings.get("max_length", 128)))
+        config["onnx"] = ONNX_FILE
+        config["nas_files"] = file_manifest(out)
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    return _write_folder(out_dir, overwrite, fill, int8, trim)
+
+
+#: What a stock BERT classifier reads when its folder names no tokenizer settings.
+FILLS_HF = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def _check_head(head: Mapping[str, Any] | None, labels: list[str]) -> dict[str, Any] | None:
@@ -624,6 +817,9 @@ def _is_export(directory: Path) -> bool:
 def check_target(out: Path, overwrite: bool) -> None:
     """Refuse to write over anything that is not a previous export (and that one only
     with ``overwrite``)."""
+    if out.is_symlink() and not out.exists():
+        raise ExportError(f"{out}: is a symbolic link to a missing {os.readlink(out)}; remove "
+                          "the link or give -o another directory path")
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out}: is an existing file; give -o a directory path")
     if out.is_dir() and any(out.iterdir()):
@@ -636,10 +832,17 @@ def check_target(out: Path, overwrite: bool) -> None:
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
+    """Replace ``final`` by ``tmp``; a previous export stays in place if the move fails."""
     old = final.parent / f".{final.name}.old-{os.getpid()}"
     if final.exists():
         os.replace(final, old)
-    os.replace(tmp, final)
+    try:
+        os.replace(tmp, final)
+    except OSError as err:
+        if old.exists():
+            os.replace(old, final)
+        raise ExportError(f"{final}: cannot move the export into place ({err.strerror}); "
+                          "give -o another directory path") from None
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -706,6 +909,8 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
             if text_input is not None:
                 hf_model.config.update({"nas_text_input": text_input})
             _quietly(hf_model.save_pretrained, str(out))  # no "Writing model shards" bar
+            for weights in sorted(out.glob("*.safetensors")):
+                canonical_safetensors(weights)  # the same weights, the same bytes
             config_path = out / CONFIG_FILE
             hf_config = json.loads(config_path.read_text())
             hf_config["nas_files"] = file_manifest(out)
@@ -737,8 +942,6 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
         from nas.hf import hf_hparams
 
         config["hyperparameters"] = hf_hparams(meta.space_config, arch)  # HF names (pattern 7)
-    from safetensors.torch import save_file
-
     from nas import remote_code
 
     try:
@@ -760,11 +963,11 @@ def _write(child: GraphNet, meta: _Meta, out: Path, fmt: str, labels: list[str],
     state = {k: v.detach().contiguous() for k, v in child.state_dict().items()}
     # "format": "pt" is what transformers checks before loading (4.x refuses any other
     # value); the engine's own mark is a key of its own
-    save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt", "nas_format": FORMAT})
+    save_safetensors(state, out / WEIGHTS_FILE, metadata={"format": "pt", "nas_format": FORMAT})
     if fmt == "onnx":
         config["onnx_inputs"] = export_onnx(
-            child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000), weights=out / WEIGHTS_FILE,
-            per_token=head is not None, produced=tokenizer_outputs(out) if tok_files else None)
+            child, inputs, out / ONNX_FILE, min(vocab or 1000, 1000), per_token=head is not None,
+            produced=tokenizer_outputs(out) if tok_files else None)
         config["onnx"] = ONNX_FILE
     config[MANIFEST_KEY] = file_manifest(out)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")

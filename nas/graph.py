@@ -375,9 +375,15 @@ def from_json(data: Mapping[str, Any]) -> nx.DiGraph:
 
 def position_limit(graph: nx.DiGraph) -> int | None:
     """The longest sequence a network of ``graph`` can read: the smallest position table of
-    its embeddings (``None``: no position embeddings, any length)."""
-    sizes = [attrs.get("params", {}).get("max_positions") for _, attrs in graph.nodes(data=True)]
-    return min((s for s in sizes if isinstance(s, int) and s > 0), default=None)
+    its embeddings (``None``: no position embeddings, any length). A table numbered from
+    ``padding_idx + 1`` (RoBERTa's) holds that many positions fewer (514 rows: 512 tokens)."""
+    sizes = []
+    for _, attrs in graph.nodes(data=True):
+        params = attrs.get("params", {})
+        size, pad = params.get("max_positions"), params.get("padding_idx")
+        if isinstance(size, int) and size > 0:
+            sizes.append(size - (int(pad) + 1 if isinstance(pad, int) else 0))
+    return min(sizes, default=None)
 
 
 def check_seq_len(seq_len: int, limit: int | None, what: str) -> None:

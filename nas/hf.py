@@ -15,7 +15,17 @@ Main entry points:
 
 * :func:`hf_config` -- the ``transformers`` config of a child (space config + architecture);
 * :func:`to_hf` / :func:`from_hf` -- a child as an HF model and back, weights included;
-* :func:`load_teacher_as_design` -- any HF BERT checkpoint folder as the ``bert`` design.
+* :func:`load_teacher_as_design` -- any HF BERT-family checkpoint folder as the ``bert`` design.
+
+BERT-family teachers (:data:`TEACHER_TYPES`): a ``bert`` design carries the teacher's
+``model_type`` (``spaces/bert.py`` says what each computes differently). Inside the engine
+every one of them has BERT's names (:func:`module_map`, which importance sorting reads);
+only at the ``transformers`` boundary are they renamed to the type's own
+(:class:`HfType`): RoBERTa, XLM-R and CamemBERT (base ``roberta``) call BERT's pooler and
+classifier ``classifier.dense`` / ``classifier.out_proj``, ELECTRA (base ``electra``)
+likewise and has ``embeddings_project`` on the base model, and DistilBERT (base
+``distilbert``) has ``transformer.layer.{i}`` with ``attention.q_lin/k_lin/v_lin/out_lin``,
+``sa_layer_norm``, ``ffn.lin1/lin2``, ``output_layer_norm`` and a ``pre_classifier``.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +50,72 @@ FAMILIES = ("bert", "mobilebert")
 SUBNET = "bert-subnet"
 #: The families a child may convert to a stock ``transformers`` model from.
 CONVERTIBLE = (*FAMILIES, SUBNET)
+
+
+@dataclass(frozen=True)
+class HfType:
+    """A BERT-family ``model_type`` in ``transformers``: the base model's attribute in its
+    classifier, its bare and classifier classes, and its weight names as rewrites of BERT's
+    (regular expressions on the name without the base prefix, the first match applies)."""
+
+    base: str
+    bare: str
+    classifier: str
+    renames: tuple[tuple[str, str], ...] = ()
+
+    def name(self, bert_name: str) -> str:
+        """The type's own name for a tensor named ``bert_name`` in BERT."""
+        for pattern, repl in self.renames:
+            renamed, n = re.subn(pattern, repl, bert_name, count=1)
+            if n:
+                return renamed
+        return bert_name
+
+
+#: BERT's pooler + classifier as RoBERTa's and ELECTRA's ``dense`` + ``out_proj`` head.
+_DENSE_HEAD = ((r"^pooler\.dense\.", "classifier.dense."),
+               (r"^classifier\.", "classifier.out_proj."))
+_LAYER = r"^encoder\.layer\.(\d+)\."
+_DISTILBERT = (
+    (_LAYER + r"attention\.self\.query\.", r"transformer.layer.\1.attention.q_lin."),
+    (_LAYER + r"attention\.self\.key\.", r"transformer.layer.\1.attention.k_lin."),
+    (_LAYER + r"attention\.self\.value\.", r"transformer.layer.\1.attention.v_lin."),
+    (_LAYER + r"attention\.output\.dense\.", r"transformer.layer.\1.attention.out_lin."),
+    (_LAYER + r"attention\.output\.LayerNorm\.", r"transformer.layer.\1.sa_layer_norm."),
+    (_LAYER + r"intermediate\.dense\.", r"transformer.layer.\1.ffn.lin1."),
+    (_LAYER + r"output\.dense\.", r"transformer.layer.\1.ffn.lin2."),
+    (_LAYER + r"output\.LayerNorm\.", r"transformer.layer.\1.output_layer_norm."),
+    (r"^pooler\.dense\.", "pre_classifier."),
+)
+
+#: The teacher types a ``bert`` design converts from and to (``spaces/bert.py``'s
+#: ``MODEL_TYPES``, which says what each computes differently; the module docstring).
+TEACHER_TYPES: dict[str, HfType] = {
+    "bert": HfType("bert", "BertModel", "BertForSequenceClassification"),
+    "roberta": HfType("roberta", "RobertaModel", "RobertaForSequenceClassification",
+                      _DENSE_HEAD),
+    "xlm-roberta": HfType("roberta", "XLMRobertaModel", "XLMRobertaForSequenceClassification",
+                          _DENSE_HEAD),
+    "camembert": HfType("roberta", "CamembertModel", "CamembertForSequenceClassification",
+                        _DENSE_HEAD),
+    "electra": HfType("electra", "ElectraModel", "ElectraForSequenceClassification",
+                      ((r"^embeddings\.embeddings_project\.", "embeddings_project."),
+                       *_DENSE_HEAD)),
+    "distilbert": HfType("distilbert", "DistilBertModel", "DistilBertForSequenceClassification",
+                         _DISTILBERT),
+}
+#: The tensors of a type's classifier model outside its base model.
+_HEAD_NAMES = ("classifier.", "pre_classifier.")
+
+
+def teacher_type(model_type: str, where: str = "model_type") -> HfType:
+    """The :class:`HfType` of ``model_type``, or a one-line refusal listing the supported."""
+    if model_type not in TEACHER_TYPES:
+        raise ExportError(f"{where}: model_type {model_type!r} is not a supported teacher; "
+                          f"supported: {', '.join(TEACHER_TYPES)} (DeBERTa, ModernBERT and "
+                          "other encoders compute differently)")
+    return TEACHER_TYPES[model_type]
+
 
 #: Which ``transformers`` attention inputs our ``attention_input`` values are.
 _ATTENTION_INPUT_FLAGS = {
@@ -80,7 +157,7 @@ def stock_subnet(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> di
     size for every layer, with head size = hidden / heads, and no per-layer head pruning
     (``pruned_heads`` is 4.x only): a child is a stock ``BertForSequenceClassification``
     only when it drops whole layers and keeps all heads and one FFN width at the
-    teacher's hidden width (docs/reference.md#teacher-compression, issue 30)."""
+    teacher's hidden width (docs/reference.md#teacher-compression)."""
     from nas.ops.basic import scale_width
 
     kept = subnet_layers(space_config, arch)
@@ -97,7 +174,8 @@ def stock_subnet(space_config: Mapping[str, Any], arch: Mapping[str, Any]) -> di
     elif len(ffn) > 1 or ffn == ["0"]:
         why = f"its layers keep FFN shares {', '.join(ffn)}"
     if why is not None:
-        raise ExportError("a bert-subnet child is a stock BertForSequenceClassification only "
+        stock = teacher_type(str(space_config.get("model_type", "bert"))).classifier
+        raise ExportError(f"a bert-subnet child is a stock {stock} only "
                           "with whole layers, all heads and one FFN width at the teacher's "
                           f"hidden width: {why}")
     return {"num_hidden_layers": len(kept),
@@ -130,9 +208,12 @@ def hf_config(space_config: Mapping[str, Any], arch: Mapping[str, Any] | None = 
     head = dict(num_labels=num_labels, id2label=dict(enumerate(labels)),
                 label2id={name: i for i, name in enumerate(labels)})
     if family in ("bert", SUBNET):
+        kind = teacher_type(str(v.get("model_type", "bert")))
         if not v.get("classifier_activation", True):
-            raise ExportError("transformers' BertForSequenceClassification always has a pooler; "
+            raise ExportError(f"transformers' {kind.classifier} always has a pooler; "
                               "classifier_activation=False cannot be exported to hf")
+        if kind.base != "bert":
+            return _teacher_config(str(v["model_type"]), v, head)
         return BertConfig(
             vocab_size=v["vocab_size"], hidden_size=v["hidden_size"],
             num_hidden_layers=v["num_hidden_layers"],
@@ -161,6 +242,35 @@ def hf_config(space_config: Mapping[str, Any], arch: Mapping[str, Any] | None = 
         classifier_activation=bool(v.get("classifier_activation", True)),
         **_ATTENTION_INPUT_FLAGS[attention], **head,
     )
+
+
+def _teacher_config(model_type: str, v: Mapping[str, Any], head: dict[str, Any]) -> Any:
+    """The ``transformers`` config of a RoBERTa, XLM-R, CamemBERT, ELECTRA or DistilBERT
+    design (hyperparameters ``v`` under BERT's names)."""
+    import transformers
+
+    shape = dict(vocab_size=v["vocab_size"], max_position_embeddings=v["max_position_embeddings"],
+                 **head)
+    if model_type == "distilbert":
+        if int(v["type_vocab_size"]) or float(v["layer_norm_eps"]) != 1e-12 \
+                or v["hidden_act"] not in ("gelu", "relu"):
+            raise ExportError("transformers' DistilBERT has no token types, LayerNorm eps "
+                              f"1e-12 and a gelu or relu FFN; this design has type_vocab_size "
+                              f"{v['type_vocab_size']}, eps {v['layer_norm_eps']}, "
+                              f"{v['hidden_act']}")
+        return transformers.DistilBertConfig(
+            dim=v["hidden_size"], n_layers=v["num_hidden_layers"],
+            n_heads=v["num_attention_heads"], hidden_dim=v["intermediate_size"],
+            activation=v["hidden_act"], **shape)
+    bert = dict(hidden_size=v["hidden_size"], num_hidden_layers=v["num_hidden_layers"],
+                num_attention_heads=v["num_attention_heads"],
+                intermediate_size=v["intermediate_size"], hidden_act=v["hidden_act"],
+                type_vocab_size=v["type_vocab_size"], layer_norm_eps=v["layer_norm_eps"])
+    if model_type == "electra":
+        return transformers.ElectraConfig(embedding_size=v["embedding_size"], **bert, **shape)
+    config_class = getattr(transformers, TEACHER_TYPES[model_type].bare.replace("Model",
+                                                                                "Config"))
+    return config_class(pad_token_id=v["pad_token_id"], **bert, **shape)
 
 
 # ---------------------------------------------------------------------------
@@ -254,19 +364,34 @@ def _rename(keys: list[str], pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def our_to_hf_names(model: GraphNet, family: str, prefix: str = "",
-                    classifier: bool = True) -> dict[str, str]:
+                    classifier: bool = True, model_type: str = "bert") -> dict[str, str]:
     """Our state-dict names → HF names. ``prefix`` is the base model's attribute
     (``"bert."`` in ``BertForSequenceClassification``, ``""`` in ``BertModel``);
-    ``classifier=False`` leaves our classifier out (a bare encoder has none)."""
+    ``classifier=False`` leaves our classifier out (a bare encoder has none; nor, in the
+    types with a ``dense`` + ``out_proj`` or ``pre_classifier`` head, our pooler);
+    ``model_type``: the names of that teacher type (:data:`TEACHER_TYPES`), BERT's by
+    default whatever the model is (what importance sorting reads)."""
+    kind = teacher_type(model_type)
     names = _rename(list(model.state_dict()), module_map(model.graph, family))
     out = {}
-    for ours, theirs in names.items():
-        if theirs.startswith("classifier."):
+    for ours, bert_name in names.items():
+        theirs = kind.name(bert_name)
+        if theirs.startswith(_HEAD_NAMES):
             if classifier:
                 out[ours] = theirs
         else:
             out[ours] = prefix + theirs
     return out
+
+
+def kind_base(model_type: str) -> str:
+    """The base model's attribute of a teacher type (``bert``, ``roberta``...)."""
+    return TEACHER_TYPES[model_type].base if model_type in TEACHER_TYPES else model_type
+
+
+def model_type_of(space_config: Mapping[str, Any]) -> str:
+    """The teacher type of a design's configuration (``bert`` when it records none)."""
+    return str(space_config.get("model_type", "bert"))
 
 
 # ---------------------------------------------------------------------------
@@ -280,17 +405,25 @@ def _base_prefix(hf_model: Any) -> str:
 
 
 @torch.no_grad()
-def load_from_hf(model: GraphNet, hf_model_or_state: Any, family: str) -> list[str]:
+def load_from_hf(model: GraphNet, hf_model_or_state: Any, family: str,
+                 model_type: str | None = None) -> list[str]:
     """Copy an HF model's (or state dict's) weights into our child; returns our tensor
-    names HF did not provide (e.g. the classifier when loading a bare encoder)."""
+    names HF did not provide (e.g. the classifier when loading a bare encoder).
+    ``model_type``: whose names the weights have (default: the model's config's; a state
+    dict's, ``bert``)."""
     if isinstance(hf_model_or_state, Mapping):
+        model_type = model_type or "bert"
+        kind = teacher_type(model_type) if family != "mobilebert" else None
         state = dict(hf_model_or_state)
-        prefix = next((p for p in (f"{family}.", "bert.") if any(k.startswith(p) for k in state)),
-                      "")
+        bases = (f"{family}.", f"{kind.base}." if kind else "bert.", "bert.")
+        prefix = next((p for p in bases if any(k.startswith(p) for k in state)), "")
     else:
+        config = getattr(hf_model_or_state, "config", None)
+        model_type = model_type or str(getattr(config, "model_type", "bert"))
         state = hf_model_or_state.state_dict()
         prefix = _base_prefix(hf_model_or_state)
-    names = our_to_hf_names(model, family, prefix)
+    names = our_to_hf_names(model, family, prefix,
+                            model_type=model_type if family != "mobilebert" else "bert")
     missing = []
     for ours, tensor in model.state_dict().items():
         theirs = names.get(ours)
@@ -308,26 +441,31 @@ def load_from_hf(model: GraphNet, hf_model_or_state: Any, family: str) -> list[s
 
 def to_hf(model: GraphNet, space_config: Mapping[str, Any], arch: Mapping[str, Any] | None = None,
           labels: list[str] | None = None, head: bool = True) -> Any:
-    """Our child as ``*ForSequenceClassification`` (``head=False``: the bare ``*Model``)."""
-    from transformers import (
-        BertForSequenceClassification,
-        BertModel,
-        MobileBertForSequenceClassification,
-        MobileBertModel,
-    )
+    """Our child as ``*ForSequenceClassification`` (``head=False``: the bare ``*Model``), of
+    the design's teacher type (``RobertaForSequenceClassification``...; :data:`TEACHER_TYPES`)."""
+    import transformers
 
     family = family_of(space_config)
     config = hf_config(space_config, arch, labels)
-    classes = {"bert": (BertModel, BertForSequenceClassification),
-               SUBNET: (BertModel, BertForSequenceClassification),
-               "mobilebert": (MobileBertModel, MobileBertForSequenceClassification)}[family]
-    hf_model = classes[int(head)](config).eval()
-    names = our_to_hf_names(model, family, _base_prefix(hf_model), classifier=head)
+    model_type = "bert"
+    if family == "mobilebert":
+        names = ("MobileBertModel", "MobileBertForSequenceClassification")
+    else:
+        model_type = model_type_of(space_config)
+        kind = teacher_type(model_type)
+        names = (kind.bare, kind.classifier)
+    cls = getattr(transformers, names[int(head)])
+    # a bare RoBERTa-type encoder without the pooler its classifier never uses (ours is
+    # the classifier's dense layer)
+    extra = {} if head or kind_base(model_type) != "roberta" else {"add_pooling_layer": False}
+    hf_model = cls(config, **extra).eval()
+    names_map = our_to_hf_names(model, family, _base_prefix(hf_model), classifier=head,
+                                model_type=model_type)
     target = hf_model.state_dict()
     ours = model.state_dict()
     covered = set()
     with torch.no_grad():
-        for o, t in names.items():
+        for o, t in names_map.items():
             if t not in target:
                 raise ExportError(f"our tensor {o} maps to {t}, which {type(hf_model).__name__} "
                                   "does not have")
@@ -378,7 +516,33 @@ def space_kwargs_from_hf(config: Any) -> tuple[str, dict[str, Any]]:
             type_vocab_size=config.type_vocab_size,
             classifier_activation=bool(config.classifier_activation),
         )
-    raise ExportError(f"model_type {config.model_type!r} is neither bert nor mobilebert")
+    if config.model_type in TEACHER_TYPES:
+        return "bert", teacher_kwargs(config, num_labels)
+    teacher_type(str(config.model_type))  # refused, naming the supported types
+    raise AssertionError("unreachable")  # teacher_type raised
+
+
+def teacher_kwargs(config: Any, num_labels: int) -> dict[str, Any]:
+    """The ``bert`` design's keyword arguments of a RoBERTa, XLM-R, CamemBERT, ELECTRA or
+    DistilBERT config (DistilBERT's ``dim``, ``n_layers``... under BERT's names)."""
+    model_type = str(config.model_type)
+    common = dict(num_labels=num_labels, vocab_size=config.vocab_size,
+                  max_position_embeddings=config.max_position_embeddings,
+                  model_type=model_type)
+    if model_type == "distilbert":
+        return dict(common, hidden_size=config.dim, num_hidden_layers=config.n_layers,
+                    num_attention_heads=config.n_heads, intermediate_size=config.hidden_dim,
+                    hidden_act=config.activation, type_vocab_size=0, layer_norm_eps=1e-12)
+    kwargs = dict(common, hidden_size=config.hidden_size,
+                  num_hidden_layers=config.num_hidden_layers,
+                  num_attention_heads=config.num_attention_heads,
+                  intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                  type_vocab_size=config.type_vocab_size, layer_norm_eps=config.layer_norm_eps)
+    if model_type == "electra":
+        kwargs["embedding_size"] = config.embedding_size
+    elif model_type != "bert":
+        kwargs["pad_token_id"] = config.pad_token_id
+    return kwargs
 
 
 def from_hf(hf_model: Any) -> tuple[Any, GraphNet]:
@@ -395,7 +559,8 @@ def from_hf(hf_model: Any) -> tuple[Any, GraphNet]:
 
 def load_teacher_as_design(path: str | Path | None = None, num_labels: int | None = None
                            ) -> tuple[Any, GraphNet]:
-    """Load an HF BERT checkpoint folder into the ``bert`` design: ``(space, model)``.
+    """Load an HF BERT-family checkpoint folder (:data:`TEACHER_TYPES`) into the ``bert``
+    design: ``(space, model)``; another ``model_type`` is refused in one line.
 
     ``path`` defaults to the packaged MiniLM teacher. The shape is read from
     ``config.json``; a fine-tuned ``BertForSequenceClassification`` brings its head, a
@@ -416,9 +581,8 @@ def load_teacher_as_design(path: str | Path | None = None, num_labels: int | Non
     if not (path / "config.json").is_file():
         raise ExportError(f"{path / 'config.json'}: missing; not a Hugging Face model folder")
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    if config.model_type != "bert":
-        raise ExportError(f"{path / 'config.json'}: model_type {config.model_type!r}, "
-                          "expected 'bert'")
+    model_type = str(config.model_type)
+    teacher_type(model_type, where=str(path / "config.json"))
     archs = json.loads((path / "config.json").read_text()).get("architectures") or []
     classifier = any("SequenceClassification" in a for a in archs)
     name, kwargs = space_kwargs_from_hf(config)
@@ -428,7 +592,7 @@ def load_teacher_as_design(path: str | Path | None = None, num_labels: int | Non
     model = build_child(space)
     cls = AutoModelForSequenceClassification if classifier else AutoModel
     hf_model = cls.from_pretrained(str(path), local_files_only=True)
-    missing = load_from_hf(model, hf_model, "bert")
+    missing = load_from_hf(model, hf_model, "bert", model_type)
     unexpected = [m for m in missing if "classifier" not in m and "pooler" not in m]
     if unexpected:
         raise ExportError(f"{path}: the checkpoint lacks tensors for {unexpected[:5]}")
@@ -452,6 +616,6 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-__all__ = ["CONVERTIBLE", "FAMILIES", "SUBNET", "from_hf", "hf_config", "load_from_hf",
-           "load_teacher_as_design", "module_map", "quiet_transformers", "stock_subnet",
-           "subnet_layers", "to_hf"]
+__all__ = ["CONVERTIBLE", "FAMILIES", "SUBNET", "TEACHER_TYPES", "from_hf", "hf_config",
+           "load_from_hf", "load_teacher_as_design", "module_map", "quiet_transformers",
+           "stock_subnet", "subnet_layers", "to_hf"]

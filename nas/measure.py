@@ -6,6 +6,12 @@ so they must be measured identically: FLOPs from the cost model at the run's seq
 length (docs/reference.md#costs), latency as the median forward pass of batches of 1 and 32
 report-split examples closest to the split's median token length (the ratios then hold for typical
 inputs, not for the shortest one), on the threads the process was given.
+
+The teacher is timed as an engine graph (loaded into the ``bert`` design, like every
+student) in the run itself, never read from the ``teacher-costs`` cache, and a speed-up is
+the teacher and the student timed in interleaved rounds in one process
+(:func:`paired_speedups`, :func:`nas.timing.time_pair`;
+docs/latency.md#speed-ups-one-timing-protocol).
 """
 
 from __future__ import annotations
@@ -19,24 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from nas.timing import TORCH_FP32
+
 log = logging.getLogger("nas.measure")
 
 #: The batch sizes latency is measured at.
 LATENCY_BATCH_SIZES = (1, 32)
 
 Batches = Callable[[Any, int], Iterator[dict[str, Any]]]
-
-
-class HFAdapter(torch.nn.Module):
-    """Calls a ``transformers`` classifier with an engine batch (for the latency timer)."""
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, b: Mapping[str, Any]) -> Any:
-        keys = ("input_ids", "attention_mask", "token_type_ids")
-        return self.m(**{k: b[k] for k in keys if k in b})
 
 
 def median_length_batches(report: Any, tokenizer: Any, max_seq_len: int,
@@ -60,12 +56,12 @@ def median_length_batches(report: Any, tokenizer: Any, max_seq_len: int,
 
 
 def teacher_costs(model_dir: str, num_labels: int, *, dev_metrics: Mapping[str, float],
-                  report_split: str, report: Any, tokenizer: Any, max_seq_len: int,
-                  latency_batches: Mapping[int, Mapping[str, Any]],
-                  latency_repeats: int) -> dict[str, Any]:
-    """The fine-tuned teacher's row: dev metrics (from its fine-tune), report-split metrics,
-    parameters, FLOPs per example at ``max_seq_len`` and batch-1/32 latency."""
-    from nas.cost import count_costs, count_model_params, measure_latency
+                  report_split: str, report: Any, tokenizer: Any, max_seq_len: int
+                  ) -> dict[str, Any]:
+    """The fine-tuned teacher's row without its latency: dev metrics (from its fine-tune),
+    report-split metrics, parameters and FLOPs per example at ``max_seq_len`` (what may be
+    cached; latency is timed in each run: :func:`teacher_latency`)."""
+    from nas.cost import count_costs, count_model_params
     from nas.hf import space_kwargs_from_hf
     from nas.space import get_space
     from nas.teacher import evaluate, load_teacher
@@ -73,45 +69,78 @@ def teacher_costs(model_dir: str, num_labels: int, *, dev_metrics: Mapping[str, 
     model = load_teacher(model_dir, num_labels=num_labels).eval()
     name, kwargs = space_kwargs_from_hf(model.config)
     flops = count_costs(get_space(name, **kwargs), None, max_seq_len).flops
-    latency = {f"batch{bs}": measure_latency(HFAdapter(model), batch,
-                                             repeats=latency_repeats).to_dict()
-               for bs, batch in latency_batches.items()}
     costs: dict[str, Any] = {"dev": dict(dev_metrics)}
     if report_split != "dev":
         costs[report_split] = evaluate(model, report, tokenizer, max_seq_len=max_seq_len)
     else:
         costs["dev"] = evaluate(model, report, tokenizer, max_seq_len=max_seq_len)
     costs.update({"params": count_model_params(model), "flops": flops, "seq_len": max_seq_len,
-                  "latency": latency, "model_dir": model_dir})
+                  "model_dir": model_dir})
     return costs
+
+
+def teacher_latency(model: torch.nn.Module, latency_batches: Mapping[int, Mapping[str, Any]],
+                    repeats: int) -> dict[str, Any]:
+    """``{"batchN": latency}`` of the teacher as an engine graph (``model``: the ``bert``
+    design, :func:`nas.hf.load_teacher_as_design`), timed now, as a student is."""
+    from nas.cost import measure_latency
+
+    return {f"batch{bs}": measure_latency(model, batch, repeats=repeats).to_dict()
+            for bs, batch in latency_batches.items()}
+
+
+def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], object],
+                    latency_batches: Mapping[int, Any], repeats: int, *,
+                    runtime: str = TORCH_FP32, device: Any = None,
+                    what: str = "student") -> dict[str, Any]:
+    """The speed-up of ``student`` over ``teacher`` per batch size, both timed by
+    :func:`nas.timing.time_pair` (interleaved rounds, the same batches) in ``runtime``:
+    ``{"runtime", "protocol", "noisy", "batchN": TimingResult.to_dict()}``. A batch size
+    whose spread is larger than the difference is logged as a warning and marked
+    ``noisy`` (the report repeats it).
+
+    ``latency_batches`` maps a batch size to what both callables take (a batch, or a
+    pair of the teacher's and the student's batches when their tokenisers differ)."""
+    from nas.timing import time_pair
+
+    out: dict[str, Any] = {"runtime": runtime, "protocol": "interleaved", "noisy": False}
+    for bs, batch in sorted(latency_batches.items()):
+        result = time_pair(teacher, student, [batch], repeats, runtime=runtime, device=device)
+        out[f"batch{bs}"] = result.to_dict()
+        message = result.warning(f"{what} vs teacher at batch {bs}")
+        if message:
+            log.warning("%s", message)
+            out["noisy"] = True
+    return out
 
 
 def cached_teacher_costs(run: Any, teacher: Any, num_labels: int, *, report_split: str,
                          report: Any, tokenizer: Any, max_seq_len: int,
                          latency_batches: Mapping[int, Mapping[str, Any]],
-                         latency_repeats: int) -> dict[str, Any]:
+                         latency_repeats: int,
+                         engine_teacher: Callable[[], torch.nn.Module]) -> dict[str, Any]:
     """:func:`teacher_costs` of a run's fine-tuned ``teacher`` (a
-    :class:`~nas.teacher.FinetuneResult`), kept in the run's ``teacher.json`` (a resumed
-    run reports the same row).
+    :class:`~nas.teacher.FinetuneResult`) with its latency timed in this run, kept in the
+    run's ``teacher.json`` (a resumed run reports the same row).
 
-    A new run folder reuses the row of an earlier run of the same teacher, report split,
-    length, latency batches and repeats on this machine and thread count (the cache's
+    A new run folder reuses the scores, parameters and FLOPs of an earlier run of the same
+    teacher, report split and length on this machine and thread count (the cache's
     ``teacher-costs`` kind; scoring the teacher on SST-2's 1,821 test sentences takes most
-    of a smoke run). Its latency is then that earlier measurement, which the row says."""
+    of a smoke run), never its latency: a latency in a cached row (written before this
+    rule) is dropped, and ``engine_teacher()`` (the teacher in the ``bert`` design the
+    students are timed as) is timed now (:func:`teacher_latency`)."""
     from nas.cache import cache_root, json_key
     from nas.checkpoint import atomic_write_json
     from nas.latency import machine
 
     known = run.load_json("teacher.json")
-    if known is not None:
-        return known
-    shapes = {bs: {k: list(v.shape) for k, v in batch.items() if hasattr(v, "shape")}
-              for bs, batch in latency_batches.items()}
+    if known is not None and "runtime" in known:
+        return known  # a resumed run: the row timed in this run folder
     key = json_key({"model": teacher.model_dir, "model_key": getattr(teacher, "key", None),
                     "dev": teacher.metrics, "split": report_split,
                     "report": getattr(report, "fingerprint", None), "num_labels": num_labels,
-                    "max_seq_len": max_seq_len, "latency": shapes, "repeats": latency_repeats,
-                    "machine": machine(), "threads": torch.get_num_threads()})
+                    "max_seq_len": max_seq_len, "machine": machine(),
+                    "threads": torch.get_num_threads()})
     path = cache_root() / "teacher-costs" / f"{key}.json"
     costs = None
     if getattr(report, "fingerprint", None):
@@ -122,11 +151,13 @@ def cached_teacher_costs(run: Any, teacher: Any, num_labels: int, *, report_spli
     if costs is None:
         costs = teacher_costs(teacher.model_dir, num_labels, dev_metrics=teacher.metrics,
                               report_split=report_split, report=report, tokenizer=tokenizer,
-                              max_seq_len=max_seq_len, latency_batches=latency_batches,
-                              latency_repeats=latency_repeats)
+                              max_seq_len=max_seq_len)
         if getattr(report, "fingerprint", None):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(path, costs)
+    # timed now: a latency in a cached row (written before this rule) is replaced
+    costs.update(latency=teacher_latency(engine_teacher(), latency_batches, latency_repeats),
+                 runtime=TORCH_FP32)
     run.save_json("teacher.json", costs)
     return costs
 
@@ -171,5 +202,5 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
     return found
 
 
-__all__ = ["HFAdapter", "LATENCY_BATCH_SIZES", "cached_teacher_costs", "median_length_batches",
-           "overlap_counts", "teacher_costs"]
+__all__ = ["LATENCY_BATCH_SIZES", "cached_teacher_costs", "median_length_batches",
+           "overlap_counts", "paired_speedups", "teacher_costs", "teacher_latency"]

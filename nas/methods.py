@@ -98,6 +98,17 @@ class Method(abc.ABC):
                           "works for methods that score candidates by a proxy "
                           "(e.g. efficientbert)")
 
+    def validate(self, config: Any, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """Every check :meth:`run` makes before its first training step, and those it
+        would make later that need no training, raised as the run's one-line errors; the
+        run and ``nas run --dry-run`` both call it first, so that a dry run that passes
+        means the run starts. ``calibrate=False`` (the dry run) measures nothing: a check
+        that would need a measurement first is skipped and returned as a note saying why
+        (the notes are empty otherwise). None here: a method on the shared skeleton
+        has the run's (``recipes.common.Recipe.validate``)."""
+        return []
+
     def dry_run(self, config: Any, options: RunOptions) -> dict[str, Any]:
         """What :meth:`run` would do, found without training or writing a run folder
         (``nas run --dry-run``): the resolved configuration, the data sizes, the steps per
@@ -184,6 +195,20 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
     if not isinstance(name, str):
         raise ConfigError(f"{path}: method must be a name, got {name!r}")
     method = METHODS.get(name)()
+    if (isinstance(data.get("transfer"), dict) and {"texts", "augment"} & set(data["transfer"])
+            and not getattr(method, "uses_transfer", False)):
+        raise ConfigError(f"{path}: transfer: method {name} does not distil on transfer "
+                          "text (methods search and compress do, in their final retrain); "
+                          "drop the transfer: block")
+    transfer = data.get("transfer")
+    if isinstance(transfer, dict) and transfer.get("texts") is not None:
+        from nas.transfer import normalise_texts
+
+        try:  # absolute, found like task files (a missing one is refused now)
+            data["transfer"] = {**transfer, "texts": normalise_texts(transfer["texts"],
+                                                                     base or Path.cwd())}
+        except DataError as err:
+            raise ConfigError(f"{path}: {err}") from None
     if "plugins" in data and "plugins" not in getattr(method.config_class,
                                                       "__dataclass_fields__", {}):
         data.pop("plugins")  # imported above; this method's workers do not re-import them

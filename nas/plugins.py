@@ -88,11 +88,13 @@ def import_file(path: Path) -> ModuleType:
     sys.modules[name] = module  # before running it: dataclasses and pickling look it up
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001  (any failure is the plug-in's, named in one line)
+    except KeyboardInterrupt:
+        del sys.modules[name]
+        raise
+    except BaseException as err:  # noqa: BLE001  (sys.exit too: the plug-in's, in one line)
         del sys.modules[name]
         raise PluginError(f"plugin {path} failed to import: {_where(err, path)}"
-                          f"{type(err).__name__}: {err}; fix the file or drop it from "
-                          "plugins") from None
+                          f"{_raised(err)}; fix the file or drop it from plugins") from None
     return module
 
 
@@ -106,9 +108,20 @@ def import_module(name: str) -> ModuleType:
                               "(ending in .py) or install the package") from None
         raise PluginError(f"plugin {name} failed to import: {type(err).__name__}: {err}") \
             from None
-    except Exception as err:  # noqa: BLE001
-        raise PluginError(f"plugin {name} failed to import: {type(err).__name__}: {err}") \
-            from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001  (sys.exit too: the plug-in's, in one line)
+        raise PluginError(f"plugin {name} failed to import: {_raised(err)}") from None
+
+
+def _raised(err: BaseException) -> str:
+    """What a plug-in raised, in one line: ``SystemExit(3) (it called sys.exit)``, or the
+    exception's type and message. A plug-in that exits or raises a ``BaseException`` of
+    its own must not end ``nas`` silently or with a traceback."""
+    if isinstance(err, SystemExit):
+        return f"SystemExit({err.code!r}) (it called sys.exit or exit)"
+    message = " ".join(str(err).split())
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
 def import_run_plugins(run_dir: str | Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Finite-pool spaces: a benchmark's recorded architectures as a search space (issue 29).
+"""Finite-pool spaces: a benchmark's recorded architectures as a search space.
 
 A tabular NAS benchmark (NAS-Bench-BERT, HW-GPT-Bench) records a *sample* of its space:
 491 of about 1e7 encoders, 10,000 of about 2e12 GPT sub-networks. :class:`PoolSpace` is
@@ -20,14 +20,21 @@ exactly the recorded rows:
   ``tabular`` evaluator) and the costs by :meth:`PoolSpace.costs_of` (hard budgets).
 
 A pool space has no model: its graph is empty, :meth:`PoolSpace.resolve` refuses with a
-one-line error, and it is registered with ``tabular=True`` so that the model-building
-tests and tools leave it out (``list_spaces(tabular=False)``). The loaders live in
-``spaces/`` (one module per benchmark); the data folder is :func:`benchmark_dir`.
+one-line error, and :meth:`PoolSpace.row_graph` gives each row a small labelled graph
+instead (by default a chain: a node per choice outside the layers, then a node per
+layer labelled with the row's choices of that layer), which graph-kernel searchers
+compare (``wl-bo``). A search that moves by small steps finds a row's neighbours with
+:meth:`PoolSpace.neighbours`: the recorded rows that differ from it in the fewest
+choices (one where any does). It is registered with ``tabular=True`` so that the
+model-building tests and tools leave it out
+(``list_spaces(tabular=False)``). The loaders live in ``spaces/`` (one module per
+benchmark); the data folder is :func:`benchmark_dir`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,19 +105,24 @@ class PoolSpace(SearchSpace):
         canonicalisation), in the file's order.
     metrics: per row, the recorded quantities (``{"sst": array, "params": array}``).
     metric_info: each quantity's :class:`Metric`.
-    depth: the depth choice, and ``layer_choices``: per layer ``k`` (1-based), the
-        choices that exist only when ``depth >= k``.
+    depth: the depth choice (``None``: every row has every choice), and
+        ``layer_choices``: per layer ``k`` (1-based), the choices that exist only when
+        ``depth >= k``.
+    graph: ``arch -> networkx.DiGraph``, a row's graph (:meth:`row_graph`); by default
+        the chain of :func:`layer_chain`.
     """
 
     has_model = False
 
     def __init__(self, name: str, choices: Sequence[Categorical],
                  rows: Sequence[Mapping[str, Any]], metrics: Mapping[str, Sequence[float]],
-                 metric_info: Mapping[str, Metric], *, depth: str,
-                 layer_choices: Mapping[int, Sequence[str]],
-                 config: Mapping[str, Any] | None = None, description: str = "") -> None:
+                 metric_info: Mapping[str, Metric], *, depth: str | None = None,
+                 layer_choices: Mapping[int, Sequence[str]] | None = None,
+                 config: Mapping[str, Any] | None = None, description: str = "",
+                 graph: Callable[[Architecture], nx.DiGraph] | None = None) -> None:
         self.depth_choice = depth
-        self.layer_choices = {int(k): tuple(v) for k, v in layer_choices.items()}
+        self._row_graph = graph
+        self.layer_choices = {int(k): tuple(v) for k, v in (layer_choices or {}).items()}
         super().__init__(name, choices, nx.DiGraph(), config=config, description=description)
         self.metric_info = dict(metric_info)
         self.archs: list[Architecture] = [self.validate(r) for r in rows]
@@ -125,11 +137,16 @@ class PoolSpace(SearchSpace):
                                          "and a Metric description")
         self._numeric = np.array([c.numeric for c in self.choices()])
         self._codes = np.array([self._code(a) for a in self.archs])
+        #: per row, the index of each choice's value (for :meth:`neighbours`)
+        self._values = np.array([[c.index(a[c.name]) for c in self.choices()]
+                                 for a in self.archs])
 
     # -- the canonical form ------------------------------------------------------
     def inactive(self, values: Mapping[str, Any]) -> set[str]:
         """The choices that do not exist in the network of ``values`` (layers past its
-        depth)."""
+        depth; none without a depth choice)."""
+        if self.depth_choice is None:
+            return set()
         depth = int(values[self.depth_choice])
         return {n for k, names in self.layer_choices.items() if k > depth for n in names}
 
@@ -139,7 +156,7 @@ class PoolSpace(SearchSpace):
         if isinstance(arch, Architecture) and arch.space not in (None, self.name):
             return super().validate(arch)  # its error
         values = dict(arch)
-        if self.depth_choice in values:
+        if self.depth_choice is not None and self.depth_choice in values:
             depth = self.choice(self.depth_choice).validate(values[self.depth_choice])
             off = self.inactive({self.depth_choice: depth})
             values = {**{n: self.choice(n).default for n in off}, **values}
@@ -213,6 +230,27 @@ class PoolSpace(SearchSpace):
         d = np.where(free, self.distances(arch), np.inf)
         return int(np.argmin(d))
 
+    def neighbours(self, row: int) -> np.ndarray:
+        """The rows that differ from ``row`` in the fewest choices (canonical form): the
+        rows one choice away when any is recorded, else those two away, and so on. A
+        table records a sample of its space, so one-choice neighbours are rare
+        (NAS-Bench-BERT: 26% of its rows have one, HW-GPT-Bench: none); the fewest
+        differing choices keeps a local move local without leaving the table."""
+        diff = (self._values != self._values[row]).sum(axis=1)
+        diff[row] = 0
+        others = diff[diff > 0]
+        if not len(others):
+            return np.zeros(0, dtype=int)
+        return np.flatnonzero(diff == others.min())
+
+    def row_graph(self, arch: Mapping[str, Any]) -> nx.DiGraph:
+        """The labelled graph of ``arch`` (validated first): the space's ``graph``
+        callable's, else :func:`layer_chain`'s. Nodes carry a ``label`` attribute."""
+        arch = self.validate(arch)
+        if self._row_graph is not None:
+            return self._row_graph(arch)
+        return layer_chain(arch, sorted(self.inactive(arch)))
+
     def within(self, limits: Mapping[str, float | None]) -> np.ndarray:
         """Rows whose recorded costs are at most ``limits`` (``{"params": 1e7}``; a
         ``None`` limit is no limit); an unrecorded cost is a one-line error."""
@@ -251,6 +289,45 @@ class PoolSpace(SearchSpace):
                      else values.min())
 
 
+#: a per-layer choice's name: ``layer3.heads``, ``L3.ffn`` (prefix, layer number, field)
+LAYER_NAME = re.compile(r"^([A-Za-z_]*?)(\d+)[._](.+)$")
+
+
+def layer_chain(arch: Mapping[str, Any], absent: Sequence[str] = ()) -> nx.DiGraph:
+    """A row's default graph, a chain: one node per choice that belongs to no layer
+    (``embed=768``; in name order, so that a graph kernel counts each such value on its
+    own), then one node per layer (in order), labelled with that layer's choices by field
+    (``heads=4,op=sa_sdp``; the same label at any depth, so a graph kernel sees two equal
+    layers as equal), each joined to the next. A choice belongs to layer ``k`` when its
+    name reads ``<prefix><k>.<field>`` (``layer3.heads``); ``absent`` choices (layers past
+    the depth) are left out, and so are their layers."""
+    skip = set(absent)
+    glob: list[str] = []
+    layers: dict[int, list[str]] = {}
+    for name, value in arch.items():
+        if name in skip:
+            continue
+        match = LAYER_NAME.match(name)
+        if match:
+            layers.setdefault(int(match.group(2)), []).append(f"{match.group(3)}={value}")
+        else:
+            glob.append(f"{name}={value}")
+    g = nx.DiGraph()
+    previous = None
+    for label in sorted(glob):
+        g.add_node(label, label=label)
+        if previous is not None:
+            g.add_edge(previous, label)
+        previous = label
+    for k in sorted(layers):
+        node = f"layer{k}"
+        g.add_node(node, label="layer:" + ",".join(sorted(layers[k])))
+        if previous is not None:
+            g.add_edge(previous, node)
+        previous = node
+    return g
+
+
 def read_json(space: str, path: Path) -> Any:
     """A benchmark's JSON file, or a one-line error saying it is malformed."""
     import json
@@ -281,4 +358,4 @@ def checked(space: str, path: Path, read: Callable[[], Any]) -> Any:
 
 
 __all__ = ["BenchmarkDataError", "Metric", "PoolSpace", "benchmark_dir", "benchmark_file",
-           "checked", "malformed", "read_json"]
+           "checked", "layer_chain", "malformed", "read_json"]

@@ -120,10 +120,16 @@ class Registry(Generic[T]):
             except DuplicateNameError as err:
                 self._conflict = err
                 break
-            except Exception as err:  # noqa: BLE001  (any broken plug-in is skipped)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as err:  # noqa: BLE001  (any broken plug-in is skipped,
+                # one that calls sys.exit or raises a BaseException of its own too: it must
+                # not end `nas` silently)
+                what = (f"SystemExit({err.code!r}) (it called sys.exit or exit)"
+                        if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}")
                 warnings.warn(
                     f"{self.kind} plug-in skipped: {_describe_entry_point(ep)} failed to load: "
-                    f"{type(err).__name__}: {err}",
+                    f"{what}",
                     PluginWarning,
                     stacklevel=2,
                 )

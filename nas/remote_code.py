@@ -11,7 +11,7 @@ to ``.nas_x_y``. The folder then works where ``torch`` and ``transformers`` are 
 and this package is not (``tests/test_export_remote.py`` loads it in such a process).
 A user space's ops are bundled the same way from their own module.
 
-Two rules make a folder load on every ``transformers`` the package declares (issue 31):
+Two rules make a folder load on every ``transformers`` the package declares:
 
 * the modeling file imports every bundled module itself: ``transformers`` 4.x copies a
   local folder's remote code into its module cache one level deep (only the modeling

@@ -23,17 +23,28 @@ def _ms(value: float) -> str:
 
 
 def _row(name: str, m: dict[str, Any], metric: str, teacher: dict[str, Any],
-         split: str = "dev") -> str:
+         split: str = "dev", paired: dict[str, Any] | None = None,
+         side: str = "student_ms") -> str:
+    """A model's row. With ``paired`` (the interleaved timing of
+    :func:`nas.measure.paired_speedups`) its milliseconds are that timing's ``side``
+    (``teacher_ms`` for the teacher's row) and its speed-up the paired one, marked
+    "(paired)"; else its own medians and the ratio of the two rows' batch-1 medians."""
     lat1 = m["latency"]["batch1"]["median_ms"]
     lat32 = m["latency"]["batch32"]["median_ms"]
     size = teacher["params"] / m["params"]
     speed = teacher["latency"]["batch1"]["median_ms"] / lat1
+    how = ""
+    if paired and "batch1" in paired:
+        lat1 = paired["batch1"][side]
+        lat32 = paired.get("batch32", {}).get(side, lat32)
+        if side == "student_ms":
+            speed, how = paired["batch1"]["speedup"], " (paired)"
     flops = human(m["flops"]) if "flops" in m else "-"  # from 512 to billions
     scores = m.get(split)
     value = (" / ".join(f"{100 * scores[p]:.2f}" for p in metric_parts(metric))
              if scores else "-")
     return (f"| {name} | {value} | {m['params'] / 1e6:.2f}M | {flops} | "
-            f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}× |")
+            f"{_ms(lat1)} | {_ms(lat32)} | {size:.1f}× | {speed:.1f}×{how} |")
 
 
 def _overlap_lines(evaluation: dict[str, Any]) -> list[str]:
@@ -49,7 +60,7 @@ def _overlap_lines(evaluation: dict[str, Any]) -> list[str]:
 
 
 #: A model that scores less than this far above chance or the majority answer has not
-#: learned the task (issue 31: a student at 36% on 3 classes was reported only as
+#: learned the task (a student at 36% on 3 classes was reported only as
 #: "194.8× faster").
 TRIVIAL_MARGIN = 0.02
 
@@ -138,11 +149,12 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
              f"| model | {split} {' / '.join(parts)} (%) | params | FLOPs/example | "
              "CPU ms (batch 1) | CPU ms (batch 32) | smaller than teacher | faster (batch 1) |",
              "|---|---|---|---|---|---|---|---|",
-             _row("teacher", teacher, metric, teacher, split)]
+             _row("teacher", teacher, metric, teacher, split, metrics.get("speedup"),
+                  side="teacher_ms")]
     if "searched" in metrics:
         # a fixed-design recipe (TinyBERT, MobileBERT, mixed vocab) tags its row "student"
         lines.append(_row(metrics["searched"].get("tag") or "searched", metrics["searched"],
-                          metric, teacher, split))
+                          metric, teacher, split, metrics.get("speedup")))
     if "random" in metrics:
         r = metrics["random"]
         for i, one in enumerate(r["runs"]):
@@ -164,12 +176,61 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
                   f"forward pass of the {where}, one CPU thread, padded to the batch's longest "
                   f"({', '.join(map(str, sorted(seq)))} tokens)."]
+    lines += timing_lines(metrics)
     env = metrics.get("environment")
     if env:  # runs made before it was recorded have none
         lines.append(f"Measured at commit {(env.get('commit') or 'unknown')[:12]} (engine "
                      f"{env.get('engine')}, torch {env.get('torch')}, transformers "
                      f"{env.get('transformers')}), training on {env.get('threads')} torch "
                      "thread(s).")
+    return lines
+
+
+#: What a runtime name means, for the report's text.
+RUNTIMES = {"torch-fp32": "PyTorch, float32, eager"}
+
+
+def timing_lines(metrics: dict[str, Any]) -> list[str]:
+    """How latency was timed, in words: the runtime every figure is in, the searched
+    model's paired speed-up (against the teacher in PyTorch fp32 and in the student's own
+    runtime) with its spread, a warning when the spread is larger than the difference,
+    and a note for runs timed under the previous protocol
+    (docs/latency.md#speed-ups-one-timing-protocol)."""
+    teacher = metrics["teacher"]
+    runtime = teacher.get("runtime")
+    if runtime is None:
+        return ["Timed under the previous protocol: the teacher as a `transformers` model, "
+                "possibly a row cached from an earlier run, apart from the students; its "
+                "speed-ups are not comparable with runs that time both in one runtime."]
+    lines = [f"Runtime of every latency figure: `{runtime}` ({RUNTIMES.get(runtime, runtime)});"
+             " the teacher was timed in this run in the engine's `bert` design, as the "
+             "students are. Rows marked (paired) show the paired timing below (the "
+             "teacher's row too); other speed-ups divide the teacher's and the row's "
+             "separately timed medians."]
+    paired = metrics.get("speedup")
+    if not paired:
+        return lines
+    tag = (metrics.get("searched") or {}).get("tag") or "searched"
+    for key in sorted(k for k in paired if k.startswith("batch")):
+        r = paired[key]
+        low, high = r["speedup_iqr"]
+        if r["runtime"] == "torch-fp32":
+            fp32 = "the same figure (the teacher in PyTorch fp32: the same runtime here)"
+        else:  # a runtime plugged in: its pairing against the teacher in torch-fp32 beside
+            base = (paired.get("vs_torch_fp32") or {}).get(key)
+            fp32 = (f"{base['speedup']:.2f}× against the teacher in PyTorch fp32" if base
+                    else "not timed against the teacher in PyTorch fp32")
+        lines.append(f"Speed-up of {tag} over the teacher at {key.replace('batch', 'batch ')}"
+                     f" (paired: {r['rounds']} interleaved rounds on the same batches): "
+                     f"{r['speedup']:.2f}× against the teacher in the same runtime "
+                     f"`{r['runtime']}` (interquartile range {low:.2f}–{high:.2f}; teacher "
+                     f"{_ms(r['teacher_ms'])} ms, {tag} {_ms(r['student_ms'])} ms); {fp32}.")
+        if r.get("noisy"):
+            lines.append(f"Warning: at {key.replace('batch', 'batch ')} the timings' spread "
+                         "(teacher's and student's interquartile ranges together) is larger "
+                         "than the difference between their medians: the machine was too "
+                         "busy to tell the two apart; time again on a quiet machine with more "
+                         "`latency_repeats`.")
     return lines
 
 

@@ -62,6 +62,19 @@ LOCK_FILE = ".lock"
 START_STAGE = "start"  # the log line a run writes when it starts or resumes
 
 
+def run_folder(given: str | os.PathLike[str] | None, default: str | Path,
+               flag: str = "--run-dir") -> Path:
+    """The run folder to use: ``given``, or ``default`` (``runs/<name>``) when none was
+    given. An empty or blank ``given`` is refused: ``Path("")`` is the current folder,
+    and a falsy test would quietly write into ``runs/<name>`` instead."""
+    if given is None:
+        return Path(default)
+    if not str(given).strip():
+        raise NasError(f"{flag} {str(given)!r}: empty; name a folder (e.g. {flag} "
+                       f"{default}) or leave {flag} out for {default}")
+    return Path(given)
+
+
 class RunLockError(NasError):
     """Another process is writing to the run directory."""
 
@@ -164,22 +177,34 @@ def _acquire(lock: Path, break_lock: bool) -> None:
                 continue
             _take_over(path, owner, f"{path}: unreadable lock file, taken over")
             continue
+        refusal = _lock_refusal(run, owner, break_lock)
+        if refusal is not None:
+            raise refusal
         if owner.get("host") == host:
-            pid = owner.get("pid")
-            # our own pid in a lock we do not hold: a gone process whose pid we reuse
-            if (isinstance(pid, int) and pid != os.getpid()
-                    and _process_alive(pid, owner.get("started"))):
-                raise RunLockError(f"{run} is in use by {_describe(owner)}; wait for it or "
-                                   "stop it")
             _take_over(path, owner, f"{run}: stale lock of {_describe(owner)} (the process "
                                     "is gone), taken over")
             continue
-        if not break_lock:
-            raise RunLockError(f"{run} is locked by {_describe(owner)}, which cannot be "
-                               "checked from here; if that run is over, pass --break-lock")
         _take_over(path, owner, f"{run}: lock of {_describe(owner)} broken (--break-lock)")
     raise RunLockError(f"{path}: cannot take the lock (other processes keep taking it); "
                        "try again")
+
+
+def _lock_refusal(run: Path, owner: dict[str, Any], break_lock: bool) -> RunLockError | None:
+    """Why the lock ``owner`` holds on ``run`` keeps this process out (``None``: it may be
+    taken over): a live process on this host, or one on another host without
+    ``break_lock``."""
+    if owner.get("host") == socket.gethostname():
+        pid = owner.get("pid")
+        # our own pid in a lock we do not hold: a gone process whose pid we reuse
+        if (isinstance(pid, int) and pid != os.getpid()
+                and _process_alive(pid, owner.get("started"))):
+            return RunLockError(f"{run} is in use by {_describe(owner)}; wait for it or "
+                                "stop it")
+        return None
+    if not break_lock:
+        return RunLockError(f"{run} is locked by {_describe(owner)}, which cannot be "
+                            "checked from here; if that run is over, pass --break-lock")
+    return None
 
 
 def _take_over(path: Path, seen: dict[str, Any], message: str) -> None:
@@ -237,11 +262,7 @@ class RunDir:
             if not snapshot.is_file():
                 raise NasError(f"{self.path} is not a run directory (no {SNAPSHOT})")
             return
-        if resume and not snapshot.is_file():
-            raise NasError(f"{self.path} holds no run to resume; drop --resume to start one")
-        if self.path.exists() and not self.path.is_dir():
-            raise NasError(f"{self.path}: is a file, not a run directory; choose another "
-                           "--run-dir")
+        _check_place(self.path, resume)
         self.path.mkdir(parents=True, exist_ok=True)
         _acquire(self.path / lock_name, break_lock)
         self._lock = (self.path / lock_name).resolve()
@@ -260,24 +281,15 @@ class RunDir:
         finished = self.finished_any_stage()
         if finished and resume:
             self._check_checkpoints()
-        try:
-            old = yaml.safe_load(snapshot.read_text())
-        except yaml.YAMLError:
-            old = None  # unreadable: replaceable only if nothing finished (below)
-        if old == config and (resume or not finished):
-            return
         if not finished:
-            log.warning("%s: the run there finished no stage; starting it again with the "
-                        "given configuration", self.path)
-            atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
+            if _read_snapshot(snapshot) != config:
+                log.warning("%s: the run there finished no stage; starting it again with the "
+                            "given configuration", self.path)
+                atomic_write_text(snapshot, yaml.safe_dump(config, sort_keys=False))
             return
-        if not resume:
-            raise NasError(f"run directory {self.path} already holds a run; pass --resume to "
-                           "continue it or choose another --run-dir")
-        changed = ", ".join(_changed_keys(old if isinstance(old, dict) else {}, config)[:3])
-        raise NasError(f"{snapshot}: the configuration differs from the one the run was "
-                       f"started with ({changed}); resume with the same file and version, or "
-                       "start a new run")
+        refusal = _snapshot_refusal(self.path, config, resume)
+        if refusal is not None:
+            raise refusal
 
     def finished_any_stage(self) -> bool:
         """Whether the run in this folder finished a stage: a log line other than a start
@@ -414,3 +426,74 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") ->
         elif a != b:
             keys.append(f"{prefix}{key}: {a!r} -> {b!r}")
     return keys
+
+
+def _read_snapshot(snapshot: Path) -> Any:
+    """A run folder's configuration snapshot (``None`` when it is unreadable: replaceable
+    only if the run finished no stage)."""
+    try:
+        return yaml.safe_load(snapshot.read_text())
+    except yaml.YAMLError:
+        return None
+
+
+def _snapshot_refusal(path: Path, config: dict[str, Any], resume: bool) -> NasError | None:
+    """Why a run that finished a stage in ``path`` cannot be opened with ``config``:
+    without ``resume`` it is another run's folder, with it the configuration must be the
+    one the run started with."""
+    if not resume:
+        return NasError(f"run directory {path} already holds a run; pass --resume to "
+                        "continue it or choose another --run-dir")
+    snapshot = path / SNAPSHOT
+    old = _read_snapshot(snapshot)
+    if old == config:
+        return None
+    changed = ", ".join(_changed_keys(old if isinstance(old, dict) else {}, config)[:3])
+    return NasError(f"{snapshot}: the configuration differs from the one the run was "
+                    f"started with ({changed}); resume with the same file and version, or "
+                    "start a new run")
+
+
+def _check_place(path: Path, resume: bool) -> None:
+    """``path`` can hold the run: a run to resume is there, it is no file, and the
+    nearest folder that exists above it (where it will be made) is one this process can
+    write to."""
+    if resume and not (path / SNAPSHOT).is_file():
+        raise NasError(f"{path} holds no run to resume; drop --resume to start one")
+    if path.exists() and not path.is_dir():
+        raise NasError(f"{path}: is a file, not a run directory; choose another --run-dir")
+    above = path.absolute()
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise NasError(f"{path}: {above} is a file, not a folder; choose another --run-dir")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise NasError(f"{path}: the folder {above} is not writable; choose another "
+                       "--run-dir")
+
+
+def check_run_folder(path: str | Path, config: dict[str, Any], *, resume: bool = False,
+                     break_lock: bool = False) -> None:
+    """What ``RunDir(path, config, resume=..., break_lock=...)`` would refuse, found
+    without writing or locking anything (``nas run --dry-run`` and the run's checks
+    before stage 1): no run to resume, a file or an unwritable folder, a lock another
+    live writer holds, another run's folder without ``resume``, a changed configuration
+    on ``resume``, an unreadable checkpoint."""
+    path = Path(path)
+    _check_place(path, resume)
+    if not path.is_dir():
+        return
+    owner = _read_lock(path / LOCK_FILE)
+    locked = _lock_refusal(path, owner, break_lock) if owner else None
+    if locked is not None:
+        raise locked
+    if not (path / SNAPSHOT).is_file():
+        return
+    run = RunDir(path)
+    if not run.finished_any_stage():
+        return  # started again with this configuration
+    if resume:
+        run._check_checkpoints()
+    refusal = _snapshot_refusal(path, config, resume)
+    if refusal is not None:
+        raise refusal

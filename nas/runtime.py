@@ -7,7 +7,9 @@ An export directory (written by :mod:`nas.export`) holds
   architecture, the **resolved child graph** (:func:`nas.graph.to_json`), the label names,
   the model's input names and the tokenizer settings;
 * ``model.safetensors`` -- the child's weights under their graph names;
-* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime;
+* ``model.onnx`` (``--format onnx``) -- the same network for onnxruntime; int8 with
+  ``--quantize int8`` (``quantization`` in ``config.json``), and then the only model the
+  export answers with (:func:`load`'s ``auto``);
 * the tokenizer files (``tokenizer.json``, ``vocab.txt``...), when the export has one.
 
 This module rebuilds the network from the graph alone (``GraphNet(from_json(graph),
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -43,7 +45,11 @@ WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 #: The model card (:mod:`nas.model_card`): documentation, left out of the file list.
 CARD_FILE = "README.md"
-RUNTIMES = ("torch", "onnx")
+#: ``auto``: ``onnx`` for an int8 export (:func:`is_int8`), else ``torch``.
+RUNTIMES = ("auto", "torch", "onnx")
+#: config.json's record of an int8 ``model.onnx`` (``nas_quantization`` in a transformers
+#: config): :mod:`nas.quantize`.
+QUANTIZATION_KEY = "quantization"
 #: what ``text_input`` in config.json records: one text per example, or a pair
 TEXT_INPUTS = ("single", "pair")
 #: Examples per forward pass of :meth:`ExportedModel.predict` (one token length each).
@@ -104,6 +110,7 @@ def _check_native(config: Mapping[str, Any], path: Path) -> None:
     if "num_labels" in config and config["num_labels"] != len(labels):
         raise ExportError(f"{path}: num_labels is {config['num_labels']!r} but {len(labels)} "
                           "labels are listed")
+    _check_label_keys(config, path)
     inputs = config["inputs"]
     if (not isinstance(inputs, list) or not inputs
             or not all(isinstance(x, str) and x for x in inputs)):
@@ -126,13 +133,54 @@ def _check_native(config: Mapping[str, Any], path: Path) -> None:
 
 def _check_hf(config: Mapping[str, Any], path: Path) -> None:
     """The settings of a ``--format hf`` export this engine reads itself."""
-    id2label = config.get("id2label")
-    if id2label is not None and (not isinstance(id2label, dict) or not id2label):
-        raise ExportError(f"{path}: id2label must be a non-empty mapping, got {id2label!r}")
+    _check_label_keys(config, path)
     vocab = config.get("vocab_size")
     if vocab is not None and (not _is_int(vocab) or vocab < 1):
         raise ExportError(f"{path}: vocab_size must be a positive integer, got {vocab!r}")
     _check_tokenizer_settings(config.get("nas_tokenizer"), path, "nas_tokenizer")
+
+
+def label_names(config: Mapping[str, Any]) -> list[str]:
+    """An export's label names in class order: ``id2label``'s, the key stock
+    ``transformers`` pipelines read, so that ``nas predict``/``nas evaluate`` and the stock
+    pipeline cannot name a class differently; ``labels`` for a native export written
+    before ``id2label`` was (:func:`read_config` refuses keys that disagree)."""
+    id2label = config.get("id2label")
+    if id2label:
+        return [id2label[str(i)] for i in range(len(id2label))]
+    return list(config.get("labels") or [])
+
+
+def _check_label_keys(config: Mapping[str, Any], path: Path) -> None:
+    """``id2label`` (ids 0..N-1 to distinct names), ``label2id`` and a native export's
+    ``labels`` must name the classes alike: an edit to one of them alone (``labels``
+    reversed) would make this engine and a stock pipeline answer with different names."""
+    id2label = config.get("id2label")
+    names: list[str] | None = None
+    if id2label is not None:
+        if not isinstance(id2label, dict) or not id2label:
+            raise ExportError(f"{path}: id2label must be a non-empty mapping, got {id2label!r}")
+        ids = [str(i) for i in range(len(id2label))]
+        if sorted(id2label) != sorted(ids):
+            raise ExportError(f"{path}: id2label's keys must be the class ids 0..{len(ids) - 1}, "
+                              f"got {sorted(id2label)}; re-export the model")
+        names = [id2label[i] for i in ids]
+        if not all(isinstance(x, str) and x for x in names) or len(set(names)) != len(names):
+            raise ExportError(f"{path}: id2label must map each id to a distinct name, got "
+                              f"{id2label!r}; re-export the model")
+    labels = config.get("labels")
+    if names is not None and labels is not None and labels != names:
+        raise ExportError(f"{path}: the keys labels {labels} and id2label {names} disagree; "
+                          "make them name the classes alike (id2label is the one stock "
+                          "transformers reads), or re-export the model")
+    label2id = config.get("label2id")
+    known = names if names is not None else labels
+    if label2id is not None and known is not None and label2id != {
+            name: i for i, name in enumerate(known)}:
+        source = "id2label" if names is not None else "labels"
+        raise ExportError(f"{path}: the keys label2id {label2id} and {source} {known} disagree; "
+                          f"make label2id map each name of {source} to its id, or re-export "
+                          "the model")
 
 
 def _check_tokenizer_settings(settings: Any, path: Path, key: str) -> None:
@@ -152,6 +200,7 @@ def _check_tokenizer_settings(settings: Any, path: Path, key: str) -> None:
 
 
 MANIFEST_KEY = "files"  # native exports; an hf export keeps it under "nas_files"
+TRIM_KEY = "vocab_trim"  # a trimmed export's record (nas.vocab_trim); hf: "nas_vocab_trim"
 
 
 def file_manifest(directory: Path) -> dict[str, dict[str, Any]]:
@@ -305,10 +354,13 @@ class ExportedModel:
 
     @property
     def labels(self) -> list[str]:
+        if self.is_hf and self.runtime == "onnx":
+            n = len(self.config.get("id2label") or {}) or int(self.config.get("num_labels", 2))
+            return label_names(self.config) or [f"LABEL_{i}" for i in range(n)]
         if self.is_hf:  # transformers leaves default names out of config.json
             id2label = self.network.config.id2label
             return [id2label[k] for k in sorted(id2label, key=int)]
-        return list(self.config["labels"])
+        return label_names(self.config)
 
     @property
     def task(self) -> str | None:
@@ -398,8 +450,12 @@ class ExportedModel:
         if self.runtime == "torch" and self.device.type != "cpu":
             feed = {k: v.to(self.device) for k, v in feed.items()}
         if self.runtime == "onnx":
-            names = [i.name for i in self.network.get_inputs()]
-            arrays = {n: feed[n].cpu().numpy().astype("int64") for n in names}
+            ids = feed["input_ids"]
+            # an input the caller's batch lacks is what the tokenizer means by leaving it
+            # out: no token types (zeros), nothing masked (ones)
+            arrays = {n: (feed[n] if n in feed else (torch.ones_like if n.startswith(
+                "attention_mask") else torch.zeros_like)(ids)).cpu().numpy().astype("int64")
+                for n in (i.name for i in self.network.get_inputs())}
             return torch.from_numpy(self.network.run(None, arrays)[0])
         with torch.no_grad():
             if self.is_hf:
@@ -566,9 +622,11 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
             for start in range(0, len(rows), batch_size)]
 
 
-def load(directory: str | Path, runtime: str = "torch", threads: int | None = None,
+def load(directory: str | Path, runtime: str = "auto", threads: int | None = None,
          device: str = "cpu") -> ExportedModel:
-    """Load an export directory with the ``torch`` (default) or ``onnx`` runtime.
+    """Load an export directory with the ``torch`` or ``onnx`` runtime; ``auto``
+    (default): ``onnx`` for an int8 export (whose ``model.safetensors`` holds the fp32
+    weights it was quantised from, never what it answers with), else ``torch``.
 
     ``threads`` sets the intra-op threads of either runtime (default: the library's own).
     On a shared machine one thread is often faster than several competing ones.
@@ -580,6 +638,10 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
 
     if runtime not in RUNTIMES:
         raise ExportError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime == "auto":
+        # an int8 export answers from the graph it ships, on the CPU
+        runtime = "onnx" if is_int8(directory) else "torch"
+        device = "cpu" if runtime == "onnx" else device
     where = resolve_device(device)
     if runtime == "onnx" and where.type != "cpu":
         raise ExportError(f"device {device}: the onnx runtime runs on the CPU here (no "
@@ -591,47 +653,71 @@ def load(directory: str | Path, runtime: str = "torch", threads: int | None = No
     return loaded
 
 
-def _load(directory: str | Path, runtime: str, threads: int | None) -> ExportedModel:
-    """:func:`load` on the CPU."""
+def quantization(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The record of an int8 ``model.onnx`` in an export's config, ``None`` if fp32."""
+    record = config.get(QUANTIZATION_KEY if config.get("format") == FORMAT
+                        else f"nas_{QUANTIZATION_KEY}")
+    return record if isinstance(record, dict) else None
+
+
+def is_int8(directory: str | Path) -> bool:
+    """Whether the export in ``directory`` ships an int8 ``model.onnx``."""
+    return quantization(read_config(directory)) is not None
+
+
+def load_fp32(directory: str | Path) -> ExportedModel:
+    """The torch network of an export with its fp32 weights, int8 or not: what a
+    conversion re-exports (never what ``nas predict`` answers an int8 export with)."""
+    return _load(directory, "torch", None, fp32=True)
+
+
+def _load(directory: str | Path, runtime: str, threads: int | None, fp32: bool = False
+          ) -> ExportedModel:
+    """:func:`load` on the CPU; ``fp32``: an int8 export's fp32 weights (a conversion)."""
     if threads and runtime == "torch":
         torch.set_num_threads(int(threads))
     directory = Path(directory)
     config = read_config(directory)
     verify_files(directory, config)
+    if runtime == "torch" and not fp32 and quantization(config) is not None:
+        raise ExportError(f"{directory}: an int8 export answers from {ONNX_FILE}; use "
+                          f"--runtime onnx (or auto): {WEIGHTS_FILE} holds the fp32 weights "
+                          "it was quantised from, not the model it ships")
+    if runtime == "onnx":
+        return _checked(ExportedModel(directory, config, runtime,
+                                      _onnx_session(directory, threads)))
     if config.get("format") != FORMAT:  # a --format hf directory
-        if runtime == "onnx":
-            raise ExportError(f"{directory}: a transformers-format export has no {ONNX_FILE}; "
-                              "export with --format onnx")
         _check_hf_head(directory, config)
         return _checked(ExportedModel(directory, config, runtime, _load_hf(directory).eval()))
-    if runtime == "onnx":
-        path = directory / ONNX_FILE
-        if not path.is_file():
-            raise ExportError(f"{path}: missing; export with --format onnx to run on onnxruntime")
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = int(threads)
-        try:
-            session = ort.InferenceSession(str(path), options,
-                                           providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own untyped errors
-            raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
-        return _checked(ExportedModel(directory, config, runtime, session))
     network = build_network(config, str(directory / CONFIG_FILE))
     tables = _vocab_sizes(network.graph)
     if config.get("vocab_size") is not None and tables and config["vocab_size"] != tables[0]:
         raise ExportError(f"{directory / CONFIG_FILE}: vocab_size is {config['vocab_size']} but "
                           f"the model's embedding table has {tables[0]} rows")
     heads = int(network.graph.nodes[network.outputs[0]].get("width", 0))
-    if heads != len(config["labels"]):
-        raise ExportError(f"{directory / CONFIG_FILE}: {len(config['labels'])} labels for a "
+    if heads != len(label_names(config)):
+        raise ExportError(f"{directory / CONFIG_FILE}: {len(label_names(config))} labels for a "
                           f"model with {heads} outputs; the label list does not fit the head")
     path = directory / WEIGHTS_FILE
     load_state(network, read_weights(path), str(path))
     check_runs(network, config["inputs"], str(directory / CONFIG_FILE))
     return _checked(ExportedModel(directory, config, runtime, network.eval()))
+
+
+def _onnx_session(directory: Path, threads: int | None) -> Any:
+    """An ONNX Runtime session of the export's ``model.onnx`` on the CPU."""
+    path = directory / ONNX_FILE
+    if not path.is_file():
+        raise ExportError(f"{path}: missing; export with --format onnx to run on onnxruntime")
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own untyped errors
+        raise ExportError(f"{path}: onnxruntime cannot load it ({err})") from None
 
 
 def _checked(model: ExportedModel) -> ExportedModel:
@@ -749,5 +835,82 @@ def benchmark(model: ExportedModel, batch_sizes: Sequence[int] = (1, 32), seq_le
     return results
 
 
-__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "build_network", "length_batches",
-           "load", "load_state", "read_config"]
+def runtime_name(model: ExportedModel) -> str:
+    """The name a timing of ``model`` is recorded under (:mod:`nas.timing`): what runs it
+    and in which precision (``torch-fp32``, ``onnx-fp32``, ``onnx-int8``)."""
+    int8 = model.runtime == "onnx" and quantization(model.config) is not None
+    return f"{model.runtime}-{'int8' if int8 else 'fp32'}"
+
+
+def timed_callable(model: ExportedModel) -> Callable[[Mapping[str, torch.Tensor]], object]:
+    """What the timing protocol runs for an export, in one implementation for teacher and
+    student alike: under torch, the engine's graph (a native export's network; a stock
+    ``transformers`` BERT loaded into the engine's ``bert`` design, as a run times its
+    teacher; a remote-code export runs the engine's bundled graph); under ONNX Runtime,
+    its session. A trimmed export (:mod:`nas.vocab_trim`) reads the ids of the batch it
+    is timed on modulo its own vocabulary: timed against its teacher it gets the
+    teacher's ids, and a table lookup costs the same whatever the id (one elementwise
+    op added, microseconds against milliseconds)."""
+    call = _timed_graph(model)
+    if TRIM_KEY in model.config or f"nas_{TRIM_KEY}" in model.config:
+        return _OwnIds(call, model.vocab_size)
+    return call
+
+
+class _OwnIds:
+    """A timed callable whose batch's ids are taken modulo ``vocab`` (a trimmed export
+    timed on another vocabulary's tokens)."""
+
+    def __init__(self, call: Callable[[Mapping[str, torch.Tensor]], object], vocab: int
+                 ) -> None:
+        self.call = call
+        self.vocab = vocab
+
+    def __call__(self, batch: Mapping[str, torch.Tensor]) -> object:
+        return self.call({k: v % self.vocab if k.startswith("input_ids") else v
+                          for k, v in batch.items()})
+
+
+def _timed_graph(model: ExportedModel) -> Callable[[Mapping[str, torch.Tensor]], object]:
+    if model.runtime != "torch":
+        return model
+    if not model.is_hf:
+        return model.network.eval()
+    from nas.device import place
+    from nas.hf import load_teacher_as_design
+
+    try:
+        return place(load_teacher_as_design(model.directory)[1], model.device)
+    except ExportError:  # not a stock BERT: the engine code bundled with it
+        return model
+
+
+def benchmark_pair(model: ExportedModel, against: ExportedModel,
+                   batch_sizes: Sequence[int] = (1, 32), seq_len: int = 128, repeats: int = 10,
+                   warmup: int = 3) -> list[dict[str, Any]]:
+    """``model``'s speed-up over ``against`` (a teacher) per batch size by the one timing
+    protocol (:func:`nas.timing.time_pair`: interleaved rounds on the same random batch,
+    the per-round ratio's median and interquartile range, ``noisy`` when the timings'
+    spread is larger than their difference), both in ``model``'s runtime."""
+    from nas.device import to_device
+    from nas.timing import time_pair
+
+    for one in (model, against):
+        one.check_seq_len(seq_len)
+    student, teacher = timed_callable(model), timed_callable(against)
+    vocab = min(model.vocab_size, against.vocab_size, 30000)
+    rows = []
+    for bs in batch_sizes:
+        batch = {**random_batch(against, bs, seq_len), **random_batch(model, bs, seq_len)}
+        batch = to_device({k: v % vocab if k.startswith("input_ids") else v
+                           for k, v in batch.items()}, model.device)
+        with torch.no_grad():
+            result = time_pair(teacher, student, [batch], repeats, warmup=warmup,
+                               runtime=runtime_name(model), device=model.device)
+        rows.append({"batch_size": bs, "seq_len": seq_len, **result.to_dict()})
+    return rows
+
+
+__all__ = ["PREDICT_BATCH_SIZE", "ExportedModel", "benchmark", "benchmark_pair",
+           "build_network", "is_int8", "label_names", "length_batches", "load", "load_fp32",
+           "load_state", "quantization", "read_config", "runtime_name", "timed_callable"]

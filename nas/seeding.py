@@ -14,6 +14,19 @@ import random
 
 import numpy as np
 
+#: The largest seed a run, a stage section or ``--seed`` takes: numpy's legacy seeding and
+#: the samplers seeded from it take [0, 2**32 - 1], and a value outside would fail there,
+#: after the stages before it ran.
+MAX_SEED = 2**32 - 1
+#: what a seed may be, for the one-line errors that refuse another
+SEED_RANGE = f"an integer in [0, {MAX_SEED}]"
+
+
+def is_seed(value: object) -> bool:
+    """Whether ``value`` is a seed this engine takes (an integer in [0, :data:`MAX_SEED`];
+    ``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+
 
 def stage_seed(run_seed: int, stage: str) -> int:
     """A 63-bit seed from a hash of the run's seed and the stage's name (stable across

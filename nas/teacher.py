@@ -20,15 +20,26 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.cache import cache_root, exclusive, json_key
-from nas.checkpoint import atomic_write_json
+from nas.cache import (
+    cache_root,
+    clear_hint,
+    exclusive,
+    hold_shared,
+    json_key,
+    moved_hint,
+    read_record,
+)
+from nas.checkpoint import atomic_write_json, canonical_safetensors
+from nas.config import cap_ok
 from nas.errors import DataError, NasError
+from nas.seeding import SEED_RANGE, is_seed
 
 log = logging.getLogger("nas.teacher")
 
@@ -63,7 +74,7 @@ def resolve_teacher(name_or_path: str | os.PathLike[str] | None = None) -> str:
             raise TeacherError(f"{path}: not a model folder (no config.json)")
         return str(path)
     if name.startswith((".", "/", "~")):
-        raise TeacherError(f"teacher folder {path} does not exist")
+        raise TeacherError(f"teacher folder {path} does not exist{moved_hint(path)}")
     return name  # a hub name, resolved from the local HF cache by the loaders
 
 
@@ -98,12 +109,17 @@ def _from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     by one log line: the encoder of a fine-tuned classifier always leaves its
     ``classifier`` tensors unused (debug), while tensors the model lacks and initialises
     fresh are worth a warning (a new task head is expected; anything else is not)."""
+    from safetensors import SafetensorError
+
     from nas.hf import quiet_transformers
 
     try:
         with quiet_transformers():
             model, info = cls.from_pretrained(name, local_files_only=True,
                                               output_loading_info=True, **kwargs)
+    except SafetensorError as e:  # a cut or overwritten weight file
+        raise TeacherError(f"{name}: the teacher's weights do not load ({str(e)[:120]}); "
+                           f"{clear_hint(Path(name), 'restore its weight files')}") from None
     except OSError as e:
         raise TeacherError(
             f"cannot load teacher {name!r} offline ({str(e)[:200]}); pass a local folder, "
@@ -181,6 +197,8 @@ class FinetuneConfig:
     max_train_examples: int | None = None
     max_dev_examples: int | None = None  # evaluate on the first N dev examples (smoke runs)
     seed: int = 0
+    #: ``False``: the teacher is a classifier the user fine-tuned already (:func:`own_teacher`)
+    enabled: bool = True
 
     def __post_init__(self) -> None:
         # The cache key hashes these values as JSON: `epochs: 1` from a YAML file must give
@@ -194,6 +212,19 @@ class FinetuneConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NasError(f"teacher fine-tuning: {name} must be an integer, got {value!r}")
+        if not isinstance(self.enabled, bool):
+            raise NasError(f"teacher fine-tuning: enabled must be true or false, got "
+                           f"{self.enabled!r}")
+        # a cap of 0 is refused, not read as "no cap" (it kept every row, or divided by 0)
+        for name, ok, allowed in (
+                ("max_train_examples", cap_ok(self.max_train_examples),
+                 "null (all rows) or an integer >= 1"),
+                ("max_dev_examples", cap_ok(self.max_dev_examples),
+                 "null (all rows) or an integer >= 1"),
+                ("seed", is_seed(self.seed), SEED_RANGE)):
+            if not ok:
+                raise NasError(f"teacher fine-tuning: {name} must be {allowed}, got "
+                               f"{getattr(self, name)!r}")
 
 
 def check_finetune_overrides(overrides: dict) -> None:
@@ -244,7 +275,7 @@ def finetune_key(
         # a setting added later enters the key only when set, so that the keys (and
         # the cached teachers) of earlier runs stay valid
         "config": {k: v for k, v in asdict(config).items()
-                   if not (k in ("max_dev_examples",) and v is None)},
+                   if not (k in ("max_dev_examples",) and v is None) and k != "enabled"},
         "version": 1,  # bump when the training procedure changes
     })
 
@@ -269,8 +300,11 @@ def _export(run_dir: Path, out_dir: Path) -> None:
 
 
 def _copy_result(run_dir: Path, out_dir: Path | None) -> FinetuneResult:
-    data = json.loads((run_dir / RESULT_FILE).read_text())
+    """The cached result, its ``model_dir`` the entry's own ``model`` folder (the record's
+    absolute path is stale once the cache is moved) or ``out_dir`` after the export."""
+    data = read_record(run_dir / RESULT_FILE)
     data["from_cache"] = True
+    data["model_dir"] = str(run_dir / "model")
     if out_dir is not None:
         existing = out_dir / RESULT_FILE
         same = existing.is_file() and json.loads(existing.read_text()).get("key") == data["key"]
@@ -432,11 +466,12 @@ def finetune_teacher(
     plan = finetune_plan(task, teacher, data_dir, config, cache_dir)
     run_dir = plan.run_dir
     out = Path(out_dir) if out_dir is not None else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hold_shared(run_dir)  # read to the run's end: `nas cache clear` leaves it (nas.cache)
     if (run_dir / RESULT_FILE).is_file() and not force:
         log.info("cache hit: %s (%.2fs)", run_dir, time.time() - t_start)
         return _copy_result(run_dir, out)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
     # one writer per entry: a second process of the same settings waits here, then finds
     # the result instead of training beside the first in the same folder
     with exclusive(run_dir / ".lock", f"the teacher fine-tune {run_dir.name}"):
@@ -515,6 +550,8 @@ def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
     tmp_dir = run_dir / "model.tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     model.save_pretrained(str(tmp_dir))
+    for weights in sorted(tmp_dir.glob("*.safetensors")):
+        canonical_safetensors(weights)  # the same weights, the same bytes
     tokenizer.save_pretrained(str(tmp_dir))
     shutil.rmtree(model_dir, ignore_errors=True)
     os.replace(tmp_dir, model_dir)
@@ -527,3 +564,172 @@ def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
     atomic_write_json(run_dir / RESULT_FILE, result.to_json())  # last: marks the run done
     ckpt.unlink(missing_ok=True)
     return result
+
+
+# ------------------------------------------------------- a teacher the user fine-tuned
+
+#: the label names ``transformers`` gives a classifier whose labels were never named
+_UNNAMED_LABEL = re.compile(r"LABEL_\d+")
+#: the cache kind of an own teacher re-ordered to a task's labels (:func:`own_teacher`)
+OWN_TEACHERS = "own-teachers"
+
+
+def model_labels(name: str) -> list[str]:
+    """The label names of the classifier ``name`` (a folder, or a hub name in the local
+    cache), in its output order (its config's ``id2label``: ``LABEL_0``... when the file
+    names none, as ``transformers`` 5 writes an unnamed head); a model without a
+    classification head is refused in one line."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise TeacherError(f"cannot read teacher {name!r}'s config offline ({str(e)[:160]}); "
+                           "pass a local folder") from None
+    if not any("SequenceClassification" in str(a) for a in config.architectures or ()):
+        raise TeacherError(f"teacher {name}: not a fine-tuned classifier (its config names "
+                           f"no *ForSequenceClassification); set teacher_finetune.enabled=true "
+                           f"to fine-tune it on the task")
+    return [str(config.id2label[k]) for k in sorted(config.id2label, key=int)]
+
+
+def match_labels(data_labels: list[str], model: list[str], mapping: dict[str, str] | None,
+                 where: str) -> list[int]:
+    """For each of the task's labels, in the task's order, the row of the teacher's output
+    that answers it: matched by name (case aside), never by position. ``mapping``
+    (``teacher_labels``: data label → model label) names the pairs itself, for a model
+    whose labels are ``LABEL_0``, ``LABEL_1`` (most hub fine-tunes) or named otherwise."""
+    listed = (f"(the data's labels: {', '.join(data_labels)}; the model's: "
+              f"{', '.join(model)})")
+    if len(model) != len(data_labels):
+        raise TeacherError(f"teacher {where} has {len(model)} labels, the task {len(data_labels)} "
+                           f"{listed}; use a teacher fine-tuned on this task, or "
+                           f"teacher_finetune.enabled=true")
+    example = ", ".join(f"{d}: {m}" for d, m in zip(data_labels, model, strict=True))
+    if mapping:
+        unknown = sorted(set(mapping) - set(data_labels))
+        missing = [d for d in data_labels if d not in mapping]
+        wrong = sorted(set(mapping.values()) - set(model))
+        twice = sorted(m for m in set(mapping.values()) if list(mapping.values()).count(m) > 1)
+        problem = (f"names {unknown[0]!r}, not a data label" if unknown else
+                   f"leaves out {missing[0]!r}" if missing else
+                   f"maps to {wrong[0]!r}, not a model label" if wrong else
+                   f"maps two data labels to {twice[0]!r}" if twice else None)
+        if problem:
+            raise TeacherError(f"teacher_labels {problem} {listed}; give each data label its "
+                               f"model label, e.g. teacher_labels: {{{example}}}")
+        return [model.index(mapping[d]) for d in data_labels]
+    if all(_UNNAMED_LABEL.fullmatch(m) for m in model):
+        raise TeacherError(f"teacher {where} names its labels {', '.join(model)}, which say "
+                           f"nothing of the data's {listed}; map them with teacher_labels: "
+                           f"{{{example}}} (the model's card says which is which)")
+    folded = [m.strip().lower() for m in model]
+    found = [folded.index(d.strip().lower()) if d.strip().lower() in folded else None
+             for d in data_labels]
+    if None in found or len(set(found)) < len(found):
+        raise TeacherError(f"teacher {where}: its labels do not match the data's by name "
+                           f"{listed}; map them with teacher_labels: {{{example}}}")
+    return [i for i in found if i is not None]
+
+
+def output_layer(model: Any, num_labels: int) -> Any:
+    """The linear layer whose rows are a ``transformers`` classifier's labels: BERT's and
+    DistilBERT's ``classifier``, RoBERTa's and ELECTRA's ``classifier.out_proj``."""
+    import torch
+
+    head = getattr(model, "classifier", None)
+    layer = head if isinstance(head, torch.nn.Linear) else getattr(head, "out_proj", None)
+    if not isinstance(layer, torch.nn.Linear) or layer.out_features != num_labels:
+        raise TeacherError(f"{type(model).__name__}: no classifier layer with {num_labels} "
+                           "outputs to re-order; set teacher_finetune.enabled=true")
+    return layer
+
+
+def _relabelled(source: str, folder: Path, order: list[int], names: list[str]) -> dict[str, Any]:
+    """Write ``source``'s classifier into ``folder/model`` with its output rows in the task's
+    ``order`` and the task's label ``names`` in its config; returns the entry's record."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = _from_pretrained(AutoModelForSequenceClassification, source)
+    layer = output_layer(model, len(order))
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight[order].clone())
+        if layer.bias is not None:
+            layer.bias.copy_(layer.bias[order].clone())
+    model.config.id2label = dict(enumerate(names))
+    model.config.label2id = {name: i for i, name in enumerate(names)}
+    tmp_dir, model_dir = folder / "model.tmp", folder / "model"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    model.save_pretrained(str(tmp_dir))
+    for weights in sorted(tmp_dir.glob("*.safetensors")):
+        canonical_safetensors(weights)  # the same weights, the same bytes
+    AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(str(tmp_dir))
+    shutil.rmtree(model_dir, ignore_errors=True)
+    os.replace(tmp_dir, model_dir)
+    return {"model_dir": str(model_dir), "order": order, "labels": names}
+
+
+def teacher_order(task: str, source: str, data_dir: str | os.PathLike[str] | None = None,
+                  labels: dict[str, str] | None = None) -> tuple[list[str], list[int]]:
+    """``(the task's label names, the teacher's output row for each)``: the check of an own
+    teacher's labels (:func:`match_labels`), without loading its weights (``nas run
+    --dry-run`` makes it too)."""
+    from nas.data import load_task
+
+    names = list(load_task(task, "train", data_dir).label_names)
+    return names, match_labels(names, model_labels(source), labels, source)
+
+
+def own_teacher(
+    task: str | dict,
+    teacher: str | None,
+    data_dir: str | os.PathLike[str] | None = None,
+    config: FinetuneConfig | None = None,
+    labels: dict[str, str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> FinetuneResult:
+    """A classifier the user fine-tuned already (``teacher_finetune.enabled: false``), used
+    as it is: its labels matched with the task's by name (or by ``labels``,
+    ``teacher_labels``: :func:`match_labels`) and its dev metrics measured on the task's
+    dev split (``config.max_dev_examples``, ``config.max_seq_len``).
+
+    Everything downstream reads the teacher through ``model_dir`` (the logits cache, the
+    ``bert`` design, importance, exports' tokenizer), so the order is fixed once, there: a
+    teacher whose outputs are in the task's order is its own folder; any other is a copy
+    with its classifier rows re-ordered, cached under :data:`OWN_TEACHERS` by the
+    teacher's weights and the order (never ``teachers``: nothing is fine-tuned)."""
+    from nas.cache import cached_entry, settings_key
+    from nas.data import load_task, resolve_task
+    from nas.tokenization import load_tokenizer
+
+    config = config or FinetuneConfig()
+    task = resolve_task(task)
+    source = resolve_teacher(teacher)
+    tid = teacher_identity(source)
+    names, order = teacher_order(task, source, data_dir, labels)
+    key = settings_key(teacher=tid, order=order, labels=names)
+    model_dir, from_cache = source, True
+    # a hub name is copied too: what reads the teacher after (its tokenizer) reads a folder
+    if order != list(range(len(order))) or not Path(source).is_dir():
+        folder = cache_root(cache_dir) / OWN_TEACHERS / key
+        record, trained = cached_entry(
+            folder, "the teacher re-ordered to the task's labels",
+            lambda: {"task": task, "teacher": str(teacher), "teacher_id": tid, "key": key,
+                     "config": {"max_seq_len": config.max_seq_len},
+                     **_relabelled(source, folder, order, names)})
+        model_dir, from_cache = str(folder / "model"), not trained
+        log.info("teacher %s: outputs re-ordered to the task's labels %s (rows %s) in %s",
+                 source, ", ".join(names), order, model_dir)
+    dev = load_task(task, "dev", data_dir).head(config.max_dev_examples)
+    model = load_teacher(model_dir, num_labels=len(names))
+    metrics = evaluate(model, dev, load_tokenizer(model_dir), max_seq_len=config.max_seq_len,
+                       progress=progress)
+    log.info("teacher %s, as fine-tuned (teacher_finetune.enabled=false): dev %s on %d "
+             "examples", source, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+             len(dev))
+    return FinetuneResult(task=task, teacher=str(teacher), teacher_id=tid, key=key,
+                          model_dir=model_dir, metrics=metrics, config=asdict(config),
+                          train_examples=0, dev_examples=len(dev), steps=0,
+                          train_seconds=0.0, from_cache=from_cache)

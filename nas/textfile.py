@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from nas.errors import DataError
 
@@ -44,13 +46,38 @@ def _decoded(path: Path) -> Iterator[str]:
     if not path.is_file():
         raise DataError(f"--file {path}: no such file; name a text, CSV, TSV or JSONL file")
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
+        for number, raw in enumerate(_raw_lines(f), start=1):
             try:
                 # utf-8-sig: a byte-order mark (Excel's CSV) is not part of the first text
                 yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 raise DataError(f"--file {path}: line {number} is not UTF-8 text (byte "
                                 f"0x{raw[err.start]:02x}); save the file as UTF-8") from None
+
+
+#: a line ends at ``\r\n``, ``\n`` or a lone ``\r`` (old Mac files, mixed exports):
+#: Python's universal newlines; neither byte occurs inside a UTF-8 character
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _raw_lines(f: BinaryIO, block: int = 1 << 16) -> Iterator[bytes]:
+    """The lines of a binary file with their line ends, read a block at a time (a file's
+    own line iteration splits at ``\n`` only, so a CR-only file would be one text)."""
+    rest = b""
+    while True:
+        data = f.read(block)
+        rest += data
+        start = 0
+        for end in _LINE_END.finditer(rest):
+            if end.group() == b"\r" and end.end() == len(rest) and data:
+                break  # a \r ending the block: its \n may start the next one
+            yield rest[start:end.end()]
+            start = end.end()
+        rest = rest[start:]
+        if not data:
+            if rest:
+                yield rest
+            return
 
 
 def _delimiter(fmt: str) -> str:
@@ -135,7 +162,7 @@ def count_rows(path: Path) -> int:
     table's quoted line breaks may make it an overcount: the bar only estimates)."""
     fmt = file_format(path)
     with path.open("rb") as f:
-        count = sum(1 for line in f if line.strip())
+        count = sum(1 for line in _raw_lines(f) if line.strip())
     return max(count - 1, 0) if fmt in ("csv", "tsv") else count
 
 

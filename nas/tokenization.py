@@ -1,6 +1,8 @@
-"""Tokenisation: the teacher's WordPiece vocabulary and a small student vocabulary.
+"""Tokenisation: the teacher's vocabulary and a small student vocabulary.
 
-* :func:`load_tokenizer` loads the teacher's tokenizer from a local folder (offline);
+* :func:`load_tokenizer` loads the teacher's tokenizer from a local folder (offline): BERT's,
+  ELECTRA's and DistilBERT's WordPiece, RoBERTa's byte-level BPE, XLM-R's and CamemBERT's
+  Unigram alike (``tests/test_hf_parity.py`` runs each through :func:`encode`);
 * :func:`encode` turns texts (and pairs) into padded id tensors. For pair tasks it also
   tokenises sentence B on its own (``input_ids_b``/``attention_mask_b``, padded to the
   same length as ``input_ids``) because AdaBERT feeds A and B to the two input nodes
@@ -29,7 +31,7 @@ if TYPE_CHECKING:  # torch is imported lazily: a teacher cache hit must not pay 
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:
-    """The fast WordPiece tokenizer saved in ``path`` (a teacher or student folder).
+    """The fast tokenizer saved in ``path`` (a teacher or student folder).
 
     Loaded with ``local_files_only``: nothing is downloaded at run time. An export folder
     whose model is remote code (``auto_map`` in ``config.json``) is read without its model
@@ -40,9 +42,11 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
 
     from transformers import AutoTokenizer, PretrainedConfig
 
+    from nas.cache import moved_hint
+
     p = Path(path)
     if not p.is_dir():
-        raise DataError(f"tokenizer folder {p} does not exist")
+        raise DataError(f"tokenizer folder {p} does not exist{moved_hint(p)}")
     extra: dict[str, Any] = {}
     try:
         if "auto_map" in json.loads((p / "config.json").read_text(encoding="utf-8")):
@@ -65,7 +69,8 @@ def encode(
 ) -> dict[str, torch.Tensor]:
     """Tokenise a batch into ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, L).
 
-    Pairs are joined BERT-style (``[CLS] a [SEP] b [SEP]``) for the teacher. With
+    Pairs are joined as the tokenizer's template says (BERT's ``[CLS] a [SEP] b [SEP]``,
+    RoBERTa's ``<s> a </s></s> b </s>`` with token type 0 throughout) for the teacher. With
     ``separate_b`` they are also tokenised one sentence at a time: ``input_ids_a`` /
     ``attention_mask_a`` hold ``[CLS] a [SEP]`` and ``input_ids_b`` / ``attention_mask_b``
     hold ``[CLS] b [SEP]``, all padded to the width of ``input_ids`` (docs/reference.md#adabert:

@@ -321,7 +321,10 @@ class Trainer:
                     self.model.train()  # hooks may have switched to eval
                     group_start = index - index % k
                     group_size = min(k, self.steps_per_epoch - group_start)
-                    extra = self.before_step(self.step, batch) if self.before_step else None
+                    # the hook (AdaBERT's architecture step) reads the batch's labels too:
+                    # it gets the batch on the model's device, as the loss does
+                    extra = (self.before_step(self.step, self._on_device(batch))
+                             if self.before_step else None)
                     last = index + 1 == group_start + group_size
                     sync = (nullcontext() if last or self.world == 1  # else _wrap made a DDP
                             else cast("DistributedDataParallel", net).no_sync())
@@ -417,6 +420,10 @@ class Trainer:
             self.model, device_ids=[self.device.index] if cuda else None,
             find_unused_parameters=self.find_unused_parameters)
 
+    def _on_device(self, batch: Any) -> Any:
+        """``batch`` with every tensor on the model's device (a no-op on the CPU)."""
+        return map_tensors(batch, lambda t: t.to(self.device))
+
     def _local_batch(self, batch: Any) -> tuple[Any, int, int]:
         """This rank's slice of ``batch`` on the model's device, its size and the batch's.
 
@@ -426,7 +433,7 @@ class Trainer:
         """
         device, n = self.device, _batch_size(batch)
         if self.world == 1:
-            return map_tensors(batch, lambda t: t.to(device)), n, n
+            return self._on_device(batch), n, n
         base, extra = divmod(n, self.world)
         start = self.rank * base + min(self.rank, extra)
         end = start + base + (self.rank < extra)

@@ -38,10 +38,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask, report_row
+from evaluators.retrain import DistilledRetrainEvaluator, RetrainTask
 from nas.architecture import Architecture
 from nas.augment import AugmentSettings
-from nas.config import check_fields
+from nas.config import ConfigError, check_fields
 from nas.device import table_rows
 from nas.distill.init import init_embeddings, teacher_embedding_init
 from nas.errors import NasError
@@ -53,11 +53,9 @@ from recipes.common import (
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     mean_std,
     report_reference,
     run_study_stage,
-    worker_options,
 )
 from searchers.loop import StudySettings
 
@@ -133,16 +131,29 @@ class AdaBertConfig(MethodConfig):
     space: dict = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
-    # TinyBERT's word-replacement augmentation of the retrain's data (issue 12, item 3);
+    # TinyBERT's word-replacement augmentation of the retrain's data;
     # off unless the file has an ``augment:`` section. The search keeps the plain subset.
     augment: AugmentSettings = field(default_factory=lambda: AugmentSettings(enabled=False))
     searcher: str | None = None  # this experiment's searcher (default: differentiable)
     multi_trial: StudySettings = field(default_factory=StudySettings)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.build_space(2, pair=False)  # the space's own checks (hidden: 0...), before any stage
 
-def load_config(path: str | Path, overrides: Any = ()) -> AdaBertConfig:
-    """An AdaBERT experiment file's typed configuration (``method: adabert`` required)."""
-    return load_typed(path, AdaBert, overrides)
+    def build_space(self, num_labels: int, pair: bool) -> Any:
+        """The AdaBERT space with ``space:`` over its defaults, for the task's labels and
+        input; a value it refuses is a one-line error naming ``space.KEY``."""
+        from nas.space import get_space
+
+        for key in ("num_labels", "pair"):
+            if key in self.space:
+                raise ConfigError(f"space.{key} comes from the task; remove the key")
+        try:
+            return get_space("adabert", num_labels=num_labels, pair=pair, **self.space)
+        except NasError as err:
+            raise ConfigError(f"space: {err}") from None
+
 
 
 # ------------------------------------------------------------------------- helpers
@@ -185,7 +196,6 @@ class AdaBertContext(TaskContext[AdaBertConfig]):
 
     def prepare(self) -> AdaBertContext:
         from nas.distill.cache import cached_probe_logits
-        from nas.space import get_space
 
         super().prepare()
         log.info("stage 2/5: teacher probes (cached)")
@@ -197,8 +207,7 @@ class AdaBertContext(TaskContext[AdaBertConfig]):
             "search_val": cached_probe_logits(model_dir, train, self.search_val, **kw),
         }
         self.retrain_data, self.probes["retrain"] = self._retrain_data(kw)
-        self.space = get_space("adabert", num_labels=train.num_labels, pair=train.is_pair,
-                               **self.cfg.space)
+        self.space = self.cfg.build_space(train.num_labels, pair=train.is_pair)
         self.embedding_init = teacher_embedding_init(model_dir, self.space.config["hidden"])
         return self
 
@@ -347,7 +356,7 @@ class AdaBert(Recipe[AdaBertConfig]):
     # -- stage 3 -------------------------------------------------------------------
     def search(self, ctx: AdaBertContext, name: str) -> Architecture:
         """The one-shot search; its derived architecture is kept and never searched again."""
-        from searchers.base import SEARCHERS
+        from searchers.base import resolve_searcher
 
         done = ctx.run.load_json("derived_arch.json")
         if done is not None:
@@ -358,11 +367,13 @@ class AdaBert(Recipe[AdaBertConfig]):
         trainer = AdaBertSupernetTrainer(ctx)
         ctx.stage(3, "%s search, %d epochs × %d steps", name, s.epochs,
                   trainer.steps_per_epoch)
-        searcher = SEARCHERS.one_shot(name)(
-            seed=seed, beta=s.beta, lr=s.lr, lr_min=s.lr_min, arch_lr=s.arch_lr,
-            arch_weight_decay=s.arch_weight_decay, tau_every=s.tau_every,
-            arch_warmup=s.arch_warmup, checkpoint_every=s.checkpoint_every,
-            record=("layer_features",), op_costs=s.op_costs)
+        # the search: section's searcher settings are the differentiable searcher's
+        settings = {"beta": s.beta, "lr": s.lr, "lr_min": s.lr_min, "arch_lr": s.arch_lr,
+                    "arch_weight_decay": s.arch_weight_decay, "tau_every": s.tau_every,
+                    "arch_warmup": s.arch_warmup, "checkpoint_every": s.checkpoint_every,
+                    "op_costs": s.op_costs}
+        searcher = resolve_searcher(name, kinds=("one-shot",), settings=settings).build(
+            seed=seed, record=("layer_features",))
         t0 = time.time()
         arch = searcher.search(ctx.space, trainer).arch
         space_config = {k: ctx.space.config[k] for k in
@@ -375,24 +386,14 @@ class AdaBert(Recipe[AdaBertConfig]):
 
     # -- stages 4 and 5 --------------------------------------------------------------
     def retrain_and_export(self, ctx: AdaBertContext, arch: Architecture) -> dict[str, Any]:
-        from evaluators.base import run_evaluation
-        from nas.export import export
-
         searched = ctx.run.load_json("searched.json")
         if searched is not None and (ctx.run.path / "export" / "config.json").is_file():
             return searched
         ctx.stage(4, "retrain the derived architecture")
-        evaluator = ctx.retrain_evaluator()
-        result = run_evaluation(evaluator, arch)
-        if not result.ok:
-            raise NasError(f"the retrain of the derived architecture {arch.id} "
-                           f"{result.status}: {result.reason}")
-        searched = report_row("searched", arch, result, ctx.report_split)
+        searched = ctx.finish("searched", ctx.space, arch, evaluator=ctx.retrain_evaluator(),
+                              what="the retrain of the derived architecture", stage=5,
+                              record="searched.json")
         ctx.run.log("retrained", **searched)
-        ctx.stage(5, "export")
-        export(ctx.space, arch, ctx.run.path / "export", weights=evaluator.weights_path(arch),
-               overwrite=True, **ctx.export_info())
-        ctx.run.save_json("searched.json", searched)
         return searched
 
     def multi_trial(self, ctx: AdaBertContext, name: str) -> dict[str, Any]:
@@ -400,18 +401,17 @@ class AdaBert(Recipe[AdaBertConfig]):
         baseline, LaNAS, TPE, NSGA-II or GP, each candidate scored by the same retrain
         (scalarised with ``multi_trial.targets``, or with ``extra_objectives`` as more
         objectives); ``multi_trial.n_trials`` (default 3) trials."""
-        from functools import partial
 
         from nas.teacher import metric_score
 
         ctx.stage(3, "%s search, each candidate retrained (stages 3-4)", name)
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
-                                evaluator=_study_evaluator(ctx, name),
+                                evaluator=_study_objective(ctx, name)[1],
                                 settings=ctx.cfg.multi_trial, default_trials=3,
-                                parts=partial(_study_parts, ctx.cfg, ctx.options, name))
-        runs = [report_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
-                           SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
-                                           costs=t.user_attrs["costs"]), ctx.report_split)
+                                parts=ctx.worker_parts(_study_objective, name))
+        runs = [ctx.result_row(f"{name}{t.number}", ctx.space.validate(t.user_attrs["arch"]),
+                               SimpleNamespace(metrics=t.user_attrs.get("metrics") or {},
+                                               costs=t.user_attrs["costs"]))
                 for t in found.trials]
         outcome = {t.number: t.user_attrs.get("outcome") for t in found.study.trials}
         summary = {"study": found.spec.study_name, "n_trials": found.spec.n_trials,
@@ -431,19 +431,13 @@ class AdaBert(Recipe[AdaBertConfig]):
         return lines, _plots(run) + pictures
 
 
-def _study_evaluator(ctx: AdaBertContext, searcher: str) -> Any:
+def _study_objective(ctx: AdaBertContext, searcher: str) -> tuple[Any, Any]:
+    """The multi-trial study's space and evaluator: each candidate retrained."""
     from searchers.loop import study_evaluator
 
-    return study_evaluator(ctx.retrain_evaluator(), ctx.space, ctx.cfg.multi_trial, searcher,
-                           seq_len=ctx.max_seq_len)
+    return ctx.space, study_evaluator(ctx.retrain_evaluator(), ctx.space, ctx.cfg.multi_trial,
+                                      searcher, seq_len=ctx.max_seq_len)
 
-
-def _study_parts(config: AdaBertConfig, options: RunOptions, searcher: str) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
-    caches, in the run folder the first process holds (read-only here)."""
-    options = worker_options(options)
-    ctx = AdaBertContext(config, RunDir(options.run_dir), options).prepare()
-    return ctx.space, _study_evaluator(ctx, searcher)
 
 
 # -------------------------------------------------------------------------- report
@@ -489,4 +483,4 @@ def _plots(run: RunDir) -> list[Path]:
     return [path]
 
 
-__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "load_config", "open_run"]
+__all__ = ["AdaBert", "AdaBertConfig", "AdaBertContext", "open_run"]

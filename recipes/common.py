@@ -14,8 +14,10 @@ in order. :meth:`Recipe.run` does the rest the same way for every method::
       -> metrics.json (merged with what is on disk), log "done"
 
 What goes where: task data and batches live in :class:`TaskContext`; a stage that scores
-several architectures uses :func:`run_study_stage`; evaluators are built from the
-context's :meth:`TaskContext.scoring_data`.
+several architectures uses :func:`run_study_stage`, its worker processes
+:meth:`TaskContext.worker_parts` with the method's one study objective; an evaluator by
+name is :meth:`TaskContext.build_evaluator`; the end of a model's part of the run (score,
+row, export, record) is :meth:`TaskContext.finish`.
 """
 
 from __future__ import annotations
@@ -28,21 +30,34 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.device import DEVICES, PRECISIONS, is_device_spec
 from nas.methods import Method, RunOptions, load_experiment
 from nas.rundir import RunDir
-from nas.seeding import REPORT_SAMPLE_STAGE, sample_rows, seed_stage, stage_seed
+from nas.seeding import (
+    REPORT_SAMPLE_STAGE,
+    SEED_RANGE,
+    is_seed,
+    sample_rows,
+    seed_stage,
+    stage_seed,
+)
 from nas.teacher import FinetuneConfig
+from nas.transfer import TransferText
+
+if TYPE_CHECKING:
+    from nas.network import GraphNet
 
 log = logging.getLogger("nas.recipe")
 
 DEV_SUBSETS = ("head", "seeded")
+#: what every export of a run records (:meth:`TaskContext.export_keywords`)
+EXPORT_KEYWORDS = frozenset({"labels", "tokenizer", "max_length", "task"})
 
 
 # ---------------------------------------------------------------------------- config
@@ -71,10 +86,13 @@ class DataSettings:
     val_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        check_fields([("max_train_examples", (self.max_train_examples or 2) >= 2, "None or >= 2"),
-                      ("max_dev_examples", (self.max_dev_examples or 1) >= 1, "None or >= 1"),
-                      ("max_report_examples", (self.max_report_examples or 1) >= 1,
-                       "None or >= 1"),
+        # 0 is refused, not read as "no cap": a cap of 0 rows kept every row, or none
+        check_fields([("max_train_examples", cap_ok(self.max_train_examples, 2),
+                       "null (all rows) or an integer >= 2"),
+                      ("max_dev_examples", cap_ok(self.max_dev_examples),
+                       "null (all rows) or an integer >= 1"),
+                      ("max_report_examples", cap_ok(self.max_report_examples),
+                       "null (all rows) or an integer >= 1"),
                       ("dev_subset", self.dev_subset in DEV_SUBSETS, " or ".join(DEV_SUBSETS)),
                       ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
                       ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)")], self)
@@ -86,7 +104,9 @@ class MethodConfig:
     data file or a mapping: :mod:`nas.data.files`), the ``teacher`` (default: the packaged
     MiniLM), the run's ``seed``, the ``data`` caps, the teacher's fine-tuning overrides
     (``teacher_finetune``, a typed :class:`~nas.teacher.FinetuneConfig`: every key is
-    checked before any stage) and ``latency_repeats``.
+    checked before any stage; ``enabled: false`` takes ``teacher`` as a classifier the user
+    fine-tuned already, its labels matched by name or by ``teacher_labels``, data label →
+    model label: :func:`nas.teacher.own_teacher`) and ``latency_repeats``.
 
     ``device`` (``auto``: a CUDA GPU when there is one, else the CPU; ``cpu``, ``cuda``,
     ``cuda:N``) is where every stage computes, ``precision`` (``fp32``, ``bf16``, ``fp16``)
@@ -99,6 +119,7 @@ class MethodConfig:
     seed: int = 0
     data: DataSettings = field(default_factory=DataSettings)
     teacher_finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    teacher_labels: dict[str, str] | None = None
     latency_repeats: int = 10
     device: str = "auto"
     precision: str = "fp32"
@@ -111,11 +132,23 @@ class MethodConfig:
                       ("task", bool(self.task if isinstance(self.task, dict)
                                     else str(self.task).strip()),
                        "a task name, a data file or a mapping"),
+                      ("seed", is_seed(self.seed), SEED_RANGE),
                       ("latency_repeats", self.latency_repeats >= 1, "an integer >= 1"),
                       ("device", is_device_spec(self.device), DEVICES),
                       ("precision", self.precision in PRECISIONS, " or ".join(PRECISIONS))],
                      self)
         self.device = str(self.device).strip().lower()
+        labels = self.teacher_labels
+        if labels is not None:
+            if not all(isinstance(x, str | int) and not isinstance(x, bool)
+                       for pair in labels.items() for x in pair):
+                raise ConfigError(f"teacher_labels must map each data label to a model label, "
+                                  f"names both (e.g. {{negative: LABEL_0}}), got {labels!r}")
+            self.teacher_labels = {str(k): str(v) for k, v in labels.items()}  # 0: as "0"
+        if labels and self.teacher_finetune.enabled:
+            raise ConfigError("teacher_labels names the labels of a teacher fine-tuned "
+                              "already; set teacher_finetune.enabled=false with it, or remove "
+                              "teacher_labels")
 
     def finetune_config(self) -> FinetuneConfig:
         return self.teacher_finetune
@@ -138,6 +171,9 @@ def is_plain_name(name: str) -> bool:
 
 #: the run-placement settings and the values that leave a snapshot as it was before them
 _PLACEMENT_DEFAULTS = {"device": "auto", "precision": "fp32"}
+#: settings added later, left out of a snapshot at these values (a run folder made before
+#: them resumes)
+_LATER_DEFAULTS = {"teacher_labels": None}
 
 
 def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
@@ -146,9 +182,15 @@ def snapshot(method: str, config: MethodConfig) -> dict[str, Any]:
     to other than ``auto`` and ``fp32``, so that a run folder made before they existed
     resumes."""
     values = asdict(config)
-    for key, default in _PLACEMENT_DEFAULTS.items():
-        if values.get(key) == default:
+    for key, default in {**_PLACEMENT_DEFAULTS, **_LATER_DEFAULTS}.items():
+        if key in values and values[key] == default:
             values.pop(key)
+    finetune = values.get("teacher_finetune")
+    if isinstance(finetune, dict) and finetune.get("enabled") is True:
+        finetune.pop("enabled")
+    transfer = values.get("transfer")
+    if isinstance(transfer, dict) and asdict(TransferText()) == transfer:  # as before it was
+        values.pop("transfer")
     return {"method": method, **values}
 
 
@@ -216,6 +258,13 @@ class TaskContext(Generic[ConfigT]):
         the report split is dev (MRPC)."""
         return " and ".join(dict.fromkeys(["dev", self.report_split]))
 
+    @classmethod
+    def check_config(cls, config: ConfigT) -> None:
+        """What the method's stages need of ``config`` that only a file outside it can
+        say (the teacher's shape, read from its configuration), refused in one line; part
+        of :meth:`Recipe.validate`, so before stage 1 and in ``nas run --dry-run``. None
+        here."""
+
     # -- stages 1 and 2 -----------------------------------------------------------------
     def prepare(self: ContextT) -> ContextT:
         self.prepare_teacher()
@@ -225,17 +274,26 @@ class TaskContext(Generic[ConfigT]):
 
     def prepare_teacher(self, number: int = 1) -> None:
         """Stage 1 (``number``): the teacher fine-tuned on the task (cached by its
-        settings)."""
-        from nas.teacher import finetune_teacher
+        settings), or, with ``teacher_finetune.enabled: false``, the user's own fine-tuned
+        classifier, its labels matched with the task's and its dev score measured."""
+        from nas.teacher import finetune_teacher, own_teacher
 
         t0 = time.time()
-        self.stage(number, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+        finetune = self.cfg.finetune_config()
         seed_stage(self.seed, "teacher")
-        self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
-                                        config=self.cfg.finetune_config(),
-                                        progress=self.progress)
+        if finetune.enabled:
+            self.stage(number, "teacher (fine-tuned on %s; cached by its settings)", self.task)
+            self.teacher = finetune_teacher(self.task, self.cfg.teacher, self.options.data_dir,
+                                            config=finetune, progress=self.progress)
+        else:
+            self.stage(number, "teacher (%s as fine-tuned already: teacher_finetune.enabled="
+                       "false)", self.cfg.teacher)
+            self.teacher = own_teacher(self.task, self.cfg.teacher, self.options.data_dir,
+                                       config=finetune, labels=self.cfg.teacher_labels,
+                                       progress=self.progress)
         self.run.log("teacher", model_dir=self.teacher.model_dir, metrics=self.teacher.metrics,
-                     from_cache=self.teacher.from_cache)
+                     from_cache=self.teacher.from_cache,
+                     **({} if finetune.enabled else {"fine_tuned_here": False}))
         self.seconds["teacher"] = round(time.time() - t0, 1)
 
     def prepare_data(self, number: int = 2) -> None:
@@ -252,6 +310,64 @@ class TaskContext(Generic[ConfigT]):
         self.overlap = overlap_counts(self.task, self.full_train,
                                       {"dev": self.dev, self.report_split: self.report})
         self.run.log("overlap", **self.overlap)
+        self.transfer = self.load_transfer()
+
+    def load_transfer(self) -> Any:
+        """The ``transfer:`` rows (:func:`nas.transfer.load_transfer`: texts that overlap
+        dev or the report split dropped, every label ``NO_LABEL``), or ``None``; what was
+        read and dropped goes to the run log."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or settings.texts is None:
+            return None
+        from nas.transfer import load_transfer
+
+        data, info = load_transfer(settings, self.full_train, [self.dev, self.report])
+        self.run.log("transfer", **info)
+        log.info("transfer text: %d rows of %s (%d read, %d dropped: they overlap dev or "
+                 "the report split)", info["rows"], info["file"], info["read"],
+                 info["overlap_dropped"])
+        return data
+
+    def with_transfer(self, data: Any) -> Any:
+        """``data`` followed by the transfer rows (when ``transfer:`` gives some: the
+        file's, then the augmented variants of ``data``'s rows), with the teacher's logits
+        on every part (each cached on disk by its own fingerprint, so the transfer text's
+        are computed once for every run and seed that reads it)."""
+        parts = [p for p in (getattr(self, "transfer", None), self.augmented(data))
+                 if p is not None]
+        if not parts:
+            return data
+        from nas.transfer import with_transfer
+
+        joined = data
+        for part in parts:
+            joined = with_transfer(joined, part)
+        if joined.fingerprint not in self._teacher_logits:
+            self._teacher_logits[joined.fingerprint] = np.concatenate(
+                [self.teacher_logits(p) for p in (data, *parts)])
+        return joined
+
+    def augmented(self, data: Any) -> Any:
+        """``transfer.augment``'s variants of ``data``'s rows (:func:`nas.transfer.
+        augmented_transfer`, cached by the teacher, the rows and the settings), or
+        ``None``; the counts go to the run log once per data."""
+        settings = getattr(self.cfg, "transfer", None)
+        if not isinstance(settings, TransferText) or settings.augment.n == 0:
+            return None
+        if not hasattr(self, "_augmented"):
+            self._augmented: dict[str, Any] = {}
+        if data.fingerprint not in self._augmented:
+            from nas.transfer import augmented_transfer
+
+            rows, info = augmented_transfer(data, settings.augment, self.teacher.model_dir,
+                                            self.max_seq_len, [self.dev, self.report],
+                                            self.progress)
+            self.run.log("transfer_augment", **info)
+            log.info("transfer augmentation: %d variants of %d of %d rows (%s), %d kept",
+                     info["variants"], info["augmented_rows"], info["of"], info["rows_kind"],
+                     info["rows"])
+            self._augmented[data.fingerprint] = rows
+        return self._augmented[data.fingerprint]
 
     def select_data(self) -> list[str]:
         """The splits read and capped as ``data`` says (``train``, ``dev``, ``report``;
@@ -362,6 +478,13 @@ class TaskContext(Generic[ConfigT]):
         self.run.remove_checkpoint(stage)
         return result
 
+    def worker_parts(self, objective: StudyObjective, *args: Any) -> Callable[[], tuple[Any, Any]]:
+        """What :func:`run_study_stage` hands a worker process (``parts``): it prepares
+        this method's context there and calls ``objective(ctx, *args)``."""
+        from functools import partial
+
+        return partial(worker_parts, type(self), self.cfg, self.options, objective, *args)
+
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
         """Record the wall time of a block in ``metrics.json``'s ``wall_seconds``."""
@@ -407,7 +530,43 @@ class TaskContext(Generic[ConfigT]):
         return cached_teacher_costs(
             self.run, self.teacher, self.train.num_labels, report_split=self.report_split,
             report=self.report, tokenizer=self.tokenizer, max_seq_len=self.max_seq_len,
-            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats)
+            latency_batches=self.latency_batches, latency_repeats=self.cfg.latency_repeats,
+            engine_teacher=lambda: self.task_teacher()[1])
+
+    def speedup(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The searched model's speed-up over the teacher, both timed now in interleaved
+        rounds as engine graphs in PyTorch fp32 (:func:`nas.measure.paired_speedups`):
+        the run's native export against the teacher in the ``bert`` design, on the
+        latency batches; each final point with an export of its own (``final/<tag>``,
+        method search and compress) under ``final``. ``None`` when the run exported no
+        native model."""
+        found = self._paired_export(self.run.path / "export",
+                                    (metrics.get("searched") or {}).get("tag") or "searched")
+        if found is None or "searched" not in metrics:
+            return None
+        finals = {row["tag"]: self._paired_export(self.run.path / "final" / row["tag"] / "export",
+                                                  row["tag"])
+                  for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)}
+        finals = {tag: timed for tag, timed in finals.items() if timed is not None}
+        return {**found, **({"final": finals} if finals else {})}
+
+    def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
+        """:func:`nas.measure.paired_speedups` of the export in ``folder`` against the
+        teacher, both as engine graphs (:func:`nas.runtime.timed_callable`); ``None``
+        without an export."""
+        from nas.device import to_device
+        from nas.measure import paired_speedups
+        from nas.runtime import load, timed_callable
+
+        if not (folder / "config.json").is_file():
+            return None
+        teacher = self.task_teacher()[1]
+        device = next(teacher.parameters()).device
+        student = timed_callable(load(folder, device=str(device)))
+        batches = {bs: to_device(b, device) for bs, b in self.latency_batches.items()}
+        with torch.no_grad():
+            return paired_speedups(teacher, student, batches, self.cfg.latency_repeats,
+                                   device=device, what=what)
 
     # -- what evaluators, exports and the report read --------------------------------------
     def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:
@@ -426,14 +585,149 @@ class TaskContext(Generic[ConfigT]):
         return FullTrainingData(**self.scoring_fields(val_batches),
                                 test_batches=self.report_batches_or_none())
 
+    def build_evaluator(self, name: str, settings: Mapping[str, Any] | None,
+                        parts: Mapping[str, Any], *, val_batches: list[Any] | None = None,
+                        test: bool = False) -> Any:
+        """The registered evaluator ``name`` with its ``settings``, scored on dev (or
+        ``val_batches``) and, with ``test``, on the report split. It gets the parts it asks
+        for (:meth:`evaluators.base.Evaluator.parts`) from ``parts`` (what the method can
+        give: a space, training batches, a loss...) and from the run (``latency_repeats``,
+        ``progress``, ``test_batches``); a part it needs and nobody gave is refused in one
+        line (:func:`evaluators.build.build_evaluator`)."""
+        from evaluators.base import EVALUATORS, FullTrainingData
+        from evaluators.build import build_evaluator
+
+        required, optional = EVALUATORS.get(name).parts()
+        test_batches = self.report_batches_or_none() if test else None
+        pool = {"latency_repeats": self.latency_repeats, "progress": self.progress,
+                "test_batches": test_batches, **parts}
+        given = {p: pool[p] for p in (*required, *optional) if p in pool}
+        scoring = FullTrainingData(**self.scoring_fields(val_batches), test_batches=test_batches)
+        return build_evaluator(name, settings, scoring, **given)
+
     def report_batches_or_none(self) -> list[Any] | None:
         """The report split's batches, or ``None`` when it is dev (scored once only)."""
         return self.report_batches if self.report_split != "dev" else None
 
-    def export_info(self) -> dict[str, Any]:
-        """What an export of this run records: labels, tokenizer, length, task."""
+    def export_keywords(self) -> dict[str, Any]:
+        """What an export of this run records: labels, tokenizer, length, task (the
+        keywords :meth:`export_model` gives :func:`nas.export.export`)."""
         return {"labels": list(self.train.label_names), "tokenizer": self.teacher.model_dir,
                 "max_length": self.max_seq_len, "task": self.task}
+
+    def export_info(self) -> dict[str, Any]:
+        """What a study records for ``nas export --run`` (a context adds how it rebuilds
+        its space)."""
+        return self.export_keywords()
+
+    # -- the end of a run: the model's score, its row, its export and its record --------
+    def score_model(self, space: Any, arch: Any, model: torch.nn.Module) -> dict[str, Any]:
+        """A trained model's row of ``metrics.json``: ``dev`` and report-split metrics,
+        parameters and FLOPs from the cost model at the run's length, batch-1 and batch-32
+        latency at the report split's median length (:mod:`nas.measure`), the same for
+        every method so that ``nas report`` compares like with like."""
+        from nas.architecture import Architecture
+        from nas.cost import count_costs, measure_latency
+        from nas.evaluate import classify
+
+        arch = arch if arch is not None else Architecture({}, space.name)
+        model.eval()
+        counted = count_costs(space, arch if len(arch) else None, self.max_seq_len)
+        row: dict[str, Any] = {
+            "arch": dict(arch), "arch_id": arch.id, "space": space.name,
+            "dev": classify(model, self.dev_batches, self.dev.metric),
+            "params": counted.params, "flops": counted.flops, "seq_len": counted.seq_len,
+            "latency": {f"batch{bs}": measure_latency(model, batch,
+                                                      repeats=self.latency_repeats).to_dict()
+                        for bs, batch in self.latency_batches.items()},
+        }
+        if self.report_split != "dev":
+            row[self.report_split] = classify(model, self.report_batches, self.dev.metric)
+        return row
+
+    def evaluate(self, evaluator: Any, arch: Any, what: str) -> Any:
+        """``evaluator``'s :class:`~evaluators.base.EvalResult` for ``arch``; a failed or
+        pruned one stops the run in one line naming ``what`` was scored."""
+        from evaluators.base import run_evaluation
+        from nas.errors import NasError
+
+        result = run_evaluation(evaluator, arch)
+        if not result.ok:
+            raise NasError(f"{what} ({arch.id}) {result.status}: {result.reason}")
+        return result
+
+    def result_row(self, tag: str, arch: Any, result: Any) -> dict[str, Any]:
+        """An evaluator's result (or a study trial's stored metrics and costs) as a row of
+        ``metrics.json`` (:func:`evaluators.retrain.report_row`)."""
+        from evaluators.retrain import report_row
+
+        return report_row(tag, arch, result, self.report_split)
+
+    def export_model(self, space: Any, arch: Any, folder: str | Path, *, fmt: str = "native",
+                     model: GraphNet | None = None, weights: Any = None,
+                     **keywords: Any) -> Path:
+        """Export ``arch`` of ``space`` (a trained ``model``, or ``weights``) into
+        ``folder`` (relative: inside the run folder) as ``fmt``, with the run's labels,
+        tokenizer, length and task (``keywords`` replace or add to them: a student's own
+        vocabulary, a tagging head); one place for every method's export."""
+        from nas.export import export
+
+        if not EXPORT_KEYWORDS <= set(keywords):  # a context without a teacher gives all four
+            keywords = {**self.export_keywords(), **keywords}
+        return export(space, arch if arch else None, self.run.path / folder, model=model,
+                      weights=weights, fmt=fmt, overwrite=True, **keywords)
+
+    def format_keywords(self, fmt: str) -> dict[str, Any]:
+        """The export format of a folder the method exports as ``fmt``, its int8 settings
+        and its vocabulary trim, as the file's ``final.export`` sets them (methods search
+        and compress: ``format``, ``quantize: int8`` compared with fp32 on dev, the report
+        split untouched, ``max_int8_drop``, and ``trim_vocab``: the pieces of the whole
+        train split, scored on the report split); ``fmt`` alone for a method without it."""
+        final = getattr(getattr(self.cfg, "final", None), "export", None)
+        trim: dict[str, Any] = {}
+        if getattr(final, "trim_vocab", False):  # the pieces of the whole train split
+            from nas.vocab_trim import task_trim
+
+            trim = {"trim": task_trim(self.full_train, self.report, self.report_split,
+                                      self.metric)}
+        if final is None or not final.quantize:
+            return {"fmt": getattr(final, "format", None) or fmt, **trim}
+        from nas.quantize import DevSet
+
+        dev = self.dev
+        return {**trim, "fmt": final.format, "quantize": final.quantize,
+                "max_int8_drop": float(final.max_int8_drop),
+                "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
+                              list(dev.labels), self.metric)}
+
+    def finish(self, tag: str, space: Any, arch: Any, *, model: GraphNet | None = None,
+               evaluator: Any = None, what: str = "the retrain",
+               exports: Mapping[str, str] | None = None, stage: int | None = None,
+               extra: Mapping[str, Any] | None = None, record: str | None = None
+               ) -> dict[str, Any]:
+        """The end of a model's part of the run, the same for every method: score it (a
+        trained ``model`` by :meth:`score_model`, or ``arch`` by ``evaluator``, which
+        trains it), make its row (``tag``, with ``extra``), export it into each
+        ``folder → format`` of ``exports`` (default ``export`` as ``native``; ``stage``
+        numbers the log line) and save the row as ``record`` in the run folder.
+        Returns the row."""
+        weights = None
+        if model is not None:
+            row = {"tag": tag, **self.score_model(space, arch, model)}
+        else:
+            row = self.result_row(tag, arch, self.evaluate(evaluator, arch, what))
+            weights = evaluator.weights_path(arch)
+        row.update(extra or {})
+        exports = {"export": "native"} if exports is None else exports
+        if exports and stage is not None:
+            self.stage(stage, "export of %s (%s)", tag, ", ".join(dict.fromkeys(
+                exports.values())))
+        for folder, fmt in exports.items():
+            self.export_model(space, arch, folder, model=model, weights=weights,
+                              **self.format_keywords(fmt))
+        if record is not None:
+            self.run.save_json(record, row)
+        return row
 
     def evaluation(self) -> dict[str, Any]:
         """``metrics.json``'s ``evaluation``: the report split, its files and size, the
@@ -508,17 +802,25 @@ class Recipe(Method, Generic[ConfigT]):
     """
 
     context_class: ClassVar[type[TaskContext[Any]]] = TaskContext
+    #: whether the method's final retrain distils on ``transfer:`` text (methods search
+    #: and compress: a ``transfer`` field of type :class:`~nas.transfer.TransferText`);
+    #: another method's file is refused in one line (:func:`nas.methods.method_config`)
+    uses_transfer: ClassVar[bool] = False
 
     def run(self, config: ConfigT, options: RunOptions) -> dict[str, Any]:
         """Every stage on the configuration's ``device`` in its ``precision``
         (:func:`nas.device.use_device`: what the builders, the teacher, the training loop
         and scoring read); under ``torchrun`` the process joins its group first (NCCL on
-        GPUs, gloo on the CPU)."""
+        GPUs, gloo on the CPU). The cache entries the run reads (teacher, importance
+        scores, teacher outputs, latency table) stay locked for readers until it ends
+        (:func:`nas.cache.read_scope`): ``nas cache clear`` leaves them alone meanwhile."""
+        from nas.cache import read_scope
         from nas.device import describe, init_distributed, use_device
 
+        self.validate(config, options)
         # a plug-in's configuration that is not a MethodConfig runs where auto says
         precision = getattr(config, "precision", "fp32")
-        with use_device(getattr(config, "device", "auto"), precision) as device:
+        with read_scope(), use_device(getattr(config, "device", "auto"), precision) as device:
             init_distributed(device)
             log.info("device %s, precision %s", describe(device), precision)
             return self._run(config, options)
@@ -534,6 +836,13 @@ class Recipe(Method, Generic[ConfigT]):
             metrics["teacher"] = ctx.teacher_costs()
             ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         metrics.update(self.stages(ctx))
+        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "speedup")
+                and "speedup" not in metrics):
+            t0 = time.time()  # the teacher timed beside the searched model, never cached
+            speedup = ctx.speedup(metrics)
+            if speedup is not None:
+                metrics["speedup"] = speedup
+                ctx.seconds["speedup"] = round(time.time() - t0, 1)
         metrics.setdefault("metric", ctx.metric)
         if getattr(ctx, "report", None) is not None and "evaluation" not in metrics:
             metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own
@@ -554,18 +863,71 @@ class Recipe(Method, Generic[ConfigT]):
         from nas.data import resolve_task
 
         task = resolve_task(config.task)
+        self.check_transfer(config, task)
         if options.resume and getattr(options.study, "storage", None) is None:
             from searchers.study import check_own_storages
 
             check_own_storages(options.run_dir)  # a copy naming its original: before stage 1
+        run = RunDir(options.run_dir, self.recorded(config, options, **snapshot_extra),
+                     resume=options.resume, break_lock=options.break_lock)
+        return replace(config, task=task), run
+
+    def recorded(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
+                 ) -> dict[str, Any]:
+        """The configuration snapshot the run folder records (and a resume compares):
+        :meth:`snapshot` with ``snapshot_extra``, the task's data inside the run folder
+        relative to it, a user's own files as given (absolute)."""
         from nas.data.files import record_task
 
         recorded = {**self.snapshot(config), **snapshot_extra}
-        # data inside the run folder relative to it, a user's own files as given (absolute)
         recorded["task"] = record_task(recorded["task"], options.run_dir)
-        run = RunDir(options.run_dir, recorded, resume=options.resume,
-                     break_lock=options.break_lock)
-        return replace(config, task=task), run
+        if isinstance(recorded.get("transfer"), dict):  # the same rule for its file
+            recorded["transfer"] = {**recorded["transfer"], "texts": record_task(
+                recorded["transfer"]["texts"], options.run_dir)}
+        return recorded
+
+    def validate(self, config: ConfigT, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """The checks of every method on the skeleton (:meth:`Method.validate`): the
+        device and precision on this machine, the task's files, the study storage named
+        (``--storage`` or ``storage:``), and the run folder (writable, not another run's,
+        the same configuration on ``--resume``, no live writer), all without writing; a
+        method adds its own by extending it. Returns the notes of checks not made."""
+        from nas.data import resolve_task
+        from nas.device import autocast, resolve_device
+        from nas.rundir import check_run_folder
+
+        autocast(getattr(config, "precision", "fp32"),  # the checks only, as use_device
+                 resolve_device(getattr(config, "device", "auto")))
+        self.context_class.check_config(config)
+        self.check_transfer(config, resolve_task(config.task))
+        options = replace(options, resume=self.resumes(config, options))
+        given = getattr(options.study, "storage", None)
+        storage = given or getattr(config, "storage", None)
+        if storage is not None:
+            from searchers.storage import check_storage
+
+            check_storage(storage, attach=bool(getattr(options.study, "attach", False)))
+        if options.resume and given is None:
+            from searchers.study import check_own_storages
+
+            check_own_storages(options.run_dir)  # a copy naming its original
+        check_run_folder(options.run_dir, self.recorded(config, options), resume=options.resume,
+                         break_lock=options.break_lock)
+        return []
+
+    def check_transfer(self, config: ConfigT, task: str) -> None:
+        """A ``transfer:`` file that cannot be read, or that does not fit the ``task``'s
+        kind (pairs without ``text_pair``, a tagging task), is refused in one line before
+        the teacher stage (:func:`nas.transfer.check_transfer`)."""
+        settings = getattr(config, "transfer", None)
+        if not isinstance(settings, TransferText) or not settings.enabled:
+            return
+        from nas.data.tasks import TASKS
+        from nas.transfer import check_transfer
+
+        kind = TASKS.get(task).kind if task in TASKS else None  # a hub task: read later
+        check_transfer(settings, task, kind)
 
     def prepared(self, config: ConfigT, options: RunOptions, **snapshot_extra: Any
                  ) -> Any:
@@ -601,8 +963,8 @@ class Recipe(Method, Generic[ConfigT]):
         raise NotImplementedError
 
 
-#: The folders a run exports its searched model into (``nas.distill.task.export_student``
-#: writes the second; the model cards of both carry the run's metrics).
+#: The folders a run exports its searched model into (:meth:`TaskContext.finish` with
+#: ``hf`` as the second's format; the model cards of both carry the run's metrics).
 RESULT_FOLDERS = ("export", "export_hf")
 
 
@@ -693,23 +1055,56 @@ def run_study_stage(ctx: TaskContext, *, searcher: str, space: Any, evaluator: A
                       seconds=round(time.time() - t0, 1))
 
 
-def worker_options(options: RunOptions) -> RunOptions:
-    """A worker process's options: no progress bars, the first process's run folder."""
-    return replace(options, progress=False)
+#: A method's study objective: ``objective(ctx, *args) -> (space, evaluator)``, the space a
+#: study searches and the evaluator that scores its trials
+#: (:func:`searchers.loop.study_evaluator`)
+StudyObjective = Callable[..., tuple[Any, Any]]
+
+
+def worker_parts(context_class: type[TaskContext[Any]], config: MethodConfig,
+                 options: RunOptions, objective: StudyObjective, *args: Any
+                 ) -> tuple[Any, Any]:
+    """A worker process's space and evaluator (``--workers N``), for every method: the
+    experiment's plug-ins imported again, stages 1–2 and the method's own preparation from
+    the caches, in the run folder the first process holds (read-only here, no progress
+    bars), then the method's study ``objective(ctx, *args)``, as the first process built
+    its own. Built by :meth:`TaskContext.worker_parts` (picklable: module-level parts)."""
+    plugins = getattr(config, "plugins", None)
+    if plugins:
+        from nas.plugins import import_plugins
+
+        import_plugins(plugins)
+    options = replace(options, progress=False)
+    ctx = context_class(config, RunDir(options.run_dir), options).prepare()
+    return objective(ctx, *args)
 
 
 def report_reference(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The teacher as the reference point of a study's Pareto plot."""
+    """The teacher as the reference point of a study's Pareto plot, on the trials' scale:
+    when the study's ``latency_ms`` was predicted by the latency model (the search
+    summary's ``latency_scale``), the teacher's predicted latency; else (measured, or no
+    scale recorded: the methods whose studies time each trial) the teacher's latency
+    timed in the run, as the trials were, in PyTorch fp32, or on the ONNX runtime the
+    trials were timed on (``latency_runtime``: the summary's ``teacher_latency_ms``).
+    Never a measured point among predicted ones, nor a torch one among int8 ones."""
     from nas.teacher import metric_score
 
     teacher, metric = metrics.get("teacher") or {}, metrics.get("metric", "accuracy")
     if not (teacher.get("dev") and teacher.get("latency")):
         return {}
-    return {"teacher": {f"val_{metric}": metric_score(teacher["dev"], metric),
-                        "latency_ms": teacher["latency"]["batch1"]["median_ms"],
-                        "params": teacher["params"], "flops": teacher["flops"]}}
+    point = {f"val_{metric}": metric_score(teacher["dev"], metric),
+             "params": teacher["params"], "flops": teacher["flops"]}
+    search = metrics.get("search") or {}
+    if search.get("latency_scale") == "predicted" and "teacher_latency_ms" in search:
+        point["latency_ms"] = search["teacher_latency_ms"]
+    elif search.get("latency_scale", "measured") == "measured":
+        if search.get("latency_runtime", "torch") == "torch":
+            point["latency_ms"] = teacher["latency"]["batch1"]["median_ms"]
+        elif "teacher_latency_ms" in search:
+            point["latency_ms"] = search["teacher_latency_ms"]
+    return {"teacher": point}
 
 
 __all__ = ["DataSettings", "MethodConfig", "Recipe", "StudyStage", "TaskContext",
            "load_typed", "mean_std", "report_reference", "run_study_stage",
-           "seeded_subset", "snapshot", "worker_options"]
+           "seeded_subset", "snapshot", "worker_parts"]

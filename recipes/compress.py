@@ -1,4 +1,4 @@
-"""Compress the teacher (``method: compress``, issue 30): search the fine-tuned teacher's
+"""Compress the teacher (``method: compress``, docs/compress.md): search the fine-tuned teacher's
 own sub-networks, starting each from the teacher's importance-sorted weights.
 
 It is ``method: search`` (:mod:`recipes.search`) with these differences:
@@ -14,25 +14,28 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
    (:func:`spaces.bert_subnet.from_design`), its supernet the sorted teacher, so every
    leading slice a child keeps holds the most important heads, neurons and channels;
 3. **search** — any searcher over validation accuracy against batch-1 latency
-   (``latency: predicted`` by the latency model, or ``measured``; the ``objectives`` and
-   ``constraints`` of method search), each candidate scored by
+   (``latency: predicted`` by the latency model, or ``measured``, on the runtime the
+   model ships in: ``latency: {source, runtime: torch | onnx | onnx-int8}``; the
+   ``objectives`` and ``constraints`` of method search), each candidate scored by
    ``inherited-kd``
    (:mod:`evaluators.inherited_kd`: the sorted teacher's slice, a short distillation
    from the full teacher, the validation score); the Puzzle-style ``blockwise`` proxy
    (Bercovich et al. 2025, §3) plugs in by name, its table built on the sorted teacher
-   when asked for. Or ``searcher: knapsack``: the blockwise table of the sorted teacher
-   (its block states cached), then Puzzle's multiple-choice knapsack (§4) at each budget
-   of a range (``knapsack:``; latency or parameters), each distinct pick recorded as a
-   trial of the run's study and scored by the configured evaluator, so the Pareto front,
-   the final selection, the report and the exports treat it as any searcher's. Or
-   ``searcher: truncation``, the baseline: the sorted teacher's first k whole layers,
-   k = 1..L, queued and retrained the same way;
+   when asked for. Or a planned searcher over what the sort made: ``searcher: knapsack``
+   (:mod:`searchers.knapsack`): the blockwise table of the sorted teacher (its block
+   states cached), then Puzzle's multiple-choice knapsack (§4) at each budget of a range
+   (its settings, or the ``knapsack:`` section; latency or parameters), each distinct
+   pick recorded as a trial of the run's study and scored by the configured evaluator,
+   so the Pareto front, the final selection, the report and the exports treat it as any
+   searcher's. Or ``searcher: truncation`` (:mod:`searchers.truncation`), the baseline:
+   the sorted teacher's first k whole layers, k = 1..L, queued and retrained the same way;
 4. **final** — ``final.select`` (default: per speed-up 2, 5 and 15 over the teacher, the
    front point nearest it), each retrained ``final.seeds`` times by the full
    distillation of ``retrain:`` *from the inherited weights* (the same evaluator with the
-   run's whole training subset and budget; issue 30, item 3c), scored on dev and the
+   run's whole training subset and budget; docs/compress.md#steps), scored on dev and the
    report split;
-5. **export** — stock ``transformers`` ``BertForSequenceClassification`` where the child
+5. **export** — the teacher's stock ``transformers`` class (``BertForSequenceClassification``,
+   ``RobertaForSequenceClassification``..., :data:`nas.hf.TEACHER_TYPES`) where the child
    has that shape (whole layers dropped, all heads, one FFN width, the teacher's hidden
    width: docs/reference.md#teacher-compression), else the runtime as remote code
    (:mod:`nas.export`).
@@ -41,59 +44,39 @@ It is ``method: search`` (:mod:`recipes.search`) with these differences:
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nas.config import ConfigError, check_fields
-from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from recipes.common import seeded_subset
-from recipes.search import (
+from recipes.search import Search
+from recipes.search_config import (
     PROVIDED_PARTS,
+    SEARCHER_PARTS,
     EvaluatorChoice,
     FinalSettings,
-    Search,
+    LatencySettings,
     SearchConfig,
-    SearchContext,
 )
+from recipes.search_context import SearchContext
+from searchers.knapsack import KnapsackSettings
 
 #: the space this method searches
 SPACE = "bert-subnet"
-#: where the search's batch-1 latency comes from
-LATENCIES = ("predicted", "measured")
-#: the searchers this method runs itself (searchers.base.METHOD_SEARCHERS): the blockwise
-#: knapsack, and uniform truncation (the first k whole layers, the baseline it must beat)
+#: the planned searchers over what the sort makes (searchers/knapsack.py,
+#: searchers/truncation.py): the blockwise knapsack, and uniform truncation (the first k
+#: whole layers, the baseline it must beat)
 KNAPSACK = "knapsack"
 TRUNCATION = "truncation"
-#: what a knapsack budget limits
-KNAPSACK_COSTS = ("latency_ms", "params")
-
-
-@dataclass
-class KnapsackSettings:
-    """``searcher: knapsack`` (Puzzle, Bercovich et al. 2025, §4): the ``cost`` each
-    budget limits (``latency_ms``, predicted batch 1 by the latency model, or ``params``)
-    and the budgets, as ratios of the teacher's cost: ``ratios`` given, else ``n_trials``
-    ratios log-spaced from 1 (the teacher) to the largest the space reaches; with
-    ``final.select: latency_ratios`` and a latency cost, the final ratios are added. Equal
-    picks are run once."""
-
-    cost: str = "latency_ms"
-    ratios: list = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        check_fields([("cost", self.cost in KNAPSACK_COSTS, " or ".join(KNAPSACK_COSTS)),
-                      ("ratios", all(isinstance(r, int | float) and r >= 1
-                                     for r in self.ratios),
-                       "ratios >= 1 of the teacher's cost, e.g. [2, 5, 15]")], self)
 
 
 @dataclass
 class ImportanceSettings:
     """The sort: ``method`` (``activation`` or ``gradient``) on ``samples`` calibration
-    sequences of the candidates' training part (Minitron used 1,024; issue 30: 256)."""
+    sequences of the candidates' training part (Minitron used 1,024; here 256)."""
 
     method: str = "activation"
     samples: int = 256
@@ -111,12 +94,16 @@ class CompressConfig(SearchConfig):
     for a file. ``space_config`` may set only ``layers`` (``any`` or ``first``): the shape
     is the teacher's. ``latency``: the search's ``latency_ms`` is ``predicted`` by this
     machine's latency model (batch 1, one thread, the run's length; calibrated once per
-    teacher shape and cached) or ``measured`` on each trained candidate (noisier; no
-    calibration, as the smoke run uses)."""
+    teacher shape and runtime and cached) or ``measured`` on each trained candidate
+    (noisier; no calibration), on its ``runtime`` (``torch`` unless the section says
+    ``onnx`` or ``onnx-int8``: :class:`~recipes.search_config.LatencySettings`)."""
 
     provided_parts: ClassVar[tuple[str, ...]] = (*PROVIDED_PARTS, "supernet", "logits_loss",
                                                  "table")
-    own_searchers: ClassVar[tuple[str, ...]] = (KNAPSACK, TRUNCATION)
+    #: beyond method search's: the sorted teacher's blockwise table (built when asked
+    #: for) and its truncations (the first k whole layers)
+    provided_searcher_parts: ClassVar[tuple[str, ...]] = (*SEARCHER_PARTS, "table",
+                                                          "truncations")
 
     space: str = SPACE
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
@@ -125,7 +112,11 @@ class CompressConfig(SearchConfig):
     objectives: list = field(default_factory=lambda: ["accuracy", "latency_ms"])
     final: FinalSettings = field(default_factory=lambda: FinalSettings(
         select="latency_ratios", ratios=[2, 5, 15], seeds=2))
-    latency: str = "predicted"
+    default_latency_source: ClassVar[str] = "predicted"
+    latency: str | dict | LatencySettings = field(
+        default_factory=lambda: LatencySettings("predicted"))
+    #: the knapsack searcher's settings as files before ``searcher: {name, settings}``
+    #: wrote them (still read; the searcher's own settings win)
     knapsack: KnapsackSettings = field(default_factory=KnapsackSettings)
     #: a multi-trial searcher's study starts with the truncations (the first k whole
     #: layers within the constraints) as its first trials, so that it models the
@@ -137,48 +128,47 @@ class CompressConfig(SearchConfig):
             raise ConfigError(f"space: method compress searches {SPACE!r} (the teacher's own "
                               f"sub-networks), got {self.space!r}; use method search for "
                               "another space")
-        check_fields([("latency", self.latency in LATENCIES, " or ".join(LATENCIES))], self)
         other = sorted(set(self.space_config) - {"layers"})
         if other:
             raise ConfigError(f"space_config.{other[0]}: method compress takes the shape from "
                               "the teacher; only layers (any or first) may be set")
         super().__post_init__()
 
-    def check_searcher_name(self, name: str | None = None) -> None:
+    def legacy_searcher_settings(self, name: str) -> dict[str, Any]:
+        """Method search's, and the ``knapsack:`` section for the knapsack searcher."""
+        if name == KNAPSACK:
+            return asdict(self.knapsack)
+        return super().legacy_searcher_settings(name)
+
+    def check_searcher_name(self, name: str | None = None, where: str = "searcher:") -> None:
         """Method search's check, and ``seed_truncations`` only for a multi-trial
-        searcher: the knapsack and truncation run their own picks, a one-shot searcher
-        has no trials to seed."""
-        super().check_searcher_name(name)
-        name = name or self.searcher
+        searcher: a planned one runs its own picks, a one-shot one has no trials to
+        seed."""
+        super().check_searcher_name(name, where)
+        name = name or self.searcher_name
         if not self.seed_truncations:
             return
         from searchers.base import SEARCHERS
 
-        if name in self.own_searchers or SEARCHERS.kind_of(name) == "one-shot":
+        if SEARCHERS.kind_of(name) != "multi-trial":
             raise ConfigError(f"seed_truncations: searcher {name} has no study to seed; use "
                               "it with a multi-trial searcher (tpe, random, nsga2, gp, lanas, "
                               "lamoo), or drop it")
 
-    def check_own_searcher(self, name: str) -> None:
-        """What ``searcher: knapsack`` or ``truncation`` cannot serve, refused in one line:
-        first-k layers (their architectures are of the any-subset space), several workers
-        (their trials are queued in one process), a FLOPs limit (the block table that
-        costs them has parameters and latency) and seed architectures (their study runs
-        their own picks only)."""
-        if self.space_config.get("layers", "any") != "any":
-            raise ConfigError(f"searcher: {name} queues architectures of the any-subset "
-                              "space; drop space_config.layers: first, or use another "
-                              "searcher")
-        if self.workers != 1:
-            raise ConfigError(f"workers: searcher {name} runs its picks in one process; "
-                              "set workers: 1")
-        if self.constraints.max_flops is not None:
-            raise ConfigError(f"constraints.max_flops: searcher {name} costs its picks by "
-                              "the block table's parameters and latency, not FLOPs; use "
-                              "max_params or max_latency_ms")
-        if self.multi_trial.get("seeds"):
-            raise ConfigError(f"multi_trial.seeds: searcher {name}'s study runs its own "
-                              "picks only; drop the seed architectures")
+    def check_planned_searcher(self, name: str, cls: Any) -> None:
+        """Method search's checks, and for one that reads the blockwise table (the
+        knapsack), what the table cannot serve: first-k layers (its picks are of the
+        any-subset space) and a FLOPs limit (it costs parameters and latency)."""
+        if "table" in cls.parts()[0]:
+            if self.space_config.get("layers", "any") != "any":
+                raise ConfigError(f"searcher: {name} queues architectures of the any-subset "
+                                  "space; drop space_config.layers: first, or use another "
+                                  "searcher")
+            if self.constraints.max_flops is not None:
+                raise ConfigError(f"constraints.max_flops: searcher {name} costs its picks "
+                                  "by the block table's parameters and latency, not FLOPs; "
+                                  "use max_params or max_latency_ms")
+        super().check_planned_searcher(name, cls)
 
 
 class CompressContext(SearchContext):
@@ -263,27 +253,15 @@ class CompressContext(SearchContext):
 
     def teacher_latency_ms(self) -> float | None:
         """With ``latency: predicted``, the latency model's prediction for the teacher
-        (the space's full child) at the run's length, the scale of every trial's
-        ``latency_ms``; the teacher's timed latency (stage 1, at the report split's median
-        length) would set the ratios on another scale. (Runs before this was fixed,
-        2026-11-24, divided the timed one: their "2x" pick was about 2.5x predicted.)"""
+        (the space's full child) at the run's length on the section's runtime, the scale
+        of every trial's ``latency_ms``; the teacher's timed latency (stage 1, at the
+        report split's median length) would set the ratios on another scale. (Runs before
+        this was fixed, 2026-11-24, divided the timed one: their "2x" pick was about 2.5x
+        predicted.)"""
         predict = self.study_latency_fn()
         if predict is None:
             return super().teacher_latency_ms()
         return float(predict(self.space.default()))
-
-    def study_latency_fn(self) -> Any:
-        """With ``latency: predicted``, this machine's latency model for the space (batch
-        1, one thread, the run's length), calibrated once and cached when its table has
-        none (:func:`nas.latency.space_predictor`)."""
-        if self.cfg.latency != "predicted":
-            return None
-        from nas.latency import space_predictor
-
-        def note(message: str) -> None:
-            self.run.log("latency_model", note=message)
-
-        return space_predictor(self.space, seq_len=self.max_seq_len, log=note)
 
 
 @register_method("compress")
@@ -296,16 +274,20 @@ class Compress(Search):
 
     def final_evaluator(self, ctx: SearchContext) -> tuple[str, dict[str, Any]]:
         """``inherited-kd`` with ``retrain:``'s budget, from the sorted teacher's slice;
-        the hidden-state weight is the search evaluator's when it has one."""
+        the hidden-state weight and layer map are the search evaluator's when it sets
+        them."""
         settings = ctx.cfg.evaluator.settings
-        return "inherited-kd", ({"hidden_weight": settings["hidden_weight"]}
-                                if "hidden_weight" in settings else {})
+        return "inherited-kd", {k: settings[k] for k in ("hidden_weight", "layer_mapping")
+                                if k in settings}
+
+    def check_head(self, config: SearchConfig, options: RunOptions) -> None:
+        """None to check: the space is the teacher's, with a head for the task's labels."""
 
     def stages(self, ctx: CompressContext) -> dict[str, Any]:  # type: ignore[override]  # context_class makes ctx a CompressContext
         return {"sort": ctx.sort_info, **super().stages(ctx)}
 
     def audit_parts(self, config: CompressConfig, options: RunOptions) -> Any:
-        """``nas audit`` (issue 30 item 5): the search's evaluator (``inherited-kd``: the
+        """``nas audit`` (docs/compress.md): the search's evaluator (``inherited-kd``: the
         slice, the short distillation, the held-out score) and the blockwise proxy
         (minus the summed block error) against the final retrain (``inherited-kd`` with
         ``retrain:``'s budget on the whole training subset, from the inherited weights,
@@ -343,89 +325,37 @@ class Compress(Search):
         return AuditParts(space=ctx.space, arms=arms, full=full, folder=run.path,
                           max_params=cfg.constraints.max_params, seq_len=ctx.max_seq_len,
                           notes=notes, latency_fn=space_predictor(
-                              ctx.space, seq_len=ctx.max_seq_len, log=note))
+                              ctx.space, seq_len=ctx.max_seq_len, log=note,
+                              runtime=cfg.latency_settings.runtime))
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
-        """Stage 3: the knapsack or the truncations for those searchers, else method
-        search's."""
+        """Stage 3: method search's, a multi-trial study seeded with the truncations when
+        ``seed_truncations`` asks for them."""
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
-        if name == KNAPSACK:
-            return self.knapsack_search(ctx)
-        if name == TRUNCATION:
-            return self.truncation_search(ctx)
         if ctx.cfg.seed_truncations:  # a multi-trial searcher (checked with the config)
             queue = self.truncation_queue(ctx)
             ctx.run.log("seeded", truncations=[tag for tag, _ in queue])
             return self.multi_trial(ctx, name, queue=queue)
         return super().search_stage(ctx, name)
 
-    def knapsack_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
-        """The blockwise table, the knapsack at each budget (:class:`KnapsackSettings`,
-        within the run's ``constraints``), and its distinct picks queued on the run's
-        study, each scored by the configured evaluator (:mod:`searchers.queued`)."""
-        from evaluators.blockwise_knapsack import knapsack_sweep, ratio_range
+    def searcher_parts(self, ctx: SearchContext, wanted: set[str]) -> dict[str, Any]:
+        """Method search's parts, the sorted teacher's truncations (the first k whole
+        layers, k = 1..L) and its blockwise table (built when asked for)."""
+        from spaces.bert_subnet import truncation
 
-        cfg, k = ctx.cfg, ctx.cfg.knapsack
-        table = ctx.block_table()
-        ratios = set(k.ratios or ratio_range(table, cfg.n_trials, k.cost))
-        if cfg.final.select == "latency_ratios" and k.cost == "latency_ms":
-            ratios |= set(cfg.final.ratios)
-        with ctx.timed("knapsack"):
-            sweep = knapsack_sweep(table, sorted(float(r) for r in ratios), k.cost,
-                                   limits=_limits(cfg))
-        picks = [{"ratio": ratio, "arch_id": pick.arch.id, "block_error": pick.error,
-                  **{f"table_{n}": v for n, v in pick.costs.items()}} for ratio, pick in sweep]
-        ctx.run.log("knapsack", cost=k.cost, ratios=sorted(ratios), picks=picks,
-                    seconds=ctx.seconds["knapsack"])
-        ctx.stage(3, "knapsack over %d %s budget(s): %d distinct sub-network(s), %.2f s",
-                  len(ratios), k.cost, len(sweep), ctx.seconds["knapsack"])
-        queue = [(f"knapsack-{ratio:.4g}x", pick.arch) for ratio, pick in sweep]
-        summary, chosen = self._run_queue(ctx, KNAPSACK, queue)
-        summary["knapsack"] = {"cost": k.cost, "picks": picks,
-                               "table_seconds": dict(table.seconds),
-                               "seconds": ctx.seconds["knapsack"]}
-        return summary, chosen
-
-    def truncation_search(self, ctx: CompressContext) -> tuple[dict[str, Any], list[Any]]:
-        """Uniform truncation, the baseline every compression must beat (issue 30's
-        direct check; DynaBERT, Hou et al. 2020, §3.2, keeps layers the same way): the
-        sorted teacher's first k whole layers, k = 1..L, at its width, within the run's
-        ``constraints``, queued on the run's study and scored by the configured evaluator,
-        so the final retrain treats them exactly as the searched points."""
-        queue = self.truncation_queue(ctx)
-        ctx.stage(3, "uniform truncation: %d sub-network(s), the first k whole layers",
-                  len(queue))
-        return self._run_queue(ctx, TRUNCATION, queue)
+        assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
+        parts = super().searcher_parts(ctx, wanted)
+        parts["truncations"] = [truncation(ctx.space, k) for k in
+                                range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
+        if "table" in wanted:
+            parts["table"] = ctx.block_table()
+        return parts
 
     def truncation_queue(self, ctx: CompressContext) -> list[tuple[str, Any]]:
         """``[("first-k", architecture)]`` for k = 1..L within the run's constraints (all
-        of them, FLOPs included when a seeded study has that limit), costed by the study's
-        own budget check, as any proposal is (no blockwise table)."""
-        from searchers.optuna_bridge import Budget
-        from spaces.bert_subnet import truncation
-
-        limits = ctx.cfg.study_settings().budget_kwargs
-        # the latency model's notes reach the run log when the study starts (multi_trial)
-        latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len)
-                      if limits["max_latency_ms"] is not None else None)
-        budget = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
-        archs = [truncation(ctx.space, k)
-                 for k in range(1, int(ctx.space.config["num_hidden_layers"]) + 1)]
-        queue = [(f"first-{k}", arch) for k, arch in enumerate(archs, start=1)
-                 if budget.violation(budget.costs(ctx.space, arch)) is None]
-        if not queue:
-            raise NasError("constraints: no truncation of the teacher (first k whole "
-                           "layers) fits them; raise max_params, max_flops or max_latency_ms")
-        return queue
-
-    def _run_queue(self, ctx: CompressContext, name: str, queue: list[tuple[str, Any]]
-                   ) -> tuple[dict[str, Any], list[Any]]:
-        """The queued architectures as the run's study, one trial each."""
-        from searchers.queued import QueuedSearcher
-
-        settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
-        return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
-                                settings=settings)
+        of them, FLOPs included when a seeded study has that limit): the ``truncation``
+        searcher's plan, which seeds a multi-trial study."""
+        return self.plan_of(ctx, TRUNCATION).queue
 
 
 def _arm_label(name: str, settings: Any) -> str:
@@ -433,13 +363,6 @@ def _arm_label(name: str, settings: Any) -> str:
     metric (``inherited-kd, teacher-kl``)."""
     score = dict(settings or {}).get("score", "metric")
     return name if score == "metric" else f"{name}, {score}"
-
-
-def _limits(cfg: CompressConfig) -> dict[str, float]:
-    """The run's parameter and latency limits, for the block table's costs."""
-    c = cfg.constraints
-    return {n: float(v) for n, v in (("params", c.max_params),
-                                     ("latency_ms", c.max_latency_ms)) if v is not None}
 
 
 __all__ = ["KNAPSACK", "TRUNCATION", "Compress", "CompressConfig", "CompressContext",

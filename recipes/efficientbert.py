@@ -51,9 +51,8 @@ from typing import Any, cast
 import numpy as np
 
 from nas.architecture import load_for_space
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill.warmup import WarmupSettings
-from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage, stage_seed
@@ -64,7 +63,6 @@ from recipes.common import (
     TaskContext,
     mean_std,
     seeded_subset,
-    worker_options,
 )
 from searchers.loop import StudySettings
 from searchers.sampled_supernet import SHAPE_KINDS  # N and r: stage 2 fixes, stage 3 searches
@@ -120,7 +118,8 @@ class ProxySettings:
                       ("lr", 0.0 < self.lr < math.inf, "a number > 0"),
                       ("eval_every", self.eval_every is None or self.eval_every >= 1,
                        "None or >= 1"),
-                      ("max_task_examples", (self.max_task_examples or 2) >= 2, "None or >= 2"),
+                      ("max_task_examples", cap_ok(self.max_task_examples, 2),
+                       "null (all rows) or an integer >= 2"),
                       ("temperature", 0.0 < self.temperature < math.inf, "a number > 0"),
                       ("gamma", 0.0 < self.gamma < math.inf, "a number > 0")], self)
 
@@ -213,8 +212,8 @@ class EfficientBertConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (self.data.max_train_examples or 4) < 4:  # search-train and held-out parts
-            raise ValueError("data.max_train_examples must be None or >= 4 (a held-out part "
+        if not cap_ok(self.data.max_train_examples, 4):  # search-train and held-out parts
+            raise ValueError("data.max_train_examples must be null or >= 4 (a held-out part "
                              f"is carved out of it), got {self.data.max_train_examples}")
         self.build_space(2)  # the space's own checks, before any stage
         if self.warmup.max_seq_len != self.data.max_seq_len:
@@ -245,7 +244,6 @@ class EfficientBertContext(TaskContext[EfficientBertConfig]):
         from nas.cost import count_costs
 
         cfg = self.cfg
-        self._check_teacher_shape()
         super().prepare()
         self.search_train, self.search_val = self.carve_validation()
         self.proxy_train = seeded_subset(self.search_train, cfg.proxy.max_task_examples,
@@ -265,16 +263,17 @@ class EfficientBertContext(TaskContext[EfficientBertConfig]):
                      dev=len(self.dev), report=len(self.report), budget=self.budget)
         return self
 
-    def _check_teacher_shape(self) -> None:
+    @classmethod
+    def check_config(cls, config: EfficientBertConfig) -> None:
         """Before any stage: the space must fit the teacher (heads, layers, fit width)."""
         from transformers import AutoConfig
 
         from nas.distill.warmup import check_teacher_fits
         from nas.teacher import resolve_teacher
 
-        teacher = AutoConfig.from_pretrained(resolve_teacher(self.cfg.teacher),
+        teacher = AutoConfig.from_pretrained(resolve_teacher(config.teacher),
                                              local_files_only=True)
-        check_teacher_fits(self.cfg.build_space(2), teacher.to_dict())
+        check_teacher_fits(config.build_space(2), teacher.to_dict())
 
     def _budget(self) -> float:
         from nas.cost import count_costs
@@ -485,11 +484,9 @@ class EfficientBert(Recipe[EfficientBertConfig]):
                      searcher: str) -> dict[str, Any] | None:
         """Stage 1 (everything) or stage 2 (N and r fixed from ``current``) as a study of
         the multi-trial loop, each candidate scored by the ``warmup-kd`` proxy."""
-        from functools import partial
 
         from nas.space import fix_choices
         from recipes.common import run_study_stage
-        from searchers.loop import study_evaluator
         from searchers.report import outcome
         from searchers.results import best_trial
 
@@ -513,11 +510,10 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         log.info("%s: %s search of %d choices (%s fixed), budget %.2fM params", name, searcher,
                  sum(len(c) > 1 for c in space.choices()), len(fixed) or "none",
                  ctx.budget / 1e6)
-        evaluator = study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
-                                    seq_len=ctx.max_seq_len)
+        space, evaluator = _study_objective(ctx, searcher, settings, fixed, warm)
         stage = run_study_stage(
             ctx, searcher=searcher, space=space, evaluator=evaluator, settings=settings,
-            parts=partial(_study_parts, ctx.cfg, ctx.options, searcher, settings, fixed),
+            parts=ctx.worker_parts(_study_objective, searcher, settings, fixed),
             name=f"{ctx.cfg.name}-{name}", run_dir=folder, seed=stage_seed(ctx.seed, name),
             default_trials=settings.n_trials or 16, resume=(folder / "study.json").is_file())
         best = best_trial(stage.study)
@@ -550,7 +546,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         ranks candidates with the ``inherited`` evaluator, without any per-candidate
         training (docs/reference.md#efficientbert)."""
         from evaluators.inherited import InheritedEvaluator, InheritedTask
-        from searchers.base import SEARCHERS
+        from searchers.base import resolve_searcher
 
         s = ctx.cfg.stage3
         if not s.enabled:
@@ -564,8 +560,9 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         trainer = Stage3Trainer(ctx, warm)
         scorer = InheritedEvaluator(ctx.space, InheritedTask(
             supernet=trainer.supernet, **ctx.scoring_fields(ctx.val_batches)))
-        searcher = SEARCHERS.one_shot("sampled-supernet")(
-            seed=ctx.seed, stage="stage3", candidates=s.candidates, incumbent=current,
+        searcher = resolve_searcher("sampled-supernet", kinds=("one-shot",),
+                                    settings={"candidates": s.candidates}).build(
+            seed=ctx.seed, stage="stage3", incumbent=current,
             max_params=ctx.budget, seq_len=ctx.max_seq_len, settings=loop_settings(s),
             record=trainer.terms.records, evaluator=scorer)
         best = searcher.search(ctx.space, trainer)
@@ -577,21 +574,15 @@ class EfficientBert(Recipe[EfficientBertConfig]):
             "candidates": rows, "seconds": round(time.time() - t0, 1)}, "candidates")
 
     # -- retrain, evaluation, export ---------------------------------------------------
-    def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str
-                ) -> tuple[dict[str, Any], Any]:
-        from evaluators.base import run_evaluation
-        from evaluators.retrain import report_row
-
-        evaluator = ctx.retrain_evaluator(warm)
-        result = run_evaluation(evaluator, arch)
-        if not result.ok:
-            raise NasError(f"the retrain of {tag} {arch.id} {result.status}: {result.reason}")
-        return report_row(tag, arch, result, ctx.report_split), evaluator
+    def retrain(self, ctx: EfficientBertContext, warm: Any, arch: Any, tag: str,
+                exports: dict[str, str] | None = None) -> dict[str, Any]:
+        """``arch`` retrained with the full distillation and scored (and exported into
+        ``exports``: none unless given)."""
+        return ctx.finish(tag, ctx.space, arch, evaluator=ctx.retrain_evaluator(warm),
+                          what=f"the retrain of {tag}", exports=exports or {})
 
     def retrain_and_export(self, ctx: EfficientBertContext, warm: Any, arch: Any,
                            tag: str = "searched") -> dict[str, Any]:
-        from nas.export import export
-
         run = ctx.run
         searched = run.load_json("searched.json")
         if searched is not None and (run.path / "export" / "config.json").is_file():
@@ -599,10 +590,8 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         t0 = time.time()
         log.info("retrain: %s with the full distillation, then %s", arch.id,
                  ctx.evaluated_splits)
-        searched, evaluator = self.retrain(ctx, warm, arch, tag)
         log.info("export: native and ONNX")
-        export(ctx.space, arch, run.path / "export", weights=evaluator.weights_path(arch),
-               fmt="onnx", overwrite=True, **ctx.export_info())
+        searched = self.retrain(ctx, warm, arch, tag, exports={"export": "onnx"})
         space_config = {k: v for k, v in ctx.space.config.items()
                         if k not in ("paper_params_groups", "drawing_style")}
         run.save_json("derived_arch.json", {**arch.to_dict(), "id": arch.id,
@@ -632,7 +621,7 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         for tag, arch in todo:
             if tag not in rows:
                 log.info("baseline %s (%s): the same retrain", tag, arch.id)
-                rows[tag], _ = self.retrain(ctx, warm, arch, tag)
+                rows[tag] = self.retrain(ctx, warm, arch, tag)
                 run.save_json("baselines.json", rows)  # after each: a resume skips it
         out: dict[str, Any] = {"baselines": [r for t, r in rows.items()
                                              if not t.startswith("random")]}
@@ -705,16 +694,14 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         return lines, []
 
 
-def _study_parts(config: EfficientBertConfig, options: RunOptions, searcher: str,
-                 settings: SearchStage, fixed: dict[str, Any]) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): teacher, data and warm-up
-    from the caches, in the run folder the first process holds (read-only here)."""
+def _study_objective(ctx: EfficientBertContext, searcher: str, settings: SearchStage,
+                     fixed: dict[str, Any], warm: Any = None) -> tuple[Any, Any]:
+    """A search stage's space (``fixed`` choices pinned) and evaluator: the proxy on the
+    warm-up supernet (``warm``; a worker process takes it from the caches)."""
     from nas.space import fix_choices
     from searchers.loop import study_evaluator
 
-    options = worker_options(options)
-    ctx = EfficientBertContext(config, RunDir(options.run_dir), options).prepare()
-    warm = EfficientBert().warmup(ctx)
+    warm = warm if warm is not None else EfficientBert().warmup(ctx)
     space = fix_choices(ctx.space, fixed) if fixed else ctx.space
     return space, study_evaluator(ctx.proxy_evaluator(warm), space, settings, searcher,
                                   seq_len=ctx.max_seq_len)

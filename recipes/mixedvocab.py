@@ -59,19 +59,20 @@ from typing import Any
 import torch
 
 from nas.cache import cache_root, cached_entry, load_weights, save_weights, settings_key
-from nas.config import ConfigError, check_fields
+from nas.config import ConfigError, cap_ok, check_fields
 from nas.distill import mixedvocab as mv
 from nas.distill.general import check_text_settings
+from nas.measure import paired_speedups
 from nas.methods import register_method
 from nas.rundir import RunDir
-from nas.seeding import seed_stage
+from nas.seeding import SEED_RANGE, is_seed, seed_stage
+from nas.timing import TORCH_FP32
 from nas.train import TrainSettings, loop_settings
 from recipes.common import (
     DataSettings,
     MethodConfig,
     Recipe,
     TaskContext,
-    load_typed,
     seeded_subset,
 )
 
@@ -139,7 +140,8 @@ class MaskedLMSettings(TrainSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields([("mask_probability", 0.0 < self.mask_probability < 1.0, "in (0, 1)"),
-                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]")], self)
+                      ("max_seq_len", 8 <= self.max_seq_len <= 512, "in [8, 512]"),
+                      ("seed", is_seed(self.seed), SEED_RANGE)], self)
 
 
 @dataclass
@@ -186,6 +188,12 @@ class TeacherTaskSettings(TrainSettings):
     warmup_fraction: float = 0.1
     schedule: str = "linear"
     grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields([("max_train_examples", cap_ok(self.max_train_examples, 2),
+                       "null (all rows) or an integer >= 2"),
+                      ("seed", is_seed(self.seed), SEED_RANGE)], self)
 
 
 @dataclass
@@ -266,10 +274,6 @@ class MixedVocabConfig(MethodConfig):
         self.student.build_space(vocab_size=1000)  # the shape's own checks, before any stage
 
 
-def load_config(path: str | Path, overrides: Any = ()) -> MixedVocabConfig:
-    """A mixed-vocabulary experiment file's typed configuration."""
-    return load_typed(path, MixedVocab, overrides)
-
 
 # --------------------------------------------------------------------- the context
 
@@ -335,7 +339,8 @@ class MixedVocab(Recipe[MixedVocabConfig]):
             self.task(ctx, vocab, stage2, teacher)
             student = self.evaluate_and_export(ctx, vocab, teacher, stage1, stage2)
         return {"searched": student, "teacher": student.get("teacher"),
-                "evaluation": student.get("evaluation")}
+                "evaluation": student.get("evaluation"),
+                **({"speedup": student["speedup"]} if "speedup" in student else {})}
 
     # -- stage 2 ---------------------------------------------------------------------
     def vocabulary(self, ctx: MixedVocabContext) -> dict[str, Any]:
@@ -594,7 +599,7 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         """Stage 7: the student and the teacher on dev (and the report split), their
         parameters, FLOPs and latency, and the ratios; stage 8: the export."""
         from nas.builder import build_child
-        from nas.export import export
+        from nas.device import module_device, to_device
 
         cfg, run, split, report = ctx.cfg, ctx.run, ctx.report_split, ctx.report
         ctx.stage(7, "evaluation on %s", ctx.evaluated_splits)
@@ -606,8 +611,16 @@ class MixedVocab(Recipe[MixedVocabConfig]):
         measure = dict(dev=ctx.dev, report=report, report_split=split,
                        max_seq_len=cfg.data.max_seq_len, repeats=cfg.latency_repeats)
         row, inputs = mv.model_row(student, space, ctx.reader(True), **measure)
-        t_row, _ = mv.model_row(t_model, t_space, ctx.reader(False), **measure)
-        t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()))
+        t_row, t_inputs = mv.model_row(t_model, t_space, ctx.reader(False), **measure)
+        t_row.update(tag="teacher", params=sum(p.numel() for p in t_model.parameters()),
+                     runtime=TORCH_FP32)
+        # the same texts in each model's own vocabulary, timed in interleaved rounds
+        pairs = {bs: (to_device(t_inputs[bs], module_device(t_model)),
+                      to_device(inputs[bs], module_device(student))) for bs in inputs}
+        with torch.no_grad():
+            speedup = paired_speedups(lambda pair: t_model(pair[0]), lambda pair: student(pair[1]),
+                                      pairs, cfg.latency_repeats,
+                                      device=module_device(student))
         row.update(
             tag="student", space=cfg.student.space, vocabulary=cfg.student.vocabulary,
             vocab_size=vocab["size"],
@@ -626,16 +639,16 @@ class MixedVocab(Recipe[MixedVocabConfig]):
                 "train_examples": len(ctx.train), "vocab_dir": vocab["dir"]},
             ratios={"params": row["params"] / t_row["params"],
                     "embedding_params": row["embedding_params"] / t_row["embedding_params"],
-                    "latency_batch1": row["latency"]["batch1"]["median_ms"]
-                    / t_row["latency"]["batch1"]["median_ms"]},
+                    "latency_batch1": 1 / speedup["batch1"]["speedup"]},
+            speedup=speedup,
             evaluation={"split": split, "file": ", ".join(report.sources),
                         "examples": len(report),
                         "latency_tokens": int(inputs[1]["input_ids"].shape[1])})
         ctx.stage(8, "export (native + onnx, with the student vocabulary)")
         labels, head = mv.export_labels(ctx.train)
-        export(space, None, run.path / "export", model=student, fmt="onnx", labels=labels,
-               tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len, task=ctx.task,
-               overwrite=True, head=head)
+        ctx.export_model(space, None, "export", fmt="onnx", model=student, labels=labels,
+                         tokenizer=vocab["dir"], max_length=cfg.data.max_seq_len,
+                         task=ctx.task, head=head)
         run.save_json("student.json", row)
         run.log("student", dev=row["dev"], params=row["params"], teacher_dev=t_row["dev"])
         return row
@@ -682,4 +695,4 @@ class MixedVocab(Recipe[MixedVocabConfig]):
 
 
 
-__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData", "load_config"]
+__all__ = ["MixedVocab", "MixedVocabConfig", "MixedVocabContext", "MixedVocabData"]

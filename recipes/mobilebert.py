@@ -22,7 +22,7 @@ The method's steps, in order (:meth:`MobileBert.stages`); each is a call into sh
 5. **prediction-layer distillation** — the whole student, soft cross-entropy against the
    teacher's logits (cached per data set);
 6. **evaluation** — ``dev`` and the report split; parameters, FLOPs, batch-1 and
-   batch-32 latency (:func:`nas.distill.task.evaluate_student`);
+   batch-32 latency (:meth:`recipes.common.TaskContext.score_model`);
 7. **export** — native (``export/``) and a stock ``transformers``
    ``MobileBertForSequenceClassification`` (``export_hf/``; every attention input but
    ``feature_map`` converts);
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,13 @@ from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
 from nas.distill.init import EMBEDDING_INITS
 from nas.distill.mobilebert import TRANSFERS, PktWeights
-from nas.distill.task import PredictionSettings, evaluate_student, export_student
+from nas.distill.task import PredictionSettings
 from nas.errors import NasError
 from nas.methods import register_method
 from nas.rundir import RunDir
 from nas.seeding import seed_stage
 from nas.train import TrainSettings, loop_settings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed, mean_std, report_reference
+from recipes.common import MethodConfig, Recipe, TaskContext, mean_std, report_reference
 from searchers.loop import StudySettings
 
 log = logging.getLogger("nas.mobilebert")
@@ -216,12 +217,19 @@ class MobileBertConfig(MethodConfig):
         return replace(self.student, arch={**self.student.arch, **arch}).build_space(num_labels)
 
 
-def load_config(path: str | Path, overrides: Any = ()) -> MobileBertConfig:
-    """A MobileBERT experiment file's typed configuration (``method: mobilebert``)."""
-    return load_typed(path, MobileBert, overrides)
-
 
 # --------------------------------------------------------------------- the context
+
+
+def check_student(space: Any, arch: Any, teacher: Mapping[str, Any]) -> None:
+    """The teacher's depth and width equal the student's and its heads are a multiple of
+    the student's (docs/reference.md#mobilebert); a one-line error naming ``student``."""
+    from nas.distill.mobilebert import check_pair
+
+    try:
+        check_pair(space.config, arch, teacher)
+    except NasError as err:
+        raise ConfigError(f"student: {err}") from None
 
 
 class MobileBertContext(TaskContext[MobileBertConfig]):
@@ -236,19 +244,25 @@ class MobileBertContext(TaskContext[MobileBertConfig]):
     def prepare(self) -> MobileBertContext:
         super().prepare()
         self.space = self.cfg.student.build_space(self.train.num_labels)
-        self.check_teacher(self.space, self.cfg.student.default_arch(self.space))
         return self
 
-    def check_teacher(self, space: Any, arch: Any) -> None:
-        """Before training: the teacher's depth and width equal the student's and its
-        heads are a multiple of the student's (docs/reference.md#mobilebert)."""
-        from nas.distill.mobilebert import check_pair
+    @classmethod
+    def check_config(cls, config: MobileBertConfig) -> None:
+        """Before any stage: the student's default architecture fits the teacher's shape
+        (read from its configuration: fine-tuning keeps it), :meth:`check_teacher`."""
+        from transformers import AutoConfig
 
-        teacher_space, _ = self.task_teacher()
-        try:
-            check_pair(space.config, arch, teacher_space.config)
-        except NasError as err:
-            raise ConfigError(f"student: {err}") from None
+        from nas.hf import space_kwargs_from_hf
+        from nas.teacher import resolve_teacher
+
+        teacher = AutoConfig.from_pretrained(resolve_teacher(config.teacher),
+                                             local_files_only=True)
+        space = config.student.build_space(2)
+        check_student(space, config.student.default_arch(space), space_kwargs_from_hf(teacher)[1])
+
+    def check_teacher(self, space: Any, arch: Any) -> None:
+        """Before training an arm: :func:`check_student` against the task's teacher."""
+        check_student(space, arch, self.task_teacher()[0].config)
 
     def init_student(self, model: Any) -> None:
         """The word table from the pre-trained teacher's principal components (with
@@ -337,19 +351,17 @@ class MobileBert(Recipe[MobileBertConfig]):
     # -- step 3 --------------------------------------------------------------------
     def grid_search(self, ctx: MobileBertContext, name: str) -> tuple[dict[str, Any], Any, Any]:
         """The grid search: every trial is this recipe's transfer on a reduced budget."""
-        from functools import partial
 
         from recipes.common import run_study_stage
 
         cfg = ctx.cfg
-        space = cfg.student.build_space(ctx.train.num_labels, cfg.search.choices)
+        space, evaluator = _study_objective(ctx, name)
         ctx.stage(3, "%s grid search over %s (%d architectures), each trial a %s transfer on "
                   "%d examples", name, ", ".join(cfg.search.choices), space.size(),
                   cfg.transfer, cfg.search.max_train_examples)
         found = run_study_stage(ctx, searcher=name, space=space,
-                                evaluator=_search_evaluator(ctx, space, name),
-                                settings=cfg.multi_trial,
-                                parts=partial(_search_parts, cfg, ctx.options, name))
+                                evaluator=evaluator, settings=cfg.multi_trial,
+                                parts=ctx.worker_parts(_study_objective, name))
         ctx.seconds["search"] = found.seconds
         done = found.trials
         if not done:
@@ -430,20 +442,18 @@ class MobileBert(Recipe[MobileBertConfig]):
         else:
             load_weights(model, weights)
         ctx.stage(6, "(%s) evaluation on %s", tag, ctx.evaluated_splits)
-        row = {"tag": tag, **evaluate_student(ctx, space, arch, model),
-               "shape": {k: v for k, v in {**space.config, **arch}.items()
-                         if k not in ("family", "num_labels")}}
         seconds = [e["seconds"] for e in run.read_log() if e.get("tag") == tag
                    and e["stage"] in ("transfer", "prediction")]
-        row["train_seconds"] = round(sum(seconds), 1)
-        row["recipe"] = {"transfer": cfg.transfer, "stages": [s.name for s in stages],
-                         "train_examples": len(ctx.train),
-                         "lower_lr_scale": cfg.pkt.lower_lr_scale,
-                         "weights": asdict(cfg.pkt.weights)}
-        if export:
-            ctx.stage(7, "export (native and hf)")
-            export_student(ctx, space, arch, model, {"export": "native", "export_hf": "hf"})
-        run.save_json("student.json" if tag == "student" else f"arms/{tag}/student.json", row)
+        recipe = {"transfer": cfg.transfer, "stages": [s.name for s in stages],
+                  "train_examples": len(ctx.train), "lower_lr_scale": cfg.pkt.lower_lr_scale,
+                  "weights": asdict(cfg.pkt.weights)}
+        row = ctx.finish(tag, space, arch, model=model, stage=7,
+                         exports={"export": "native", "export_hf": "hf"} if export else {},
+                         extra={"shape": {k: v for k, v in {**space.config, **arch}.items()
+                                          if k not in ("family", "num_labels")},
+                                "train_seconds": round(sum(seconds), 1), "recipe": recipe},
+                         record="student.json" if tag == "student"
+                         else f"arms/{tag}/student.json")
         run.log("student", tag=tag, **{k: row[k] for k in ("dev", "params", "flops")},
                 **({ctx.report_split: row[ctx.report_split]} if ctx.report_split != "dev"
                    else {}))
@@ -484,31 +494,21 @@ def _shape_line(v: dict[str, Any]) -> str:
             f"{v['hidden_act']}")
 
 
-def _search_evaluator(ctx: MobileBertContext, space: Any, searcher: str) -> Any:
-    """The study's evaluator: this recipe's transfer on the search subset, plus the cost
-    objectives ``multi_trial`` asks for."""
+def _study_objective(ctx: MobileBertContext, searcher: str) -> tuple[Any, Any]:
+    """The grid search's space (``search.choices``) and evaluator: this recipe's transfer
+    on the search subset, plus the cost objectives ``multi_trial`` asks for."""
     from recipes.common import seeded_subset
     from searchers.loop import study_evaluator
 
     cfg = ctx.cfg
+    space = cfg.student.build_space(ctx.train.num_labels, cfg.search.choices)
     data = seeded_subset(ctx.train, cfg.search.max_train_examples, cfg.seed, "search-data",
                          "search.max_train_examples")
     inner = ctx.evaluator(space, data, ctx.run.path / "trial_weights",
                           transfer_epochs=cfg.search.transfer_epochs,
                           prediction_epochs=cfg.search.prediction_epochs)
-    return study_evaluator(inner, space, cfg.multi_trial, searcher,
-                           seq_len=cfg.data.max_seq_len)
+    return space, study_evaluator(inner, space, cfg.multi_trial, searcher,
+                                  seq_len=cfg.data.max_seq_len)
 
 
-def _search_parts(config: MobileBertConfig, options: Any, searcher: str) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): stages 1–2 from the
-    caches, in the run folder the first process holds."""
-    from recipes.common import worker_options
-
-    options = worker_options(options)
-    ctx = MobileBertContext(config, RunDir(options.run_dir), options).prepare()
-    space = config.student.build_space(ctx.train.num_labels, config.search.choices)
-    return space, _search_evaluator(ctx, space, searcher)
-
-
-__all__ = ["TINY_CHOICES", "MobileBert", "MobileBertConfig", "load_config"]
+__all__ = ["TINY_CHOICES", "MobileBert", "MobileBertConfig"]

@@ -1,6 +1,11 @@
-"""``nas run --dry-run``: what a run would do, found without doing it (issue 31, item 4).
+"""``nas run --dry-run``: what a run would do, found without doing it.
 
-A dry run resolves the task, reads and caps the data exactly as stage 2 does
+A dry run first makes the run's own checks (:meth:`nas.methods.Method.validate`, the
+same call the run makes before anything else, so that a configuration the run would
+refuse is refused here in the same line), measuring nothing: a latency limit is checked
+on this machine's cached latency table, and without one the plan says it was not
+checked and how long the run's calibration takes. It then resolves the task, reads
+and caps the data exactly as stage 2 does
 (:meth:`recipes.common.TaskContext.select_data`, so the cuts it reports are the run's),
 asks the teacher cache whether the fine-tuned teacher exists
 (:func:`nas.teacher.finetune_plan`), and counts the steps of every training section of
@@ -102,11 +107,13 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     each training section and the rough wall-time estimate (module docstring)."""
     from nas.data import resolve_task
     from nas.teacher import finetune_plan
-    from recipes.common import TaskContext
 
+    not_checked = method.validate(config, options, calibrate=False)
     task = resolve_task(config.task)
     resolved = dataclasses.replace(config, task=task)
-    ctx = TaskContext(resolved, _NoRunFolder(), options)  # type: ignore[arg-type]  # a stand-in RunDir: only .log is called
+    # the method's own context (``Recipe.context``), so that its data choices are the run's;
+    # taken from ``method``, so that this module never imports the skeleton that calls it
+    ctx = method.context(resolved, _NoRunFolder(), options)
     cuts = ctx.select_data()
     finetune = resolved.finetune_config()
     teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)
@@ -120,7 +127,9 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     teacher_row: dict[str, Any] = {"cached": teacher.cached, "folder": str(teacher.run_dir),
                                    "train": len(teacher.train), "dev": len(teacher.dev),
                                    "cuts": teacher.cuts}
-    if not teacher.cached:
+    if not finetune.enabled:  # the user's own classifier: its labels checked, no fine-tune
+        teacher_row = own_teacher_row(teacher, resolved, options.data_dir)
+    elif not teacher.cached:
         steps = teacher.steps(finetune)
         teacher_row["steps"] = steps
         # batches are padded to their longest text (dynamic padding): the cost follows
@@ -136,8 +145,22 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
             "data": {"train": len(ctx.train), "dev": len(ctx.dev),
                      ctx.report_split: len(ctx.report), "cuts": cuts,
                      "report_split": ctx.report_split},
+            "checks": {"passed": True, "not_checked": not_checked},
             "teacher": teacher_row, "stages": sections, "trials": _trials(resolved),
             "estimate": {"seconds": round(seconds, 1), **timed}}
+
+
+def own_teacher_row(teacher: Any, config: Any, data_dir: Any) -> dict[str, Any]:
+    """The plan's teacher row for ``teacher_finetune.enabled: false``: the folder as given,
+    its labels matched with the task's (refused in one line as the run would:
+    :func:`nas.teacher.teacher_order`), the dev rows it is scored on, no fine-tune."""
+    from nas.teacher import teacher_order
+
+    names, order = teacher_order(teacher.task, teacher.teacher_path, data_dir,
+                                 config.teacher_labels)
+    return {"fine_tune": False, "folder": teacher.teacher_path, "dev": len(teacher.dev),
+            "labels": dict(zip(names, order, strict=True)),
+            "cuts": [c for c in teacher.cuts if c.startswith("dev")]}
 
 
 def teacher_step_seconds(teacher_path: str, data: Any, seq_len: int) -> dict[str, Any]:
@@ -178,7 +201,10 @@ def describe(plan: dict[str, Any]) -> str:
 
     data = plan["data"]
     lines = [f"dry run of {plan['name']} (method {plan['method']}): nothing trained, no run "
-             "folder written", "", "configuration (as the run's config.yaml records it):"]
+             "folder written", "", "checks: the run's checks before its first training "
+             "step passed (it would run)"]
+    lines += [f"  {note}" for note in plan["checks"]["not_checked"]]
+    lines += ["", "configuration (as the run's config.yaml records it):"]
     lines += ["  " + line for line in yaml.safe_dump(plan["config"], sort_keys=False)
               .rstrip().splitlines()]
     split = data["report_split"]
@@ -187,9 +213,16 @@ def describe(plan: dict[str, Any]) -> str:
     lines += ["", f"data (task {plan['task']}): {sizes}"]
     lines += [f"  {cut}" for cut in data["cuts"]] or ["  (no cap cut the data)"]
     teacher = plan["teacher"]
-    lines += ["", "teacher: " + (f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
-                                 else f"to fine-tune: {teacher['steps']:,} steps on "
-                                      f"{teacher['train']:,} examples (dev {teacher['dev']:,})")]
+    if teacher.get("fine_tune") is False:
+        lines += ["", f"teacher: {teacher['folder']} as fine-tuned (teacher_finetune.enabled="
+                      f"false), scored on {teacher['dev']:,} dev examples; its rows for the "
+                      f"task's labels: " + ", ".join(f"{k} {v}" for k, v in
+                                                     teacher["labels"].items())]
+    else:
+        lines += ["", "teacher: " + (
+            f"fine-tuned, cached ({teacher['folder']})" if teacher["cached"]
+            else f"to fine-tune: {teacher['steps']:,} steps on {teacher['train']:,} examples "
+                 f"(dev {teacher['dev']:,})")]
     lines += [f"  {cut}" for cut in teacher["cuts"]]
     lines += ["", "training sections (epochs × batches of the training subset, or of"
                   " final.train_examples for the final retrain):"]

@@ -17,6 +17,9 @@ The steps, in order (:meth:`Search.stages`):
    * or the one-shot ``differentiable`` searcher (GDAS, Dong & Yang 2019; AdaBERT, Chen
      et al. 2020, §3.2): one supernet trained with hard Gumbel samples of every op and
      depth choice, the KD loss and an optional efficiency term, then its argmax;
+   * or a planned searcher (one that proposes a fixed list from what the run hands it,
+     :class:`searchers.base.PlannedSearcher`): its list queued on the study and scored
+     by the evaluator as any searcher's trials;
 4. **final** — what ``final.select`` picks (the best trial, the Pareto front, or the
    front points nearest given speed-ups over the teacher) retrained on the whole training
    subset with ``final.seeds`` seeds, scored on dev and the report split;
@@ -29,464 +32,28 @@ A space file next to the experiment needs no install: ``plugins: [my_space.py]``
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-import torch
-
-from nas.config import ConfigError, check_fields
-from nas.distill.losses import kd_loss
 from nas.errors import NasError
 from nas.methods import RunOptions, register_method
 from nas.rundir import RunDir
-from nas.train import TrainSettings, loop_settings
 from recipes.common import (
-    MethodConfig,
     Recipe,
-    TaskContext,
-    load_typed,
     mean_std,
     report_reference,
     run_study_stage,
-    worker_options,
 )
-from searchers.base import METHOD_SEARCHERS
+from recipes.search_config import SearchConfig
+from recipes.search_context import SearchContext
+from recipes.search_select import select_trials
+from recipes.search_study import one_shot_options, study_objective, supernet_trainer
 
 log = logging.getLogger("nas.search")
-
-#: what ``objectives:`` may list: the evaluator's validation score, then costs to minimise
-OBJECTIVES = ("accuracy", "latency_ms", "params", "flops")
-SELECTIONS = ("best", "pareto", "latency_ratios", "all")
-#: the parts this recipe can hand an evaluator (:func:`evaluators.build.build_evaluator`)
-PROVIDED_PARTS = ("space", "train_batches", "steps_per_epoch", "loss", "test_batches", "init",
-                  "seed", "workdir", "latency_repeats", "progress", "latency_fn", "inner")
-
-
-# ---------------------------------------------------------------------------- config
-
-
-@dataclass
-class EvaluatorChoice:
-    """The evaluator of every trial: a registered name and its settings (for
-    ``distilled-retrain``, the training loop's settings)."""
-
-    name: str = "distilled-retrain"
-    settings: dict = field(default_factory=lambda: {"epochs": 1, "lr": 1e-3})
-
-
-@dataclass
-class Constraints:
-    """Hard limits on every architecture the search may propose: parameters, FLOPs at the
-    run's length, and batch-1 latency predicted by the latency model on this machine."""
-
-    max_params: float | None = None
-    max_flops: float | None = None
-    max_latency_ms: float | None = None
-
-    def __post_init__(self) -> None:
-        check_fields([(name, getattr(self, name) is None or getattr(self, name) > 0,
-                       "None or a positive number")
-                      for name in ("max_params", "max_flops", "max_latency_ms")], self)
-
-
-@dataclass
-class Distillation(TrainSettings):
-    """Training with knowledge distillation from the teacher's logits (Hinton et al., 2015):
-    (1 − α)·CE(labels) + α·T²·CE(softmax(z_T / T), softmax(z_S / T))."""
-
-    epochs: int = 2
-    temperature: float = 2.0
-    alpha: float = 0.5
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields([("temperature", self.temperature > 0, "a positive number"),
-                      ("alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]")], self)
-
-
-@dataclass
-class OneShot:
-    """A one-shot searcher's supernet training: ``epochs`` over the training part, weight
-    SGD at ``lr`` (cosine to ``lr_min``); for ``differentiable``, architecture Adam at
-    ``arch_lr``, α frozen for the first ``arch_warmup`` of the steps, τ lowered every
-    ``tau_every`` steps and ``beta`` times the efficiency loss on the space's own op costs
-    (0: off); for ``sampled-supernet``, ``candidates`` sub-networks scored with their
-    inherited weights."""
-
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 2e-2
-    lr_min: float = 5e-4
-    arch_lr: float = 3e-4
-    arch_warmup: float = 0.0
-    tau_every: int = 100
-    beta: float = 0.0
-    checkpoint_every: int = 200
-    candidates: int = 16
-
-    def __post_init__(self) -> None:
-        check_fields([("epochs", self.epochs >= 1, "an integer >= 1"),
-                      ("batch_size", self.batch_size >= 1, "an integer >= 1"),
-                      ("beta", self.beta >= 0, "a number >= 0"),
-                      ("candidates", self.candidates >= 1, "an integer >= 1"),
-                      ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)")], self)
-
-
-@dataclass
-class FinalSettings:
-    """What gets the full retrain: ``best`` (the ``n`` best trials), ``pareto`` (up to ``n``
-    points of the front, spread along the first cost) or ``latency_ratios`` (per ratio
-    r, the front point whose latency is nearest the teacher's / r; needs ``latency_ms``
-    among the objectives) or ``all`` (every completed trial, in trial order: for a
-    study of a few queued picks, as compress's truncation arm); each retrained with
-    ``seeds`` seeds.
-
-    ``train_examples``: what the final retrain trains on. ``None`` (the default): the
-    run's training subset (``data.max_train_examples``), as the search did; ``all``: the
-    task's whole train split; an integer N: N rows of it drawn with the run's seed
-    (stage ``final-data``). Only the last stage reads it, so the sort, the held-out part
-    and the search stay as they were: candidates are chosen cheaply on the subset, and
-    the few chosen ones distil on more text (Minitron, Sreenivas et al. 2024, §3: a
-    pruned model recovers with a short distillation on more tokens)."""
-
-    select: str = "best"
-    n: int = 1
-    ratios: list = field(default_factory=list)
-    seeds: int = 1
-    train_examples: int | str | None = None
-
-    def __post_init__(self) -> None:
-        check_fields([("select", self.select in SELECTIONS, " or ".join(SELECTIONS)),
-                      ("n", self.n >= 1, "an integer >= 1"),
-                      ("seeds", self.seeds >= 1, "an integer >= 1"),
-                      ("ratios", all(isinstance(r, int | float) and r > 0 for r in self.ratios)
-                       and (self.select != "latency_ratios" or bool(self.ratios)),
-                       "positive speed-ups over the teacher, e.g. [2, 5], for latency_ratios"),
-                      ("train_examples", self.train_examples in (None, "all") or (
-                          isinstance(self.train_examples, int)
-                          and not isinstance(self.train_examples, bool)
-                          and self.train_examples >= 2),
-                       "all, or an integer >= 2 (rows of the train split); leave it out "
-                       "for the run's training subset")],
-                     self)
-
-
-@dataclass
-class SearchConfig(MethodConfig):
-    """``method: search``: see the module docstring for the steps and
-    ``examples/custom_search.yaml`` for a file."""
-
-    #: the parts this method's context can hand an evaluator (a subclass whose context
-    #: gives more, as compress's sorted-teacher supernet, widens it)
-    provided_parts: ClassVar[tuple[str, ...]] = PROVIDED_PARTS
-    #: the names of :data:`METHOD_SEARCHERS` this method runs (compress: ``knapsack``)
-    own_searchers: ClassVar[tuple[str, ...]] = ()
-
-    space: str = ""
-    space_config: dict = field(default_factory=dict)
-    plugins: list = field(default_factory=list)
-    searcher: str = "tpe"
-    evaluator: EvaluatorChoice = field(default_factory=EvaluatorChoice)
-    objectives: list = field(default_factory=lambda: ["accuracy"])
-    constraints: Constraints = field(default_factory=Constraints)
-    embedding_init: str = "teacher-pca"
-    n_trials: int = 12
-    timeout: float | None = None
-    workers: int = 1
-    storage: str | None = None
-    multi_trial: dict = field(default_factory=dict)
-    one_shot: OneShot = field(default_factory=OneShot)
-    final: FinalSettings = field(default_factory=FinalSettings)
-    retrain: Distillation = field(default_factory=Distillation)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not str(self.space).strip():
-            raise ValueError("space: name a registered space (nas spaces list), or one a file "
-                             "in plugins: registers")
-        from nas.distill.init import EMBEDDING_INITS
-
-        check_fields([("n_trials", self.n_trials >= 1, "an integer >= 1"),
-                      ("embedding_init", self.embedding_init in EMBEDDING_INITS,
-                       " or ".join(EMBEDDING_INITS)),
-                      ("workers", self.workers >= 1, "an integer >= 1"),
-                      ("timeout", self.timeout is None or self.timeout > 0,
-                       "None or a positive number of seconds"),
-                      ("objectives", bool(self.objectives) and self.objectives[0] == "accuracy",
-                       "a list starting with accuracy (the evaluator's validation score), "
-                       f"then costs among {', '.join(OBJECTIVES[1:])}")], self)
-        unknown = [o for o in self.objectives if o not in OBJECTIVES]
-        if unknown:
-            raise ValueError(f"objectives: unknown objective {unknown[0]!r}; use "
-                             f"{', '.join(OBJECTIVES)}")
-        if self.final.select == "latency_ratios" and "latency_ms" not in self.objectives:
-            raise ValueError("final.select latency_ratios needs latency_ms among the objectives")
-        self.check_searcher_name()
-        owned = {"n_trials", "max_params", "max_flops", "max_latency_ms", "extra_objectives"}
-        taken = sorted(owned & set(self.multi_trial))
-        if taken:
-            raise ValueError(f"multi_trial.{taken[0]}: method search sets it from the top-level "
-                             "n_trials, constraints and objectives; write it there")
-        self.study_settings()  # the remaining multi_trial keys, checked now
-        self.check_space()
-        check_evaluator(self.evaluator.name, self.space, self.provided_parts)
-
-    def check_searcher_name(self, name: str | None = None) -> None:
-        """``name`` (default: the file's ``searcher:``; ``nas run --searcher`` passes its
-        own): a registered searcher (an unknown name lists the close ones), or one of
-        :data:`METHOD_SEARCHERS` that this method runs and whose needs this file meets
-        (:meth:`check_own_searcher`); another method's is refused in one line."""
-        name = name or self.searcher
-        if name in self.own_searchers:
-            self.check_own_searcher(name)
-            return
-        check_searcher_known(name, self.own_searchers, "searcher:")
-
-    def check_own_searcher(self, name: str) -> None:
-        """What this file must meet for one of the method's own searchers (none here)."""
-
-    def study_settings(self) -> Any:
-        """The study's settings: ``multi_trial`` plus the trial count, the constraints and
-        the cost objectives."""
-        from nas.config import from_dict
-        from searchers.settings import StudySettings
-
-        c = self.constraints
-        settings = {**self.multi_trial, "n_trials": self.n_trials,
-                    "max_params": c.max_params, "max_flops": c.max_flops,
-                    "max_latency_ms": c.max_latency_ms,
-                    "extra_objectives": list(self.objectives[1:])}
-        return from_dict(StudySettings, settings, "multi_trial")
-
-    def build_space(self, num_labels: int, vocab_size: int | None = None) -> Any:
-        """The space, built with ``space_config`` and the task's label count (and the
-        teacher tokenizer's vocabulary size) where its factory takes them."""
-        from nas.space import SPACES, get_space
-
-        factory = SPACES.get(self.space)
-        accepts = _parameters(factory)
-        given = dict(self.space_config)
-        for key, value in (("num_labels", num_labels), ("vocab_size", vocab_size)):
-            if value is not None and key not in given and (key in accepts or "**" in accepts):
-                given[key] = value
-        return get_space(self.space, **given), given
-
-    def check_space(self) -> None:
-        """The space exists (a missing one names ``plugins:``), builds, and has choices."""
-        from nas.errors import RegistryError
-
-        try:
-            space, _ = self.build_space(2)
-        except RegistryError as err:
-            raise ConfigError(f"space: {err}; a space defined in a file of yours is found "
-                              "with plugins: [my_space.py] (or nas run --plugin my_space.py)"
-                              ) from None
-        except NasError as err:
-            raise ConfigError(f"space_config: {err}") from None
-        if not space.choices():
-            raise ConfigError(f"space {self.space!r} has no choices: there is nothing to "
-                              "search; use it as a fixed design instead")
-
-
-def check_searcher_known(name: str, own: tuple[str, ...], where: str) -> None:
-    """``name`` is one of the method's ``own`` searchers or a registered one (an unknown
-    name lists the close ones); another method's own searcher (:data:`METHOD_SEARCHERS`)
-    is refused in one line, naming ``where`` it was asked for (``searcher:`` or
-    ``--searcher``)."""
-    from searchers.base import SEARCHERS
-
-    if name in own:
-        return
-    if name in METHOD_SEARCHERS:
-        method, needs = METHOD_SEARCHERS[name]
-        raise ConfigError(f"{where} {name} needs {needs}, which only method {method} makes; "
-                          f"use method: {method}, or a registered searcher (random, tpe, "
-                          "nsga2, gp, lanas, lamoo)")
-    SEARCHERS.get(name)
-
-
-def _parameters(factory: Any) -> set[str]:
-    """The keyword names a space factory accepts (``**`` when it takes any)."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return {"**"}
-    return {"**" if p.kind is p.VAR_KEYWORD else p.name for p in params}
-
-
-def load_config(path: str | Path, overrides: Any = ()) -> SearchConfig:
-    """A generic search's typed configuration (``method: search``)."""
-    return load_typed(path, Search, overrides)
-
-
-# --------------------------------------------------------------------- the context
-
-
-class SearchContext(TaskContext[SearchConfig]):
-    """Stages 1–2 plus the space (built for the task's labels and the teacher's
-    vocabulary), the held-out part that scores candidates, and the training pieces every
-    evaluator shares."""
-
-    stage_count = 5
-
-    def prepare(self) -> SearchContext:
-        super().prepare()
-        self.search_train, self.search_val = self.carve_validation()
-        self.space, self.space_kwargs = self.make_space()
-        self._check_head()
-        return self
-
-    def make_space(self) -> tuple[Any, dict[str, Any]]:
-        """``(space, its factory's arguments)``: the configured space, built for the
-        task's labels and the teacher's vocabulary (compress builds it from the teacher)."""
-        return self.cfg.build_space(self.train.num_labels, len(self.tokenizer))
-
-    def final_train(self) -> Any:
-        """What the final retrain trains on (:class:`FinalSettings` ``train_examples``):
-        the training subset, the whole train split or a seeded N rows of it; the cut is
-        logged once."""
-        n = self.cfg.final.train_examples
-        if n is None:
-            return self.train
-        if not hasattr(self, "_final_train"):
-            from recipes.common import seeded_subset
-
-            self._final_train = self.full_train if n == "all" else seeded_subset(
-                self.full_train, int(n), self.seed, "final-data", "final.train_examples")
-            self.run.log("final_data", rows=len(self._final_train),
-                         of=len(self.full_train), setting=n)
-        return self._final_train
-
-    def teacher_latency_ms(self) -> float | None:
-        """The teacher's batch-1 latency on the scale of the study's ``latency_ms``, which
-        ``final.select: latency_ratios`` divides by each ratio: here the one timed in
-        stage 1, as each candidate's is timed by its evaluator."""
-        latency = (self.run.load_json("teacher.json") or {}).get("latency", {})
-        return latency.get("batch1", {}).get("median_ms")
-
-    def study_latency_fn(self) -> Any:
-        """The study's ``latency_ms`` (objective, target): ``None`` here, the candidate's
-        latency as its evaluator measured it; compress can predict it instead."""
-        return None
-
-    def evaluator_parts(self, wanted: set[str]) -> dict[str, Any]:
-        """Parts beyond the training pieces that this context gives an evaluator asking
-        for ``wanted`` (none here; compress adds the sorted teacher's supernet and, when
-        asked, its blockwise table)."""
-        return {}
-
-    def _check_head(self) -> None:
-        """The space's classifier answers the task's labels (a space passed as an object,
-        or one whose factory takes no ``num_labels``, may not)."""
-        from nas.builder import build_child
-        from nas.cost import dummy_batch
-
-        with torch.no_grad():
-            out = build_child(self.space, self.space.default()).eval()(dummy_batch(1, 8))
-        found, wanted = int(out.logits.shape[-1]), self.train.num_labels
-        if found != wanted:
-            raise ConfigError(f"space {self.space.name!r}: its head gives {found} outputs and "
-                              f"the task has {wanted} labels; build it with num_labels={wanted}")
-
-    def init_model(self, model: Any) -> None:
-        """A fresh child's (or supernet's) start: its word table from the teacher's
-        principal components (``embedding_init: teacher-pca``; a student learns little of
-        a 30k-word table from a small task set), else as built."""
-        if self.cfg.embedding_init == "teacher-pca":
-            if not hasattr(self, "_embeddings"):
-                from nas.distill.init import TeacherEmbeddings
-
-                self._embeddings = TeacherEmbeddings(self.teacher.model_dir)
-            self._embeddings(model)
-
-    def export_info(self) -> dict[str, Any]:
-        # how `nas export --run` rebuilds a trial's space: the factory's own arguments
-        return {**super().export_info(), "space_kwargs": self.space_kwargs}
-
-    def distillation(self, data: Any, settings: Distillation, stage: str) -> dict[str, Any]:
-        """The training parts of an evaluator over ``data``: seeded batches, steps per
-        epoch and the KD loss against the teacher's logits on ``data`` (``loss`` on the
-        model, ``logits_loss`` on logits an evaluator computed itself)."""
-        logits = torch.from_numpy(np.array(self.teacher_logits(data), dtype=np.float32))
-
-        def logits_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return kd_loss(out, logits[batch["index"]], batch["labels"],
-                           settings.temperature, settings.alpha)
-
-        def loss(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return logits_loss(model(batch).logits, batch)
-
-        return {"train_batches": self.train_batches(data, settings.batch_size, stage),
-                "steps_per_epoch": math.ceil(len(data) / settings.batch_size), "loss": loss,
-                "logits_loss": logits_loss}
-
-    def evaluator(self, name: str, settings: Mapping[str, Any], *, data: Any,
-                  val_batches: list[Any] | None, test: bool, workdir: Path, seed: int,
-                  stage: str) -> Any:
-        """The registered evaluator ``name`` built with the parts it asks for; one this
-        recipe cannot give (a warm-up supernet, a teacher fit layer...) is refused in
-        one line."""
-        from evaluators.base import EVALUATORS, FullTrainingData
-        from evaluators.build import build_evaluator
-
-        cls = EVALUATORS.get(name)
-        check_evaluator(name, self.space.name, self.cfg.provided_parts)
-        required, optional = cls.parts()
-        typed = cls.settings_type()
-        train = Distillation(**{k: v for k, v in {**_as_dict(self.cfg.retrain),
-                                                  **settings}.items()
-                                if k in Distillation.__dataclass_fields__})
-        wanted = {*required, *optional}
-        pool: dict[str, Any] = {
-            "space": self.space, "seed": seed, "workdir": workdir, "init": self.init_model,
-            "latency_repeats": self.cfg.latency_repeats, "progress": self.progress,
-            "test_batches": self.report_batches_or_none() if test else None,
-            **(self.distillation(data, train, stage) if wanted & {"loss", "logits_loss"}
-               else {}),
-            **self.evaluator_parts(wanted)}
-        parts = {p: pool[p] for p in (*required, *optional) if p in pool}
-        scoring = FullTrainingData(**self.scoring_fields(val_batches),
-                                   test_batches=pool["test_batches"])
-        given = dict(settings)
-        if isinstance(typed, type) and issubclass(typed, TrainSettings):
-            # the KD keys are this recipe's, not the loop's; a subclass's own keys (the
-            # inherited-kd hidden_weight) pass through to it
-            own = {k: v for k, v in settings.items() if k in typed.__dataclass_fields__
-                   and k not in TrainSettings.__dataclass_fields__}
-            given = {**_as_dict(loop_settings(train)), **own}
-        return build_evaluator(name, given, scoring, **parts)
-
-
-def check_evaluator(name: str, space: str, provided: tuple[str, ...] = PROVIDED_PARTS) -> None:
-    """An evaluator this recipe can build: one that needs a part it cannot give (a
-    warm-up supernet with a teacher fit layer, a layer-wise transfer's teacher, the
-    sorted teacher's supernet outside method compress...) is refused in one line, before
-    any stage."""
-    from evaluators.base import EVALUATORS
-
-    required, _ = EVALUATORS.get(name).parts()
-    missing = [p for p in required if p not in provided]
-    if missing:
-        raise ConfigError(
-            f"evaluator {name!r} cannot score space {space!r} in method search: it needs "
-            f"{', '.join(missing)}, which this method does not provide (it trains each child "
-            "by distillation from the teacher's logits); use distilled-retrain, or the "
-            f"method built for {name}")
-
-
-def _as_dict(settings: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(settings)
-
-
-# ------------------------------------------------------------------------- method
 
 
 @register_method("search")
@@ -498,6 +65,7 @@ class Search(Recipe[SearchConfig]):
     #: the exports' format (:func:`nas.export.export`): ``native`` (the runtime as remote
     #: code); compress asks for ``hf``, stock transformers where the shape allows
     export_format: ClassVar[str] = "native"
+    uses_transfer: ClassVar[bool] = True
 
     def final_evaluator(self, ctx: SearchContext) -> tuple[str, dict[str, Any]]:
         """The final retrain's evaluator and settings (over ``retrain:``): the distilled
@@ -507,46 +75,92 @@ class Search(Recipe[SearchConfig]):
     def default_searcher(self) -> str | None:
         return None  # the file's `searcher:` (default tpe)
 
-    def check_searcher(self, searcher: str | None) -> str | None:
-        """Any registered searcher (plug-ins' included), or one the method runs itself
-        (:data:`METHOD_SEARCHERS`)."""
-        if searcher is not None:
-            check_searcher_known(searcher, self.config_class.own_searchers, "--searcher")
-        return searcher
+    def check_searcher(self, searcher: Any) -> str | None:
+        """Any registered searcher of any kind (plug-ins' included: the command line
+        loads the experiment's plug-ins first), named or written ``{name, settings}``; a
+        planned one whose run parts this method cannot hand is refused in one line.
+        Returns the name."""
+        if searcher is None:
+            return None
+        from searchers.base import resolve_searcher
+
+        return resolve_searcher(searcher, provided=self.config_class.provided_searcher_parts,
+                                where="--searcher").name
 
     def searcher_of(self, config: SearchConfig, options: RunOptions) -> str:
-        return options.searcher or config.searcher
+        return options.searcher or config.searcher_name
 
     def done_fields(self, config: SearchConfig, options: RunOptions) -> dict[str, Any]:
         return {"searcher": self.searcher_of(config, options)}
 
-    def prepared(self, config: SearchConfig, options: RunOptions, **extra: Any) -> Any:
-        # before stage 1: --searcher checked against the file as `searcher:` is, and a
-        # constraint no architecture meets, are answered now
+    def validate(self, config: SearchConfig, options: RunOptions, *, calibrate: bool = True
+                 ) -> list[str]:
+        """Before stage 1 (:meth:`Recipe.validate`'s checks after these): ``--searcher``
+        checked against the file as ``searcher:`` is, a constraint no architecture meets
+        (:meth:`check_feasible`) and a head that does not answer the task's labels
+        (:meth:`check_head`)."""
         if options.searcher:
-            config.check_searcher_name(options.searcher)
-        self.check_feasible(config, options)
-        return super().prepared(config, options, **extra)
+            config.check_searcher_name(options.searcher, "--searcher")
+        notes = self.check_feasible(config, options, calibrate=calibrate)
+        self.check_head(config, options)
+        return notes + super().validate(config, options, calibrate=calibrate)
 
-    def check_feasible(self, config: SearchConfig, options: RunOptions) -> None:
+    def check_feasible(self, config: SearchConfig, options: RunOptions, *,
+                       calibrate: bool = True) -> list[str]:
         """A constraint no architecture meets is refused in one line before stage 1
         (:func:`searchers.feasibility.check_feasible`: a few thousand architectures
         costed by the cost model). A latency limit calibrates the latency model for the
-        space now if this machine's table has none; the note goes to the run log at
-        stage 3."""
-        from searchers.feasibility import check_feasible
+        space now if this machine's table has none (the note goes to the run log at
+        stage 3); with ``calibrate=False`` (the dry run) it is checked on a cached table
+        only, else left out and returned as a note saying how long calibrating takes."""
+        from dataclasses import replace as replaced
+
+        from nas.latency import cached_predictor, calibration_seconds, latency_source
+        from searchers.feasibility import InfeasibleConstraintError, check_feasible
 
         space, _ = config.build_space(2)
+        settings, notes = config.study_settings(), []
         latency_fn = None
+        seq_len = config.data.max_seq_len
         if config.constraints.max_latency_ms is not None:
-            latency_fn = self.latency_model(space, config.data.max_seq_len)
-        check_feasible(space, config.study_settings(), seq_len=config.data.max_seq_len,
-                       seed=config.seed, latency_fn=latency_fn)
+            runtime = config.latency_settings.runtime
+            latency_fn = (self.latency_model(space, seq_len, runtime) if calibrate
+                          else cached_predictor(space, seq_len=seq_len, runtime=runtime))
+            if latency_fn is None:
+                settings = replaced(settings, max_latency_ms=None)
+                notes.append(f"constraints.max_latency_ms: not checked: no latency table for "
+                             f"space {space.name!r} at {seq_len} tokens on this machine "
+                             f"(calibrating takes up to {calibration_seconds(space):.0f} s; "
+                             "the run does it first)")
+        try:
+            check_feasible(space, settings, seq_len=seq_len, seed=config.seed,
+                           latency_fn=latency_fn)
+        except InfeasibleConstraintError as err:
+            # a latency limit refused on predictions: say which table made them, and how
+            source = latency_source(latency_fn) if "max_latency_ms" in str(err) else None
+            if source is None:
+                raise
+            raise InfeasibleConstraintError(f"{err}; {source}") from None
+        return notes
 
-    def latency_model(self, space: Any, seq_len: int) -> Any:
-        """This machine's latency predictor for ``space`` (calibrated once and cached when
-        its table has none: :func:`nas.latency.space_predictor`); what it did is logged
-        and kept for the run log (:attr:`latency_notes`)."""
+    def check_head(self, config: SearchConfig, options: RunOptions) -> None:
+        """The space, built as stage 3 builds it (the task's label count, the teacher
+        tokenizer's vocabulary), answers the task's labels
+        (:func:`recipes.search_context.check_head`)."""
+        from nas.data import load_task, resolve_task
+        from nas.teacher import resolve_teacher
+        from nas.tokenization import load_tokenizer
+        from recipes.search_context import check_head
+
+        labels = load_task(resolve_task(config.task), "train", options.data_dir).num_labels
+        vocab = len(load_tokenizer(resolve_teacher(config.teacher)))
+        check_head(config.build_space(labels, vocab)[0], labels)
+
+    def latency_model(self, space: Any, seq_len: int, runtime: str = "torch") -> Any:
+        """This machine's latency predictor for ``space`` on ``runtime`` (the ``latency:``
+        section's; calibrated once and cached when its table has none:
+        :func:`nas.latency.space_predictor`); what it did is logged and kept for the run
+        log (:attr:`latency_notes`)."""
         from nas.latency import space_predictor
 
         if not hasattr(self, "latency_notes"):
@@ -556,7 +170,7 @@ class Search(Recipe[SearchConfig]):
             log.info(message)
             self.latency_notes.append(message)
 
-        return space_predictor(space, seq_len=seq_len, log=note)
+        return space_predictor(space, seq_len=seq_len, log=note, runtime=runtime)
 
     def stages(self, ctx: SearchContext) -> dict[str, Any]:
         search, chosen = self.search_stage(ctx, self.searcher_of(ctx.cfg, ctx.options))
@@ -565,12 +179,68 @@ class Search(Recipe[SearchConfig]):
 
     def search_stage(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
         """Stage 3: ``(summary, [(tag, architecture, trial number)])``, by the searcher's
-        kind (a method's own searcher, compress's knapsack, overrides this)."""
+        kind: a one-shot search, a planned list queued on the study, or a study."""
         from searchers.base import SEARCHERS
 
-        if SEARCHERS.kind_of(name) == "one-shot":
+        kind = SEARCHERS.kind_of(name)
+        if kind == "one-shot":
             return self.one_shot(ctx, name)
+        if kind == "planned":
+            return self.planned(ctx, name)
         return self.multi_trial(ctx, name)
+
+    # -- stage 3 -------------------------------------------------------------------
+    def planned(self, ctx: SearchContext, name: str) -> tuple[dict[str, Any], list[Any]]:
+        """A planned searcher: its list, from the run parts it asks for
+        (:meth:`searcher_parts`), queued on the run's study, one trial each, scored by
+        the configured evaluator; what it reports goes to the run log and the summary
+        (under its name)."""
+        with ctx.timed(name):
+            plan = self.plan_of(ctx, name)
+        seconds = ctx.seconds[name]
+        ctx.run.log(name, **plan.info, seconds=seconds)
+        ctx.stage(3, "%s: %d architecture(s) planned, %.2f s", name, len(plan.queue), seconds)
+        summary, chosen = self.run_queue(ctx, name, plan.queue)
+        if plan.info:
+            summary[name] = {**plan.info, "seconds": seconds}
+        return summary, chosen
+
+    def plan_of(self, ctx: SearchContext, name: str) -> Any:
+        """The :class:`~searchers.base.Plan` of the planned searcher ``name``, with the
+        file's settings, over the run parts it asks for."""
+        searcher = ctx.cfg.resolve_searcher(name).build()
+        required, optional = searcher.parts()
+        parts = self.searcher_parts(ctx, {*required, *optional})
+        return searcher.plan(**{p: parts[p] for p in (*required, *optional) if p in parts})
+
+    def searcher_parts(self, ctx: SearchContext, wanted: set[str]) -> dict[str, Any]:
+        """The run parts a planned searcher asks for (``SEARCHER_PARTS``), each built only
+        when wanted (the budget's latency model calibrates once)."""
+        from searchers.optuna_bridge import Budget
+
+        cfg = ctx.cfg
+        limits = cfg.study_settings().budget_kwargs
+        parts: dict[str, Any] = {"space": ctx.space, "n_trials": cfg.n_trials,
+                                 "constraints": dict(limits),
+                                 "final_ratios": [float(r) for r in cfg.final.ratios]
+                                 if cfg.final.select == "latency_ratios" else []}
+        if "budget" in wanted:
+            # the latency model's notes reach the run log when the study starts
+            latency_fn = (self.latency_model(ctx.space, ctx.max_seq_len,
+                                             cfg.latency_settings.runtime)
+                          if limits["max_latency_ms"] is not None else None)
+            parts["budget"] = Budget(seq_len=ctx.max_seq_len, latency_fn=latency_fn, **limits)
+        return parts
+
+    def run_queue(self, ctx: SearchContext, name: str, queue: Sequence[tuple[str, Any]]
+                  ) -> tuple[dict[str, Any], list[Any]]:
+        """Architectures a method or a planned searcher chose, as the run's study, one
+        trial each (:mod:`searchers.queued`)."""
+        from searchers.queued import QueuedSearcher
+
+        settings = replace(ctx.cfg.study_settings(), n_trials=len(queue))
+        return self.multi_trial(ctx, name, factory=QueuedSearcher(name), queue=queue,
+                                settings=settings)
 
     # -- stage 3 -------------------------------------------------------------------
     def multi_trial(self, ctx: SearchContext, name: str, *, factory: Any = None,
@@ -579,7 +249,6 @@ class Search(Recipe[SearchConfig]):
         """The study: each proposal scored on the held-out part by the evaluator.
         ``factory``, ``queue`` and ``settings``: a method's own picks run as the study's
         trials (:func:`recipes.common.run_study_stage`), with the study's settings."""
-        from functools import partial
 
         from searchers.loop import StudyOptions
 
@@ -594,15 +263,15 @@ class Search(Recipe[SearchConfig]):
                   ctx.space.name, f"{ctx.space.size():,}", cfg.evaluator.name,
                   ", ".join(cfg.objectives))
         if cfg.constraints.max_latency_ms is not None:  # the study's budget reads it
-            self.latency_model(ctx.space, ctx.max_seq_len)
+            self.latency_model(ctx.space, ctx.max_seq_len, cfg.latency_settings.runtime)
             for message in self.latency_notes:
                 ctx.run.log("latency_model", note=message)
             self.latency_notes.clear()
         found = run_study_stage(ctx, searcher=name, space=ctx.space,
-                                evaluator=_study_evaluator(ctx, factory or name),
+                                evaluator=study_objective(ctx, factory or name)[1],
                                 settings=settings, default_trials=settings.n_trials,
-                                parts=partial(_study_parts, cfg, ctx.options, name,
-                                              type(ctx)), factory=factory, queue=queue)
+                                parts=ctx.worker_parts(study_objective, name),
+                                factory=factory, queue=queue)
         ctx.seconds["search"] = found.seconds
         if not found.trials:
             raise NasError(f"the {name} search finished no trial (see nas report "
@@ -611,6 +280,7 @@ class Search(Recipe[SearchConfig]):
         chosen = select_trials(found.study, found.trials, cfg.final, teacher_ms=teacher_ms)
         summary = {"searcher": name, "study": found.spec.study_name,
                    **({"ratios_teacher_ms": teacher_ms} if teacher_ms is not None else {}),
+                   **latency_scale(ctx, found.study.metric_names or cfg.objectives),
                    "n_trials": found.spec.n_trials, "evaluations": len(found.trials),
                    "objectives": list(found.study.metric_names or cfg.objectives),
                    "chosen": [t.number for t in chosen],
@@ -624,7 +294,6 @@ class Search(Recipe[SearchConfig]):
         """The supernet search; its derived architecture is kept and never searched again."""
         from nas.builder import build_supernet
         from nas.seeding import seed_stage
-        from searchers.base import SEARCHERS
 
         done = ctx.run.load_json("derived_arch.json")
         if done is not None:
@@ -634,9 +303,10 @@ class Search(Recipe[SearchConfig]):
         s = ctx.cfg.one_shot
         supernet = build_supernet(ctx.space)
         ctx.init_model(supernet)
-        trainer = _supernet_trainer(ctx, supernet, s)
+        trainer = supernet_trainer(ctx, supernet, s)
         seed = seed_stage(ctx.seed, "search")
-        searcher = _one_shot_searcher(SEARCHERS.get(name), seed, ctx.cfg, ctx.space)
+        resolved = ctx.cfg.resolve_searcher(name)
+        searcher = resolved.build(**one_shot_options(resolved.cls, seed, ctx.cfg, ctx.space))
         ctx.stage(3, "%s search over %s, %d epoch(s) × %d steps", name, ctx.space.name,
                   s.epochs, trainer.steps_per_epoch)
         with ctx.timed("search"):
@@ -654,40 +324,43 @@ class Search(Recipe[SearchConfig]):
     def final(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
               ) -> list[dict[str, Any]]:
         """Each chosen architecture retrained on the whole training subset (or what
-        ``final.train_examples`` says) with ``final.seeds`` seeds, scored on dev and the
-        report split, and exported."""
-        from evaluators.base import run_evaluation
-        from evaluators.retrain import report_row
-        from nas.export import export
+        ``final.train_examples`` says, with the ``transfer:`` rows) with ``final.seeds``
+        seeds, scored on dev and the report split, and exported. With ``final.chain``
+        they are retrained slowest first, each distilled from the one before (teacher
+        assistants); the rows stay in the chosen order."""
         from nas.teacher import metric_score
 
-        cfg, rows = ctx.cfg, []
-        for number, (tag, arch, trial) in enumerate(chosen):
+        cfg, rows = ctx.cfg, {}
+        first = chosen[0][0] if chosen else None
+        order = self.chain_order(ctx, chosen) if cfg.final.chain else chosen
+        previous: tuple[str, Any] | None = None  # the last point retrained (chain)
+        for tag, arch, trial in order:
             done = ctx.run.load_json(f"final/{tag}/result.json")
             if done is not None and (ctx.run.path / "final" / tag / "export").is_dir():
-                rows.append(done)
+                rows[tag] = done
+                previous = (tag, arch)
                 continue
-            ctx.stage(4, "final retrain of %s (%s), %d seed(s)", tag, arch.id, cfg.final.seeds)
+            ctx.stage(4, "final retrain of %s (%s), %d seed(s)%s", tag, arch.id,
+                      cfg.final.seeds, f", distilled from {previous[0]}"
+                      if cfg.final.chain and previous else "")
             seeds = []
             final_name, final_settings = self.final_evaluator(ctx)
+            data = ctx.final_data()
             for s in range(cfg.final.seeds):
+                assistant = None if previous is None or not cfg.final.chain else ctx.assistant(
+                    previous[0], previous[1], self.final_weights(ctx, previous, s), data)
                 evaluator = ctx.evaluator(
-                    final_name, final_settings, data=ctx.final_train(), val_batches=None,
+                    final_name, final_settings, data=data, val_batches=None,
                     test=True, workdir=ctx.run.path / "final" / tag / f"seed{s}",
-                    seed=cfg.seed + s, stage=f"final:{s}")
-                result = run_evaluation(evaluator, arch)
-                if not result.ok:
-                    raise NasError(f"the final retrain of {tag} ({arch.id}) {result.status}: "
-                                   f"{result.reason}")
-                seeds.append({**report_row(tag, arch, result, ctx.report_split),
-                              "seed": cfg.seed + s})
-                if s == 0:
-                    ctx.stage(5, "export of %s", tag)
-                    for folder in ([ctx.run.path / "export"] if number == 0 else []) + [
-                            ctx.run.path / "final" / tag / "export"]:
-                        export(ctx.space, arch, folder, weights=evaluator.weights_path(arch),
-                               overwrite=True, fmt=self.export_format,
-                               **_export_keywords(ctx))
+                    seed=cfg.seed + s, stage=f"final:{s}", assistant=assistant)
+                folders = (["export"] if tag == first else []) + [f"final/{tag}/export"]
+                chained = ({"distilled_from": "teacher" if assistant is None
+                            else assistant.tag} if cfg.final.chain else {})
+                seeds.append(ctx.finish(
+                    tag, ctx.space, arch, evaluator=evaluator, stage=5,
+                    what=f"the final retrain of {tag}",
+                    extra={"seed": cfg.seed + s, **chained},
+                    exports={f: self.export_format for f in folders} if s == 0 else {}))
             split = ctx.report_split
             row = {"tag": tag, "trial": trial, "arch": dict(arch), "arch_id": arch.id,
                    "seeds": seeds, "split": split,
@@ -696,8 +369,40 @@ class Search(Recipe[SearchConfig]):
             ctx.run.save_json(f"final/{tag}/result.json", row)
             ctx.run.log("final", tag=tag, arch_id=arch.id, **{
                 k: v for k, v in row.items() if k.startswith(split)})
-            rows.append(row)
-        return rows
+            rows[tag] = row
+            previous = (tag, arch)
+        return [rows[tag] for tag, _, _ in chosen]
+
+    def chain_order(self, ctx: SearchContext, chosen: list[tuple[str, Any, int | None]]
+                    ) -> list[tuple[str, Any, int | None]]:
+        """``final.chain``'s order: the chosen points from the slowest to the fastest by
+        the study's ``latency_ms`` (each trial's recorded objective value, on the scale
+        the search used: predicted or measured); ties and trial-less points keep their
+        chosen order."""
+        def latency(pick: tuple[str, Any, int | None]) -> float:
+            if pick[2] is None:
+                return math.inf
+            record = ctx.run.load_json(f"trials/{pick[2]}/result.json") or {}
+            names = [o["name"] for o in record.get("objectives", [])]
+            values = (record.get("result") or {}).get("values") or []
+            return float(values[names.index("latency_ms")]) if "latency_ms" in names \
+                and len(values) == len(names) else math.inf
+
+        return sorted(chosen, key=latency, reverse=True)
+
+    def final_weights(self, ctx: SearchContext, point: tuple[str, Any], seed: int) -> Path:
+        """Where the final retrain of ``point`` (tag, architecture) with seed index
+        ``seed`` wrote its weights (the evaluator's ``weights_path`` in its workdir); a
+        missing file is refused in one line naming the point."""
+        from evaluators.training import WEIGHTS_FILE
+
+        tag, arch = point
+        path = ctx.run.path / "final" / tag / f"seed{seed}" / arch.id / WEIGHTS_FILE
+        if not path.is_file():
+            raise NasError(f"final.chain: {path} is missing, the weights of the teacher "
+                           f"assistant {tag} (seed {seed}); delete {path.parent.parent.parent} "
+                           "and resume, and it is retrained")
+        return path
 
     def report_sections(self, run: RunDir, metrics: dict[str, Any]) -> tuple[list[str],
                                                                              list[Path]]:
@@ -717,6 +422,19 @@ class Search(Recipe[SearchConfig]):
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
         more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
         return lines + more, pictures
+
+
+def latency_scale(ctx: SearchContext, objectives: Sequence[str]) -> dict[str, Any]:
+    """What the report's Pareto plot needs to draw the teacher on the trials' latency
+    scale: ``latency_scale`` (``predicted`` by the latency model, or ``measured`` by the
+    evaluator), its runtime (``latency_runtime``: ``torch``, ``onnx``, ``onnx-int8``) and
+    the teacher's batch-1 latency on it (``teacher_latency_ms``); nothing when latency is
+    not an objective."""
+    if "latency_ms" not in objectives:
+        return {}
+    scale = "predicted" if ctx.study_latency_fn() is not None else "measured"
+    return {"latency_scale": scale, "latency_runtime": ctx.cfg.latency_settings.runtime,
+            "teacher_latency_ms": ctx.teacher_latency_ms()}
 
 
 def one_shot_lines(search: Mapping[str, Any], undecided: float = 0.05) -> list[str]:
@@ -760,124 +478,4 @@ def _candidate_lines(candidates: list[Mapping[str, Any]], shown: int = 10) -> li
     return lines
 
 
-def _export_keywords(ctx: SearchContext) -> dict[str, Any]:
-    info = ctx.export_info()
-    return {k: info[k] for k in ("labels", "tokenizer", "max_length", "task")}
-
-
-def select_trials(study: Any, trials: list[Any], final: FinalSettings,
-                  teacher_ms: float | None = None) -> list[Any]:
-    """The trials ``final`` retrains (see :class:`FinalSettings`), in a stable order."""
-    from searchers.results import pareto_front
-
-    first = study.directions[0]
-    sign = 1.0 if first.name == "MAXIMIZE" else -1.0
-    by_score = sorted(trials, key=lambda t: (-sign * t.values[0], t.number))
-    if final.select == "all":
-        return sorted(trials, key=lambda t: t.number)
-    if final.select == "best" or len(study.directions) == 1:
-        return by_score[:final.n]
-    front = sorted(pareto_front(study), key=lambda t: (t.values[1], t.number))
-    if final.select == "pareto":
-        if len(front) <= final.n:
-            return front
-        picks = np.linspace(0, len(front) - 1, final.n).round().astype(int)
-        return [front[i] for i in dict.fromkeys(picks.tolist())]
-    if teacher_ms is None:
-        raise NasError("final.select latency_ratios needs the teacher's measured latency "
-                       "(teacher.json of the run folder)")
-    index = study.metric_names.index("latency_ms") if study.metric_names else 1
-    chosen: list[Any] = []
-    for ratio in final.ratios:
-        target = teacher_ms / float(ratio)
-        best = min(front, key=lambda t: (abs(math.log(t.values[index] / target)), t.number))
-        if best not in chosen:
-            chosen.append(best)
-    return chosen
-
-
-def _study_evaluator(ctx: SearchContext, searcher: Any) -> Any:
-    """The study's evaluator: the configured one on the held-out part, with the cost
-    objectives the file asks for."""
-    from searchers.loop import study_evaluator
-
-    cfg = ctx.cfg
-    inner = ctx.evaluator(cfg.evaluator.name, cfg.evaluator.settings, data=ctx.search_train,
-                          val_batches=list(ctx.batches(ctx.search_val, ctx.eval_batch_size)),
-                          test=False, workdir=ctx.run.path / "trial_weights", seed=cfg.seed,
-                          stage="trials")
-    return study_evaluator(inner, ctx.space, cfg.study_settings(), searcher,
-                           seq_len=ctx.max_seq_len, latency_fn=ctx.study_latency_fn())
-
-
-def _study_parts(config: SearchConfig, options: RunOptions, searcher: str,
-                 context: type[SearchContext] = SearchContext) -> tuple[Any, Any]:
-    """A worker process's space and evaluator (``--workers N``): the plug-ins imported
-    again, stages 1–2 (and the method's own preparation) from the caches, in the run
-    folder the first process holds."""
-    from nas.plugins import import_plugins
-
-    import_plugins(config.plugins)
-    options = worker_options(options)
-    ctx = context(config, RunDir(options.run_dir), options).prepare()
-    return ctx.space, _study_evaluator(ctx, searcher)
-
-
-def _supernet_trainer(ctx: SearchContext, supernet: Any, s: OneShot) -> Any:
-    """The recipe's side of the one-shot search: KD on the training part, architecture
-    steps on the held-out part, checkpoints and α logs in the run folder."""
-    from searchers.supernet_training import KDSupernetTrainer
-
-    settings = Distillation(batch_size=s.batch_size, temperature=ctx.cfg.retrain.temperature,
-                            alpha=ctx.cfg.retrain.alpha)
-    parts = ctx.distillation(ctx.search_train, settings, "search")
-    val_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_val),
-                                           dtype=np.float32))
-    train_logits = torch.from_numpy(np.array(ctx.teacher_logits(ctx.search_train),
-                                             dtype=np.float32))
-
-    def task_loss(out: Any, batch: Mapping[str, Any]) -> torch.Tensor:
-        logits = val_logits if batch.get("split") == "val" else train_logits
-        return kd_loss(out.logits, logits[batch["index"]], batch["labels"],
-                       settings.temperature, settings.alpha)
-
-    def val_batches(epoch: int) -> list[Any]:
-        from nas.seeding import stage_seed
-
-        return list(ctx.batches(ctx.search_val, s.batch_size, shuffle=True,
-                                seed=stage_seed(ctx.seed, f"search-val-order:{epoch}")))
-
-    def on_epoch(epoch: int, info: Mapping[str, Any]) -> None:
-        ctx.run.log("search_epoch", epoch=epoch + 1, **info)
-
-    return KDSupernetTrainer(supernet, epochs=s.epochs, steps_per_epoch=parts["steps_per_epoch"],
-                             train_batches=parts["train_batches"], val_batches=val_batches,
-                             task_loss=task_loss, checkpoint=ctx.run.checkpoint_path("search"),
-                             progress=ctx.progress, on_epoch=on_epoch)
-
-
-def _one_shot_searcher(cls: Any, seed: int, cfg: SearchConfig, space: Any) -> Any:
-    """A one-shot searcher with the file's settings, each given only if its class takes
-    it (a plug-in's one-shot searcher gets what it asks for):
-
-    * ``differentiable``: ``derive="argmax"`` (every relaxed choice takes its most probable
-      value), β, the weight and architecture optimisers, τ's staircase;
-    * ``sampled-supernet`` (EfficientBERT's stage 3): every choice kind of the space
-      sampled under ``constraints.max_params``, ``one_shot.candidates`` candidates scored
-      with inherited weights, the same weight optimiser as the differentiable search."""
-    from searchers.differentiable import weight_settings
-
-    s = cfg.one_shot
-    pool = {"seed": seed, "beta": s.beta, "lr": s.lr, "lr_min": s.lr_min,
-            "arch_lr": s.arch_lr, "tau_every": s.tau_every, "arch_warmup": s.arch_warmup,
-            "checkpoint_every": s.checkpoint_every, "derive": "argmax",
-            "kinds": tuple(sorted({c.kind for c in space.choices()})),
-            "max_params": cfg.constraints.max_params, "seq_len": cfg.data.max_seq_len,
-            "candidates": s.candidates,
-            "settings": weight_settings(epochs=s.epochs, lr=s.lr, lr_min=s.lr_min,
-                                        checkpoint_every=s.checkpoint_every)}
-    accepts = _parameters(cls.__init__)
-    return cls(**{k: v for k, v in pool.items() if k in accepts or "**" in accepts})
-
-
-__all__ = ["Search", "SearchConfig", "load_config", "select_trials"]
+__all__ = ["Search", "one_shot_lines"]

@@ -50,12 +50,12 @@ from nas.cache import load_weights, save_weights
 from nas.config import ConfigError, check_fields
 from nas.device import table_rows
 from nas.distill.init import EMBEDDING_INITS
-from nas.distill.task import PredictionSettings, evaluate_student, export_student
+from nas.distill.task import PredictionSettings
 from nas.distill.tinybert import GeneralSettings, general_distillation, initial_student
 from nas.methods import register_method
 from nas.seeding import seed_stage
 from nas.train import TrainSettings
-from recipes.common import MethodConfig, Recipe, TaskContext, load_typed
+from recipes.common import MethodConfig, Recipe, TaskContext
 
 log = logging.getLogger("nas.tinybert")
 
@@ -143,10 +143,6 @@ class TinyBertConfig(MethodConfig):
         self.student.build_space(num_labels=2)  # the shape's own checks, before any stage
 
 
-def load_config(path: str | Path, overrides: Any = ()) -> TinyBertConfig:
-    """A TinyBERT experiment file's typed configuration (``method: tinybert`` required)."""
-    return load_typed(path, TinyBert, overrides)
-
 
 # --------------------------------------------------------------------- the context
 
@@ -160,19 +156,19 @@ class TinyBertContext(TaskContext[TinyBertConfig]):
         super().__init__(config, run, options, eval_batch_size=config.prediction.batch_size)
 
     def prepare(self) -> TinyBertContext:
-        self._check_teacher_shape()
         super().prepare()
         self.space = self.cfg.student.build_space(self.train.num_labels)
         return self
 
-    def _check_teacher_shape(self) -> None:
+    @classmethod
+    def check_config(cls, config: TinyBertConfig) -> None:
         """Before any stage: TinyBERT compares attention maps head by head (equal head
         counts, or no L_attn) and maps M student layers onto N >= M teacher layers."""
         from transformers import AutoConfig
 
         from nas.teacher import resolve_teacher
 
-        cfg = self.cfg
+        cfg = config
         teacher = AutoConfig.from_pretrained(resolve_teacher(cfg.teacher), local_files_only=True)
         student = cfg.student.build_space(2).config
         heads = teacher.num_attention_heads
@@ -322,15 +318,11 @@ class TinyBert(Recipe[TinyBertConfig]):
         shape = {k: ctx.space.config[k] for k in ("num_hidden_layers", "hidden_size",
                                                   "num_attention_heads", "intermediate_size",
                                                   "vocab_size")}
-        row: dict[str, Any] = {"tag": "student",
-                               **evaluate_student(ctx, ctx.space, None, student),
-                               "shape": shape, "space": cfg.student.space}
         # training time of the task stages, from their log rows (a resumed run logs each
         # stage once, when it finishes)
         stages = {e["stage"]: e["seconds"] for e in run.read_log()
                   if e["stage"] in ("intermediate", "prediction")}
-        row["train_seconds"] = round(sum(stages.values()), 1)
-        row["recipe"] = {
+        recipe = {
             "general": {k: general.get(k) for k in ("enabled", "texts", "tokens", "steps",
                                                      "train_seconds", "from_cache", "key")
                         if k in general},
@@ -338,9 +330,11 @@ class TinyBert(Recipe[TinyBertConfig]):
             "augmented": cfg.augment.enabled, "losses": asdict(cfg.losses),
             "prediction_distill": cfg.prediction.distill, "stage_seconds": stages,
         }
-        ctx.stage(8, "export (native and hf)")
-        export_student(ctx, ctx.space, None, student, {"export": "native", "export_hf": "hf"})
-        run.save_json("student.json", row)
+        row = ctx.finish("student", ctx.space, None, model=student, stage=8,
+                         exports={"export": "native", "export_hf": "hf"},
+                         extra={"shape": shape, "space": cfg.student.space,
+                                "train_seconds": round(sum(stages.values()), 1),
+                                "recipe": recipe}, record="student.json")
         run.log("student", **{k: row[k] for k in ("dev", "params", "flops")},
                 **({ctx.report_split: row[ctx.report_split]} if ctx.report_split != "dev"
                    else {}))
@@ -371,4 +365,4 @@ class TinyBert(Recipe[TinyBertConfig]):
         return lines, []
 
 
-__all__ = ["TinyBert", "TinyBertConfig", "load_config"]
+__all__ = ["TinyBert", "TinyBertConfig"]

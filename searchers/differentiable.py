@@ -463,6 +463,34 @@ class DifferentiableSearch:
         self.generator.set_state(state["generator"])
 
 
+@dataclass
+class DifferentiableSettings:
+    """``differentiable``'s settings (its keywords below): β, the weight optimiser (SGD
+    at ``lr``, cosine to ``lr_min``), the architecture optimiser (Adam at ``arch_lr``,
+    ``arch_weight_decay``), τ's staircase (``tau_every``), α's warm-up fraction, the
+    checkpoint interval, the efficiency loss's scale and the derivation. Method search
+    reads them from ``one_shot:`` (``derive: argmax``), AdaBERT from its ``search:``."""
+
+    beta: float = 4.0
+    lr: float = 2e-2
+    lr_min: float = 5e-4
+    arch_lr: float = 3e-4
+    arch_weight_decay: float = 1e-3
+    tau_every: int = 100
+    arch_warmup: float = 0.0
+    checkpoint_every: int = 200
+    op_costs: str = "normalised"
+    derive: str = "cell"
+
+    def __post_init__(self) -> None:
+        from nas.config import check_fields
+
+        check_fields([("beta", self.beta >= 0, "a number >= 0"),
+                      ("arch_warmup", 0.0 <= self.arch_warmup < 1.0, "in [0, 1)"),
+                      ("op_costs", self.op_costs in OP_COST_SCALES, " or ".join(OP_COST_SCALES)),
+                      ("derive", self.derive in DERIVATIONS, " or ".join(DERIVATIONS))], self)
+
+
 @SEARCHERS.register("differentiable")
 class DifferentiableSearcher(OneShotSearcher):
     """GDAS/AdaBERT search as a one-shot searcher (docs/reference.md#adabert, #darts-and-gdas).
@@ -501,6 +529,10 @@ class DifferentiableSearcher(OneShotSearcher):
         self.arch_warmup = arch_warmup
         self.record = tuple(record)
         self.engine: DifferentiableSearch | None = None
+
+    @classmethod
+    def settings_type(cls) -> type:
+        return DifferentiableSettings
 
     def search(self, space: SearchSpace, trainer: SupernetTrainer) -> Candidate:
         check_relaxable(space)

@@ -1,5 +1,5 @@
 """Whether a search's hard constraints can be met at all, answered before anything trains
-(issue 28): :func:`check_feasible` draws a few thousand architectures of the space, costs
+(since 0107f43): :func:`check_feasible` draws a few thousand architectures of the space, costs
 each with the cost model (parameters and FLOPs counted from the graph, docs/reference.md#costs;
 batch-1 latency predicted by this machine's latency model, :mod:`nas.latency`), and stops at the
 first one that meets every constraint. When none does, the search would only ever see
@@ -95,7 +95,8 @@ def _as_budget(space: SearchSpace, budget: Any, seq_len: int | None,
         from nas.latency import space_predictor
 
         latency_fn = space_predictor(space, seq_len=seq_len or 128,
-                                     log=logging.getLogger("nas.study").info)
+                                     log=logging.getLogger("nas.study").info,
+                                     runtime=getattr(budget, "latency_runtime", "torch"))
     return Budget(seq_len=seq_len, latency_fn=latency_fn, **limits)
 
 

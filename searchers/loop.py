@@ -1,5 +1,5 @@
 """The multi-trial loop: ask → evaluate → tell on an Optuna study, in one process or in
-several (issue 14, docs/reference.md#optuna), and the public entry of the study modules.
+several (docs/reference.md#optuna), and the public entry of the study modules.
 
 A method's multi-trial stage needs only this module::
 
@@ -62,6 +62,7 @@ from searchers.study import (
     open_search,
     read_pointer,
     spec_storage,
+    unfinished,
     write_pointer,
 )
 from searchers.worker import PartsFactory, progress, run_workers, work
@@ -108,10 +109,8 @@ def run_study(spec: StudySpec, space: SearchSpace, evaluator: Evaluator, *,
     search = open_search(spec, space, evaluator.objectives, storage, searcher)
     study = search.study
     check_study(search, spec)
-    if not exists:
-        create(search, spec)
-        for tag, arch in queue:
-            search.enqueue(arch, tag)
+    if not exists or unfinished(study):
+        create(search, spec, queue)
     if spec.n_trials is None:
         spec.n_trials = int(study.user_attrs.get("n_trials", 1))
     elif spec.n_trials != study.user_attrs.get("n_trials"):

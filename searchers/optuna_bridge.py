@@ -1,4 +1,4 @@
-"""A search space as Optuna parameters, and back (issue 14, docs/reference.md#optuna).
+"""A search space as Optuna parameters, and back (docs/reference.md#optuna).
 
 :class:`SpaceBridge` turns every choice of a registered space into an Optuna
 distribution, and a trial's parameters back into a validated

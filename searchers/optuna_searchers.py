@@ -1,7 +1,7 @@
 """The multi-trial searchers: ``random``, ``tpe`` (multivariate), ``nsga2``, ``gp``,
 ``lanas`` (:class:`searchers.lanas.LaNASSampler`) and ``lamoo``
 (:class:`searchers.lamoo.LaMOOSampler`), each a sampler factory
-(:class:`~searchers.base.MultiTrialSearcher`, issue 14, docs/reference.md#optuna).
+(:class:`~searchers.base.MultiTrialSearcher`, docs/reference.md#optuna).
 
 A searcher builds the Optuna sampler of a study; :class:`searchers.proposals.StudySearch`
 asks that study for architectures and tells it their results, and
@@ -13,7 +13,7 @@ number and the study's contents: the same seed gives the same trials, a resumed 
 continues as the uninterrupted one would, and workers that share a seed still draw
 different trials. LaNAS and LaMOO seed each trial's draws the same way themselves.
 
-Constraints (issue 28): TPE, NSGA-II and GP take the budget as Optuna's
+Constraints: TPE, NSGA-II and GP take the budget as Optuna's
 ``constraints_func`` (:meth:`~searchers.optuna_bridge.Budget.constraints_func`), so an
 infeasible architecture is a trial they learn from (ranked below every feasible one:
 TPE ranks infeasible trials by their summed violation, below the feasible ones, a
@@ -164,17 +164,15 @@ class PoolRandomSampler(BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict
                         ) -> dict[str, Any]:
+        from searchers.moves import free_mask
         from searchers.proposals import evaluated_ids
 
         pool = self.bridge.pool
         if not search_space or pool is None:
             return {}
         allowed = self.bridge.pool_allowed
-        free = allowed.copy() if allowed is not None else np.ones(pool.size(), dtype=bool)
-        for arch_id in evaluated_ids(study.get_trials(deepcopy=False), trial.number):
-            row = pool.row_of_id(arch_id)
-            if row is not None:
-                free[row] = False
+        free = free_mask(self.bridge, evaluated_ids(study.get_trials(deepcopy=False),
+                                                    trial.number))
         rows = np.flatnonzero(free if free.any() or allowed is None else allowed)
         if not len(rows):
             return {}
@@ -199,6 +197,21 @@ class RandomSearcher(PerTrialSearcher):
     def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         if bridge is not None and bridge.pool is not None and not self.options:
             return PoolRandomSampler(seed, bridge)
+        return optuna.samplers.RandomSampler(seed=seed, **self.options)
+
+
+@SEARCHERS.register("random-params")
+class RandomParamsSearcher(PerTrialSearcher):
+    """Uniform random parameters (Optuna's ``RandomSampler``) with no pool sampler: on a
+    tabular benchmark each draw is mapped to its nearest unevaluated recorded row
+    (:meth:`nas.pool.PoolSpace.nearest`), as every model-based searcher's random start-up
+    is. The control that tells a searcher's learning from that mapping: the mapping
+    favours rows in sparse regions of the encoding (``random`` draws rows uniformly);
+    on any other space it is ``random``."""
+
+    name = "random-params"
+
+    def build(self, seed: int, bridge: SpaceBridge | None) -> BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed, **self.options)
 
 

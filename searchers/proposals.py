@@ -1,4 +1,4 @@
-"""Asking an Optuna study for architectures and telling it their results (issue 14,
+"""Asking an Optuna study for architectures and telling it their results (see
 docs/reference.md#optuna): :class:`StudySearch`, whose only state is the study.
 
 A multi-trial searcher (:mod:`searchers.optuna_searchers`) is the study's sampler;
@@ -16,7 +16,7 @@ What a trial of the study can be (user attribute ``outcome``):
   placeholder values (:meth:`StudySearch.placeholder`), the amounts over each limit
   (``violations``) and its constraint values (``constraints``, ``cost / limit − 1``), so
   that the sampler ranks it below every feasible trial. Pruning it instead would bias TPE
-  toward the smallest models (issue 28). It does not count as a trial of the search, is
+  toward the smallest models. It does not count as a trial of the search, is
   never a best trial or on the front (Optuna leaves infeasible trials out), and is asked
   again;
 * ``repeat`` — the architecture was evaluated (or is being evaluated) already; told as
@@ -58,8 +58,8 @@ from searchers.base import (
     searcher_names,
 )
 from searchers.optuna_bridge import Budget, Proposal, SpaceBridge
-from searchers.resume import next_waiting, proposal_index
-from searchers.storage import claim_waiting, live_trial, system_attrs
+from searchers.resume import given_architecture, next_waiting, proposal_index
+from searchers.storage import live_trial, propose_once, start_trial, system_attrs
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -126,6 +126,30 @@ def evaluated_ids(trials: Sequence[FrozenTrial], exclude: int | None = None) -> 
                 outcome in EVALUATED or (outcome is None and not t.state.is_finished())):
             ids.add(t.user_attrs["arch_id"])
     return ids
+
+
+def unanswered(trials: Sequence[FrozenTrial]) -> tuple[int, int]:
+    """The proposals in a row that end the study, since its last evaluation: how many were
+    rejected or infeasible, and how many were repeats (what :meth:`StudySearch.ask`
+    counts towards a fallback and its limits). Read from the study, not counted per
+    call, so that an ask killed after some of them goes on counting where it stopped.
+    A running trial (a candidate asked and not told yet, or another worker's) ends the
+    run as an evaluation does; queued trials and killed ones (failed with no outcome)
+    are passed over."""
+    rejected = repeated = 0
+    for t in sorted(trials, key=lambda t: t.number, reverse=True):
+        if t.state == TrialState.RUNNING:
+            break
+        outcome = t.user_attrs.get("outcome")
+        if t.state == TrialState.WAITING or outcome is None:
+            continue
+        if outcome in ("rejected", "infeasible"):
+            rejected += 1
+        elif outcome == "repeat":
+            repeated += 1
+        else:
+            break
+    return rejected, repeated
 
 
 def claims_before(study: optuna.Study, number: int) -> int:
@@ -214,19 +238,16 @@ class StudySearch:
     def ask(self) -> Candidate:
         """The next architecture to evaluate, as a candidate whose id is its trial's
         number (rejected and repeated proposals are recorded and asked again)."""
-        rejected = repeated = 0
+        rejected, repeated = unanswered(self.study.get_trials(deepcopy=False))
         while True:
             trial = self._next_trial()
-            for key, value in self.trial_attrs.items():
-                trial.set_user_attr(key, value)
+            # a queued architecture (a seed, a fallback) is always evaluated
+            fixed = given_architecture(system_attrs(trial), trial.params)
             # a tabular benchmark maps a proposal to its nearest unevaluated recorded row
             taken = self.evaluated_ids(exclude=trial.number) if self.bridge.pool else ()
-            proposal = self.bridge.propose(self.bridge.suggest(trial), taken)
+            proposal = self.bridge.propose(propose_once(trial, self.bridge.suggest), taken)
             if proposal.mapped_from is not None:
                 trial.set_user_attr("proposed", dict(proposal.mapped_from))
-            # an enqueued trial (a seed, a retry, a fallback) is always evaluated
-            system = system_attrs(trial)
-            fixed = "fixed_params" in system or "failed_trial" in system
             if proposal.arch is not None:
                 if not proposal.costs:
                     proposal.costs = self.bridge.budget.costs(self.space, proposal.arch)
@@ -286,15 +307,12 @@ class StudySearch:
         return values
 
     def _next_trial(self) -> optuna.Trial:
-        """The next trial: a queued retry that comes first in the uninterrupted sequence
-        (:func:`searchers.resume.next_waiting`), else Optuna's (the first queued trial, or
-        a new one)."""
+        """The next trial, the worker named on it from the start: a queued retry that comes
+        first in the uninterrupted sequence (:func:`searchers.resume.next_waiting`), else
+        Optuna's (the first queued trial, or a new one)."""
         retry = next_waiting(self.study.get_trials(deepcopy=False))
-        trial = None if retry is None else claim_waiting(self.study, retry.number)
-        if trial is None:
-            with _quiet():
-                trial = self.study.ask()
-        return trial
+        return start_trial(self.study, self.trial_attrs,
+                           None if retry is None else retry.number)
 
     def _fall_back(self, free: int, trial: optuna.Trial) -> None:
         """After every ``fallback_after`` proposals in a row that were rejected or repeats,

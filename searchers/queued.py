@@ -1,14 +1,13 @@
-"""A study whose trials a method chose itself: the architectures are queued on the study
-before it runs and evaluated by the usual loop (:func:`searchers.loop.run_study`), so they
-are trials like any searcher's (the run folder's ``trials/``, the report, the Pareto
-front, ``nas export --run``, ``--resume``).
+"""A study whose trials a method or a planned searcher chose: the architectures are queued
+on the study before it runs and evaluated by the usual loop
+(:func:`searchers.loop.run_study`), so they are trials like any searcher's (the run
+folder's ``trials/``, the report, the Pareto front, ``nas export --run``, ``--resume``).
 
-Method compress's ``searcher: knapsack`` is the one user: the blockwise knapsack (Puzzle,
-Bercovich et al. 2025, §4; :mod:`evaluators.blockwise_knapsack`) picks one sub-network per
-budget from the sorted teacher's block table, and the study scores each pick with the
-run's evaluator. Such a searcher proposes nothing of its own, so it is not in
-:data:`searchers.base.SEARCHERS` (whose contract asks every searcher to sample any space):
-its sampler refuses to draw, and a study of it runs exactly its queue.
+A planned searcher (:class:`searchers.base.PlannedSearcher`: method compress's
+``knapsack``, the blockwise knapsack of Puzzle, Bercovich et al. 2025, §4, over
+:mod:`evaluators.blockwise_knapsack`; ``truncation``) proposes its list, and the study
+scores each pick with the run's evaluator. Such a study samples nothing of its own:
+its sampler refuses to draw, and it runs exactly its queue.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Seeds: ``stage_seed(seed, stage)`` draws the sub-networks of the training steps 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,20 @@ class SampledSupernetSearch:
         self.generator.set_state(state["generator"])
 
 
+@dataclass
+class SampledSupernetSettings:
+    """``sampled-supernet``'s settings: how many candidates the trained supernet scores
+    (method search reads it from ``one_shot.candidates``, EfficientBERT from
+    ``stage3.candidates``)."""
+
+    candidates: int = 32
+
+    def __post_init__(self) -> None:
+        from nas.config import check_fields
+
+        check_fields([("candidates", self.candidates >= 1, "an integer >= 1")], self)
+
+
 @SEARCHERS.register("sampled-supernet")
 class SampledSupernetSearcher(OneShotSearcher):
     """Sampled-supernet search (EfficientBERT's stage 3) as a one-shot searcher.
@@ -113,6 +127,10 @@ class SampledSupernetSearcher(OneShotSearcher):
         self.stage, self.candidates, self.kinds = stage, candidates, tuple(kinds)
         self.incumbent, self.max_params, self.seq_len = incumbent, max_params, seq_len
         self.settings, self.record, self.evaluator = settings, tuple(record), evaluator
+
+    @classmethod
+    def settings_type(cls) -> type:
+        return SampledSupernetSettings
 
     def search(self, space: SearchSpace, trainer: SupernetTrainer) -> Candidate:
         from nas.cost import count_costs

@@ -1,4 +1,4 @@
-"""Seed architectures a multi-trial search evaluates first (issue 14): the space's
+"""Seed architectures a multi-trial search evaluates first: the space's
 default, its largest and smallest architectures, and published ones from files.
 
 "Largest" and "smallest" are by parameter count from the graph (:func:`nas.cost.

@@ -1,6 +1,6 @@
 """The settings of a multi-trial search: the experiment file's ``multi_trial:`` section
 (:class:`StudySettings`) and the command line's part (:class:`StudyOptions`), both
-checked when they are read (issue 14, docs/reference.md#optuna)."""
+checked when they are read (docs/reference.md#optuna)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import optuna
 
 from evaluators.penalty import COSTS
 from nas.errors import NasError
+from nas.timing import LATENCY_RUNTIMES
 from searchers.base import searcher_names
 from searchers.storage import storage_url
 
@@ -33,6 +34,9 @@ class StudySettings:
         nsga2, gp) gets it as a complete trial with placeholder values and its
         constraint values (Optuna's ``constraints_func``), the others have it rejected
         and ask again (:mod:`searchers.proposals`).
+    latency_runtime: what ``max_latency_ms`` is predicted on: ``torch`` (default), or the
+        ONNX graph of ``onnx``/``onnx-int8`` (its own latency table; method search sets it
+        from its ``latency:`` section).
     seeds: architectures evaluated first: ``default``, ``largest``, ``smallest`` or a
         JSON file (a published architecture); none by default (a random baseline stays
         random).
@@ -40,7 +44,8 @@ class StudySettings:
         SuccessiveHalvingPruner) with ``pruner_options``.
     samplers: per searcher name, keyword options of its sampler (``{lanas:
         {n_startup_trials: 4}, nsga2: {population_size: 4}, lamoo: {cp: 0.1}}``; LaMOO's
-        options and defaults: :class:`searchers.lamoo.LaMOOSampler`, docs/optuna.md).
+        options and defaults: :class:`searchers.lamoo.LaMOOSampler`, docs/optuna.md);
+        method search also takes them as ``searcher: {name: lanas, settings: {...}}``.
     retries: how often a trial whose worker died is run again.
     heartbeat_interval, grace_period: seconds, for RDB storage (Optuna's heartbeat).
     """
@@ -52,6 +57,7 @@ class StudySettings:
     max_params: float | None = None
     max_flops: float | None = None
     max_latency_ms: float | None = None
+    latency_runtime: str = "torch"
     seeds: list = field(default_factory=list)
     pruner: str = "none"
     pruner_options: dict = field(default_factory=dict)
@@ -74,6 +80,9 @@ class StudySettings:
         need(isinstance(self.extra_objectives, list)
              and all(n in COSTS for n in self.extra_objectives),
              f"extra_objectives must be among {list(COSTS)}, got {self.extra_objectives!r}")
+        need(self.latency_runtime in LATENCY_RUNTIMES,
+             f"latency_runtime must be {' or '.join(LATENCY_RUNTIMES)}, got "
+             f"{self.latency_runtime!r}")
         for name in ("max_params", "max_flops", "max_latency_ms"):
             value = getattr(self, name)
             need(value is None or value > 0, f"{name} must be None or > 0, got {value!r}")

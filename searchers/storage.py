@@ -10,7 +10,10 @@
 * **Trial handles.** Optuna has no public call for "trial number N of this study as a live
   trial" or "a live trial's system attributes"; :func:`live_trial` and
   :func:`system_attrs` are those calls, and this module is the one place that reaches into
-  Optuna's private attributes (``study._storage``, ``trial._trial_id``).
+  Optuna's private attributes (``study._storage``, ``trial._trial_id``). So are
+  :func:`start_trial` (``Study.ask`` with the worker named from the start) and
+  :func:`propose_once` (a trial's whole proposal in one write), which make a kill at any
+  instant resumable exactly (docs/optuna.md#exact-resume).
 * **Dead workers.** Every trial records its worker (host, process id, process start
   time) in the user attribute ``worker``. A RUNNING trial whose worker is gone is failed
   and queued again with the same parameters (Optuna's
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import json
 import logging
 import os
@@ -36,7 +40,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
     from optuna.storages._heartbeat import BaseHeartbeat
 
 from nas.errors import NasError
+from searchers.resume import PROPOSAL
 
 JOURNAL_FILE = "study.journal"
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
@@ -191,9 +196,30 @@ def open_storage(url: str, *, retries: int = 1, heartbeat_interval: int = 10,
                            f"({type(err).__name__}: {message})") from None
 
 
+def check_storage(given: str, *, attach: bool = False) -> None:
+    """Open the study storage the user named (``--storage``, or the file's ``storage:``)
+    before stage 1: an unreachable database, a garbage or pickled file, a folder, a
+    journal whose folder cannot be written, or a missing journal to ``--attach`` to fails
+    now, in one line, not after the teacher and the data stages."""
+    url = storage_url(given, ".")  # a URL as given, a journal file as an absolute path
+    if is_journal(url) and not Path(url).exists():
+        if attach:
+            raise StorageError(f"--storage {given}: no such journal file to --attach to; name "
+                               "the first worker's storage, or start without --attach")
+        above = Path(url).parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+            raise StorageError(f"--storage {given}: the journal cannot be made in {above} "
+                               "(not a folder this process can write to); name a journal "
+                               "file in a writable folder")
+        return  # a new journal: created by the study, nothing more to validate yet
+    open_storage(url)
+
+
 def check_journal(path: Path) -> None:
     """Refuse, in one line naming the file, a ``path`` that exists and is not an Optuna
-    journal (issue 27: a garbage or pickled file failed with a bare ``UnicodeDecodeError``
+    journal (a garbage or pickled file once failed with a bare ``UnicodeDecodeError``
     only after stages 1-2 had run).
 
     Optuna's reader keeps quiet about a bad line until a later line follows it, so a file
@@ -301,6 +327,94 @@ def claim_waiting(study: optuna.Study, number: int) -> optuna.Trial | None:
     return optuna.Trial(study, tid)
 
 
+def start_trial(study: optuna.Study, user_attrs: dict[str, Any],
+                first: int | None = None) -> optuna.Trial:
+    """A running trial for this process that carries ``user_attrs`` (the worker) from the
+    moment it runs: :meth:`optuna.Study.ask` (waiting trial ``first``, else the first
+    waiting one, else a new one) without its window in which a trial runs with no worker
+    named. A process killed in that window left a RUNNING trial that no worker could
+    recognise as dead: it stayed so for ever, counted as a claim on the study's trials.
+
+    A waiting trial gets the attributes just before it is claimed (a waiting trial is
+    not run by anyone, and the claim, WAITING → RUNNING, is atomic); a new trial is
+    created with them in one storage write."""
+    storage = study._storage
+    study._thread_local.cached_all_trials = None  # as Study.ask: sync once per trial
+    waiting = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    if first is not None and first in waiting:
+        waiting.remove(first)
+        waiting.insert(0, first)
+    for number in waiting:
+        tid = trial_id(study, number)
+        try:
+            for key, value in user_attrs.items():
+                storage.set_trial_user_attr(tid, key, value)
+        except UpdateFinishedTrialError:  # another worker ran it meanwhile
+            continue
+        trial = claim_waiting(study, number)
+        if trial is not None:
+            if any(trial.user_attrs.get(k) != v for k, v in user_attrs.items()):
+                for key, value in user_attrs.items():  # a worker that lost the claim wrote
+                    trial.set_user_attr(key, value)   # its own between ours and the claim
+            return trial
+    template = optuna.trial.FrozenTrial(
+        number=-1, trial_id=-1, state=TrialState.RUNNING, value=None, values=None,
+        datetime_start=datetime.datetime.now(), datetime_complete=None, params={},
+        distributions={}, user_attrs=dict(user_attrs), system_attrs={},
+        intermediate_values={})
+    return optuna.Trial(study, storage.create_new_trial(study._study_id, template))
+
+
+class _Deferred:
+    """A trial's storage that keeps the parameter writes in ``drawn`` instead of writing
+    them (everything else reaches the storage)."""
+
+    def __init__(self, storage: BaseStorage, drawn: dict[str, tuple[float, Any]]) -> None:
+        self._storage = storage
+        self._drawn = drawn
+
+    def set_trial_param(self, trial_id: int, name: str, value: float, distribution: Any
+                        ) -> None:
+        self._drawn[name] = (value, distribution)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+
+def propose_once(trial: optuna.Trial, suggest: Callable[[optuna.Trial], dict[str, Any]]
+                 ) -> dict[str, Any]:
+    """``suggest(trial)`` (every parameter of the trial), with the whole proposal in the
+    storage before its first parameter, in one write, so that a kill at any instant
+    leaves either no proposal or all of it (docs/optuna.md#exact-resume).
+
+    Optuna records a trial's parameters one write each; a kill between two of them left
+    some, and the retry kept those and drew the others again, from another search space
+    (TPE's relative sampling leaves the fixed ones out), so another architecture was
+    evaluated. Here the parameters are drawn first without being written (Optuna's own
+    sampling: relative, then independent, in the same order), the proposal is written as
+    the system attribute :data:`PROPOSAL`, and then the parameters. A trial that has one
+    (a retry, which inherits its system attributes) takes its values as fixed
+    parameters, so it is proposed again identically; a trial given fixed parameters (a
+    queued architecture) needs none."""
+    found = system_attrs(trial)
+    if PROPOSAL in found:
+        trial._fixed_params = {**found[PROPOSAL], **trial._fixed_params}
+        return suggest(trial)
+    if "fixed_params" in found:
+        return suggest(trial)
+    real = trial.storage
+    drawn: dict[str, tuple[float, Any]] = {}
+    trial.storage = cast(BaseStorage, _Deferred(real, drawn))
+    try:
+        params = suggest(trial)
+    finally:
+        trial.storage = real
+    real.set_trial_system_attr(trial._trial_id, PROPOSAL, params)
+    for name, (value, distribution) in drawn.items():
+        real.set_trial_param(trial._trial_id, name, value, distribution)
+    return params
+
+
 def system_attrs(trial: optuna.Trial) -> dict[str, Any]:
     """A live trial's system attributes (``fixed_params`` of an enqueued trial,
     ``failed_trial`` of a retry), read from the storage."""
@@ -363,16 +477,8 @@ def recover_stale_trials(study: optuna.Study, retries: int) -> list[int]:
         worker = trial.user_attrs.get("worker")
         if not isinstance(worker, dict) or worker_alive(worker):
             continue
-        try:  # only one worker wins this: the others get UpdateFinishedTrialError
-            if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                continue
-        except UpdateFinishedTrialError:
-            continue
-        failed.append(trial.number)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            RetryHeartbeatStaleTrialCallback(max_retry=retries)(
-                study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+        if _fail_and_retry(study, trial._trial_id, retries):
+            failed.append(trial.number)
     if not isinstance(storage, JournalStorage):
         running = {t.number for t in study.get_trials(deepcopy=False,
                                                        states=(TrialState.RUNNING,))}
@@ -387,17 +493,32 @@ def recover_stale_trials(study: optuna.Study, retries: int) -> list[int]:
 def abandon_trial(study: optuna.Study, number: int, retries: int) -> None:
     """Fail a trial this worker cannot finish (it was interrupted) and queue its retry,
     as if its worker had died: the next run takes it up again."""
+    _fail_and_retry(study, trial_id(study, number), retries)
+
+
+def _fail_and_retry(study: optuna.Study, tid: int, retries: int) -> bool:
+    """Fail running trial ``tid`` with no ``outcome`` and queue its retry; ``False`` when
+    another worker failed or finished it first.
+
+    A trial is closed by its user attributes (``outcome`` first) and then its state,
+    several writes: a worker killed between them left a RUNNING trial that already said
+    ``complete`` (or ``rejected``...), which the failed trial and its retry, a copy of
+    its attributes, would both have counted as an evaluation. What it said is not the
+    study's until its state does, so it is cleared here."""
     storage = study._storage
-    tid = trial_id(study, number)
     try:
+        if storage.get_trial(tid).user_attrs.get("outcome") is not None:
+            storage.set_trial_user_attr(tid, "outcome", None)
+        # only one worker wins this: the others get False or UpdateFinishedTrialError
         if not storage.set_trial_state_values(tid, TrialState.FAIL):
-            return
+            return False
     except UpdateFinishedTrialError:
-        return
+        return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         RetryHeartbeatStaleTrialCallback(max_retry=retries)(
             study, copy.deepcopy(storage.get_trial(tid)))
+    return True
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,9 +111,34 @@ def read_pointer(run_dir: str | Path) -> dict[str, Any] | None:
         raise NasError(f"{path}: unreadable study pointer ({err}); delete it to start the "
                        "search again") from None
     data["recorded_storage"] = data["storage"]
-    if data.get("relative_to_folder"):  # older pointers hold what the run was given
+    if data.get("relative_to_folder") or is_folder_relative(str(data["storage"])):
+        # older pointers hold what the run was given (always absolute)
+        check_inside(path, str(data["storage"]), run_dir)
         data["storage"] = resolve_recorded(str(data["storage"]), run_dir)
     return data
+
+
+def is_folder_relative(recorded: str) -> bool:
+    """Whether a recorded storage is a file named relative to the run folder (the
+    folder's own, as :func:`searchers.storage.record_storage` writes it)."""
+    file = storage_file(recorded)
+    return file is not None and not file.is_absolute()
+
+
+def check_inside(pointer: Path, recorded: str, run_dir: str | Path) -> None:
+    """Refuse a storage recorded relative to the run folder that resolves outside it
+    (``../other_run/study.journal``, or a symlink out of the folder): the pointer only
+    ever records the folder's own files that way, so such a value was edited or planted,
+    and a resume would write another run's study and export its trials as this one's.
+    A storage the user gave (an absolute file, a database URL) is recorded as given."""
+    if not is_folder_relative(recorded):
+        return
+    here = Path(run_dir).resolve()
+    file = storage_file(resolve_recorded(recorded, run_dir))
+    if file is not None and not file.is_relative_to(here):
+        raise NasError(f"{pointer}: storage {recorded!r} resolves outside the run folder "
+                       f"({file}); a relative storage must be the folder's own file: set it "
+                       "to study.journal, or pass --storage to name another storage")
 
 
 def check_own_storages(run_dir: str | Path) -> None:
@@ -185,7 +211,8 @@ def open_search(spec: StudySpec, space: SearchSpace, objectives: tuple[Objective
 def study_budget(spec: StudySpec, space: SearchSpace) -> Budget:
     """The hard constraints of ``spec``'s study; ``max_latency_ms`` predicts batch-1
     latency at the run's length with one thread (as each worker runs) from this machine's
-    latency table, calibrated once for the space and cached when it has none
+    latency table of the settings' ``latency_runtime``, calibrated once for the space
+    and cached when it has none
     (:func:`nas.latency.space_predictor`; the first process does it, before any worker
     starts)."""
     s = spec.settings
@@ -193,7 +220,8 @@ def study_budget(spec: StudySpec, space: SearchSpace) -> Budget:
     if s.max_latency_ms is not None:
         from nas.latency import space_predictor
 
-        latency_fn = space_predictor(space, seq_len=spec.seq_len, log=log.info)
+        latency_fn = space_predictor(space, seq_len=spec.seq_len, log=log.info,
+                                     runtime=s.latency_runtime)
     return Budget(seq_len=spec.seq_len, latency_fn=latency_fn, **s.budget_kwargs)
 
 
@@ -209,10 +237,19 @@ def check_study(search: StudySearch, spec: StudySpec) -> None:
                            "or another storage or run folder")
 
 
-def create(search: StudySearch, spec: StudySpec) -> None:
+#: the study user attribute that is true while :func:`create` has not finished
+CREATING = "creating"
+
+
+def create(search: StudySearch, spec: StudySpec,
+           queue: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
     """A new study's user attributes (the search that made it, for ``--resume``,
-    ``nas report`` and ``nas export``) and its seed architectures, queued."""
+    ``nas report`` and ``nas export``), its seed architectures and ``queue`` (a method's
+    own picks), queued; :data:`CREATING` is true until all of it is written, so that a
+    study whose creation was killed is created again (:func:`unfinished`) instead of
+    resuming without its seeds."""
     study, space = search.study, search.space
+    study.set_user_attr(CREATING, True)
     with warnings.catch_warnings():  # so that optuna-dashboard names the objectives
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([o.name for o in search.objectives])
@@ -225,3 +262,16 @@ def create(search: StudySearch, spec: StudySpec) -> None:
     for tag, arch in seed_architectures(space, spec.settings.seeds, budget):
         search.enqueue(arch, tag)
         log.info("seed %s: %s queued", tag, arch.id)
+    for tag, picked in queue:
+        search.enqueue(picked, tag)
+    study.set_user_attr(CREATING, False)
+
+
+def unfinished(study: optuna.Study) -> bool:
+    """Whether the study's creation (:func:`create`) was interrupted: it is still
+    :data:`CREATING`, or it has neither user attributes nor trials (killed right after
+    Optuna made it). A queued architecture enqueued again is skipped (Optuna's
+    ``skip_if_exists``), so creating such a study again gives the uninterrupted one's.
+    Studies made before the attribute existed have finished their creation."""
+    attrs = study.user_attrs
+    return bool(attrs.get(CREATING)) or (not attrs and not study.get_trials(deepcopy=False))

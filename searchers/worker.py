@@ -1,7 +1,7 @@
 """The workers of a study: this process's share of the trials (:func:`work`: ask →
 evaluate → tell, with a trial record and a log line per evaluation) and the worker
 processes of ``--workers N`` (:func:`run_workers`), with a progress bar over the study's
-evaluations (issue 14, docs/reference.md#optuna)."""
+evaluations (docs/reference.md#optuna)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,19 @@ Every preset accepts the ``bert`` keyword arguments as overrides (``num_labels``
 for the published parameter count only: ``mixedvocab`` takes the size of the student vocabulary
 actually built (``vocab_size=len(vocab.txt)``, what ``recipes/mixedvocab.py`` passes).
 
+``model_type`` (a teacher's ``config.json`` value, :data:`MODEL_TYPES`) takes in the
+BERT-family teachers that compute what BERT does but for these differences (their weight
+names are :mod:`nas.hf`'s business):
+
+* ``roberta``, ``xlm-roberta``, ``camembert``: positions numbered from ``pad_token_id + 1``
+  over the non-pad tokens (a 514-row table reads 512 tokens), one token type, and a
+  ``dense`` + tanh + ``out_proj`` head on ``<s>`` with no pooler, which is BERT's pooler +
+  classifier under other names;
+* ``electra`` (the discriminator): word, position and type tables and the embeddings'
+  LayerNorm at ``embedding_size`` E, then ``embeddings_project`` E → H when E ≠ H; a
+  ``dense`` + GELU + ``out_proj`` head;
+* ``distilbert``: no token types, no pooler; ``pre_classifier`` + ReLU + ``classifier``.
+
 ``head="joint"`` (with ``num_tags``) replaces the classifier by a joint intent + slot head
 (``joint_intent_slot``: intent logits from the pooled ``[CLS]``, IOB tag logits per token,
 one output of width ``num_labels + num_tags``; the SNIPS task of Zhao et al. 2021).
@@ -57,6 +70,18 @@ BERT_BASE: dict[str, Any] = dict(
     intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
     layer_norm_eps=1e-12,
 )
+
+#: The teacher types a ``bert`` design takes, and what each computes differently from
+#: BERT: ``positions`` (``absolute`` 0..L-1, or ``padding``: RoBERTa's numbering from the pad
+#: id + 1) and the head's ``pooler_act`` (the module docstring).
+MODEL_TYPES: dict[str, dict[str, str]] = {
+    "bert": dict(positions="absolute", pooler_act="tanh"),
+    "roberta": dict(positions="padding", pooler_act="tanh"),
+    "xlm-roberta": dict(positions="padding", pooler_act="tanh"),
+    "camembert": dict(positions="padding", pooler_act="tanh"),
+    "electra": dict(positions="absolute", pooler_act="gelu"),
+    "distilbert": dict(positions="absolute", pooler_act="relu"),
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "bert-base": {},
@@ -102,13 +127,17 @@ def bert_space(
     fit_size: int | None = None,
     head: str = "classifier",
     num_tags: int = 0,
+    model_type: str = "bert",
+    embedding_size: int | None = None,
+    pad_token_id: int = 1,
 ) -> SearchSpace:
     """A BERT encoder + sequence-classification head as a fixed design (zero choices).
 
     ``fit_size`` adds TinyBERT's hidden-state fit layer (student H → teacher H) as an
     auxiliary node of group ``distill``: built and costed, run only when asked for.
     ``head``: ``classifier`` (BERT's pooler + classifier) or ``joint`` (intent + slot
-    tags, ``num_tags`` of them; see the module docstring).
+    tags, ``num_tags`` of them; see the module docstring). ``model_type``, with ELECTRA's
+    ``embedding_size`` and RoBERTa's ``pad_token_id``: the teacher type (module docstring).
     """
     check_hyperparameters(name, locals(), flags=("classifier_activation",), positive=(
         "num_labels", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -129,11 +158,12 @@ def bert_space(
             f"({num_attention_heads}), as in transformers.BertConfig"
         )
     eps = float(layer_norm_eps)
+    kind = teacher_type(name, model_type, hidden_size, embedding_size, pad_token_id)
     g = GraphBuilder()
     g.node("emb", "embedding", group="embeddings", record="embeddings", params=dict(
-        vocab_size=vocab_size, embedding_size=hidden_size, out=hidden_size,
+        vocab_size=vocab_size, embedding_size=embedding_size or hidden_size, out=hidden_size,
         max_positions=max_position_embeddings, type_vocab_size=type_vocab_size,
-        norm="layer_norm", eps=eps))
+        norm="layer_norm", eps=eps, **kind["embedding"]))
     prev = "emb"
     for i in range(num_hidden_layers):
         kw = dict(group="encoder", cell=f"L{i}")
@@ -154,7 +184,7 @@ def bert_space(
             num_labels=num_labels, num_tags=num_tags, pooler=classifier_activation))
     else:
         g.node("head", "pooler_classifier", role="output", group="head",
-               params=dict(num_labels=num_labels, pooler=classifier_activation))
+               params=dict(num_labels=num_labels, pooler=classifier_activation, **kind["head"]))
     g.edge(prev, "head")
     if fit_size:
         g.node("fit", "sum", role="aux", group="distill")
@@ -169,6 +199,7 @@ def bert_space(
     )
     if head != "classifier":  # recorded only when set: older exports' configs stay equal
         config.update(head=head, num_tags=num_tags)
+    config.update(kind["config"])
     desc = DESCRIPTIONS.get(name, DESCRIPTIONS["bert"])
     return SearchSpace(
         name, [], g.graph, config=config,
@@ -176,6 +207,40 @@ def bert_space(
         description=f"fixed design: {desc}; L{num_hidden_layers} H{hidden_size} "
                     f"A{num_attention_heads} FFN{intermediate_size} vocab {vocab_size}",
     )
+
+
+def teacher_type(name: str, model_type: str, hidden_size: int, embedding_size: int | None,
+                 pad_token_id: int) -> dict[str, dict[str, Any]]:
+    """What ``model_type`` changes (:data:`MODEL_TYPES`): the embedding op's and the head's
+    extra parameters, and the space configuration's entries (none for ``bert``, so that
+    older exports' configurations stay equal)."""
+    if model_type not in MODEL_TYPES:
+        raise SpaceDefinitionError(f"space {name!r}: model_type must be one of "
+                                   f"{', '.join(MODEL_TYPES)}, got {model_type!r}")
+    if embedding_size not in (None, hidden_size) and model_type != "electra":
+        raise SpaceDefinitionError(f"space {name!r}: embedding_size ({embedding_size}) differs "
+                                   f"from hidden_size ({hidden_size}) only in an electra "
+                                   "design; leave it out")
+    if embedding_size is not None and (not isinstance(embedding_size, int)
+                                       or isinstance(embedding_size, bool) or embedding_size < 1):
+        raise SpaceDefinitionError(f"space {name!r}: embedding_size must be a positive "
+                                   f"integer, got {embedding_size!r}")
+    kind = MODEL_TYPES[model_type]
+    embedding: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    if model_type != "bert":
+        config["model_type"] = model_type
+    if kind["positions"] == "padding":
+        if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool) \
+                or pad_token_id < 0:
+            raise SpaceDefinitionError(f"space {name!r}: pad_token_id must be a token id, "
+                                       f"got {pad_token_id!r}")
+        embedding["padding_idx"] = config["pad_token_id"] = pad_token_id
+    if model_type == "electra":
+        embedding["project"] = "after_norm"
+        config["embedding_size"] = embedding_size or hidden_size
+    head = {} if kind["pooler_act"] == "tanh" else {"pooler_act": kind["pooler_act"]}
+    return {"embedding": embedding, "head": head, "config": config}
 
 
 #: A narrow shape of the same family for the registry-wide contract tests.

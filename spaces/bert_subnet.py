@@ -5,7 +5,7 @@ Built from the teacher's shape (factory keyword arguments with Hugging Face's na
 the same node names, so that :func:`nas.hf.load_from_hf` (and
 :func:`nas.hf.load_teacher_as_design`'s mapping) load the teacher's weights into the
 supernet unchanged, and the child of the full architecture computes what the teacher does.
-The choices (issue 30; docs/reference.md#teacher-compression: DynaBERT, Hou et al. 2020; Minitron,
+The choices (docs/reference.md#teacher-compression: DynaBERT, Hou et al. 2020; Minitron,
 Muralidharan et al. 2024; Puzzle, Bercovich et al. 2025):
 
 * ``hidden_size``: the teacher's H and 3 narrower widths, each a whole number of heads
@@ -18,7 +18,7 @@ Muralidharan et al. 2024; Puzzle, Bercovich et al. 2025):
 
 Layers: a keep flag per layer (``layers="any"``, the default: any subset, first-k
 included), or one depth choice (``layers="first"``: the first k, a space of L instead of
-2^L layer sets, as DynaBERT's depth multiplier and issue 30's truncation baseline). The
+2^L layer sets, as DynaBERT's depth multiplier and the compress method's truncation baseline). The
 head size stays the teacher's, so a narrower hidden width holds fewer heads (H'/d), and
 a layer's head share applies to those: ``⌊share · H'/d⌋`` heads
 (:func:`nas.ops.transformer.active_heads`). A share of 0 prunes every head or neuron:
@@ -48,9 +48,9 @@ from nas.choices import Categorical, IntChoice
 from nas.errors import SpaceDefinitionError
 from nas.graph import ActiveIf, Dim, GraphBuilder
 from nas.space import SearchSpace, check_hyperparameters, register_space
-from spaces.bert import BERT_BASE, PRESETS, SMALL
+from spaces.bert import BERT_BASE, PRESETS, SMALL, teacher_type
 
-#: The shares of a layer's heads and FFN neurons a child keeps (issue 30).
+#: The shares of a layer's heads and FFN neurons a child keeps.
 SHARES = ("1", "3/4", "1/2", "1/4", "0")
 #: The hidden widths, as shares of the teacher's heads (rounded to whole heads).
 WIDTH_SHARES = ("1", "3/4", "1/2", "1/4")
@@ -80,13 +80,18 @@ def bert_subnet_space(
     type_vocab_size: int = 2,
     layer_norm_eps: float = 1e-12,
     layers: str = "any",
+    model_type: str = "bert",
+    embedding_size: int | None = None,
+    pad_token_id: int = 1,
 ) -> SearchSpace:
     """The sub-networks of a BERT teacher of this shape (default MiniLM-L6-H384's; see the
     module docstring). :func:`nas.hf.load_from_hf` fills its supernet with the teacher.
 
     ``layers``: ``any`` (a keep flag per layer, any subset) or ``first`` (one depth
     choice ``num_hidden_layers``, 1..L: the first k layers, as the truncation baseline of
-    issue 30 and DynaBERT's depth multiplier keep).
+    method compress and DynaBERT's depth multiplier keep). ``model_type``, ``embedding_size``,
+    ``pad_token_id``: the teacher's type, as in :func:`spaces.bert.bert_space` (ELECTRA's E
+    stays whole: a narrower hidden width keeps the leading rows of ``embeddings_project``).
     """
     name = "bert-subnet"
     if layers not in LAYER_MODES:
@@ -103,6 +108,7 @@ def bert_subnet_space(
         raise SpaceDefinitionError(f"space {name!r}: layer_norm_eps must be a small positive "
                                    f"number, got {layer_norm_eps!r}")
     eps = float(layer_norm_eps)
+    kind = teacher_type(name, model_type, hidden_size, embedding_size, pad_token_id)
     widths = hidden_widths(hidden_size, num_attention_heads)
     choices: list[Any] = [Categorical(
         "hidden_size", widths, hidden_size, kind="width",
@@ -110,9 +116,9 @@ def bert_subnet_space(
     hidden = Dim("hidden_size")
     g = GraphBuilder()
     g.node("emb", "embedding", group="embeddings", record="embeddings", params=dict(
-        vocab_size=vocab_size, embedding_size=hidden, out=hidden,
+        vocab_size=vocab_size, embedding_size=embedding_size or hidden, out=hidden,
         max_positions=max_position_embeddings, type_vocab_size=type_vocab_size,
-        norm="layer_norm", eps=eps))
+        norm="layer_norm", eps=eps, **kind["embedding"]))
     if layers == "first":
         choices.append(IntChoice("num_hidden_layers", 1, num_hidden_layers,
                                  default=num_hidden_layers, kind="depth",
@@ -159,7 +165,7 @@ def bert_subnet_space(
             g.edge(f"L{i}_out", enc, arg=i + 1)
         prev = enc
     g.node("head", "elastic_pooler_classifier", role="output", group="head",
-           params=dict(num_labels=num_labels, pooler=True))
+           params=dict(num_labels=num_labels, pooler=True, **kind["head"]))
     g.edge(prev, "head")
     # its own family: a child's shape is a BertConfig only when it keeps whole layers, all
     # heads and one FFN width at the teacher's width (nas.hf.stock_subnet); otherwise the
@@ -171,6 +177,7 @@ def bert_subnet_space(
         hidden_act=hidden_act,
         max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
         layer_norm_eps=eps, classifier_activation=True, fit_size=None, layers=layers,
+        **kind["config"],
     )
     return SearchSpace(
         name, choices, g.graph, config=config, drawing=[("layer 0", "L0")],
@@ -182,7 +189,7 @@ def bert_subnet_space(
 
 def truncation(space: SearchSpace, k: int, hidden_size: int | None = None) -> Architecture:
     """The first ``k`` whole layers (all their heads and FFN neurons) at ``hidden_size``
-    (default: the teacher's): issue 30's uniform truncation baseline, the depth DynaBERT
+    (default: the teacher's): the compress method's uniform truncation baseline, the depth DynaBERT
     (Hou et al. 2020, §3.2) keeps. Works on both layer modes of the space."""
     layers = int(space.config["num_hidden_layers"])
     if not 1 <= k <= layers:

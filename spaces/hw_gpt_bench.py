@@ -1,5 +1,5 @@
 """HW-GPT-Bench's GPT-2 "S" space as a finite-pool space (Sukthanker et al., 2024,
-"HW-GPT-Bench: Hardware-Aware Architecture Benchmark for Language Models", §3; issue 29).
+"HW-GPT-Bench: Hardware-Aware Architecture Benchmark for Language Models", §3).
 
 10,000 sub-networks of a trained GPT-2 S super-network, with the perplexity (and
 next-token accuracy) on OpenWebText of their *inherited* weights, their parameter count

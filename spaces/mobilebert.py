@@ -63,7 +63,7 @@ MOBILEBERT: dict[str, Any] = dict(
 #: (96,3,8)} and neighbours, h_inter, FFN width, depth and the operational options. Depth 6 and 12
 #: heads (head sizes 8 at h_intra 96, 16 at 192) make the student of progressive knowledge
 #: transfer from MiniLM-L6-H384 (6 layers, width 384, 12 heads) a point of the grid:
-#: transfer needs the teacher's depth, feature-map width and head count (issue 17).
+#: transfer needs the teacher's depth, feature-map width and head count.
 GRID: dict[str, Any] = dict(
     hidden_size=(384, 512), intra_bottleneck_size=(96, 128, 160, 192),
     num_attention_heads=(3, 4, 5, 6, 12), num_feedforward_networks=(1, 2, 4, 8),

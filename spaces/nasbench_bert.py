@@ -1,5 +1,5 @@
 """NAS-Bench-BERT as a finite-pool space (Serianni & Kalita, 2023, "Training-free Neural
-Architecture Search for RNNs and Transformers", §4; issue 29).
+Architecture Search for RNNs and Transformers", §4).
 
 500 small BERT-like encoders, each pre-trained ELECTRA-style and fine-tuned on GLUE, with
 their dev scores, parameter counts and 7 training-free proxies

@@ -17,7 +17,8 @@ import pytest
 
 from nas.cli import main
 from nas.errors import NasError
-from recipes.adabert import AdaBert, load_config, open_run
+from recipes.adabert import AdaBert, open_run
+from recipes.common import load_typed
 
 SMOKE = "experiments/adabert_smoke.yaml"
 # What the smoke config derives for seed 0, pinned: a change that moves it (the search,
@@ -109,7 +110,7 @@ print(json.dumps([pipe(text, top_k=None) for text in sys.argv[2:]]))
 
 def test_the_searched_model_serves_in_stock_transformers(cold_run, tmp_path, capsys,
                                                          without_this_project):
-    """Issue 20's done-when: the smoke search, exported with ``nas export --run ... --format
+    """The export's promise: the smoke search, exported with ``nas export --run ... --format
     hf``, is served by ``pipeline(..., trust_remote_code=True)`` where this project cannot
     be imported, with SST-2's label names and ``nas predict``'s probabilities."""
     from nas.runtime import load
@@ -128,9 +129,12 @@ def test_the_searched_model_serves_in_stock_transformers(cold_run, tmp_path, cap
 
 
 def test_searchers_come_from_the_registry_and_the_method(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["run", SMOKE, "--searcher", "grid"])
-    assert exit_.value.code == 2 and "invalid choice: 'grid'" in capsys.readouterr().err
+    # --searcher is checked once the experiment (and its plug-ins) are read, in one line
+    assert main(["run", SMOKE, "--searcher", "grid", "--run-dir", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: method 'adabert' cannot use --searcher grid; it accepts: "
+                   "differentiable, random, lanas, tpe, nsga2, gp")
+    assert not (tmp_path / "g").exists()
     # the study flags need a multi-trial searcher (the smoke file's own is differentiable)
     assert main(["run", SMOKE, "--n-trials", "3", "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
@@ -144,7 +148,7 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
     search killed after a checkpoint and resumed."""
     from searchers.differentiable import DifferentiableSearch
 
-    config = load_config(SMOKE)
+    config = load_typed(SMOKE, AdaBert)
     warm = open_run(config, tmp_path / "straight")
     assert warm.teacher.from_cache
     expected = AdaBert().search(warm, "differentiable")
@@ -176,7 +180,7 @@ def test_same_result_with_a_warm_cache_and_after_a_resume(cold_run, tmp_path, mo
 
 @pytest.mark.slow
 def test_an_augment_section_retrains_on_the_augmented_subset(cold_run, tmp_path):
-    """Issue 12, item 3: ``--set augment.n=1`` doubles the retrain's data (each original,
+    """Augmentation: ``--set augment.n=1`` doubles the retrain's data (each original,
     then its variant), scores every row with the probes, and leaves the search's data and
     the snapshot of runs without the section alone."""
     import math

@@ -1,4 +1,4 @@
-"""The ranking audit (issue 15 item 5): statistics worked out by hand, candidates spread
+"""The ranking audit (``nas audit``): statistics worked out by hand, candidates spread
 over parameter counts, the audit on any space with fake evaluators (and its resume),
 and ``nas audit`` on the EfficientBERT smoke experiment (slow)."""
 

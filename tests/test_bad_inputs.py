@@ -148,6 +148,13 @@ def non_utf8_data(ctx: Ctx) -> list[str]:
             str(ctx.tmp / "data"), "--no-progress"]
 
 
+def int8_on_torch(ctx: Ctx) -> list[str]:
+    out = ctx.tmp / "int8"
+    assert main(["export", *TINY, "-o", str(out), "--format", "onnx", "--quantize",
+                 "int8"]) == 0
+    return ["predict", str(out), "a fine film", "--runtime", "torch"]
+
+
 def onnx_left_behind(ctx: Ctx) -> list[str]:
     out = ctx.export_copy("onnx")
     assert main(["export", *TINY, "-o", str(out), "--overwrite"]) == 0  # native now
@@ -176,8 +183,17 @@ def onto_file(ctx: Ctx) -> list[str]:
     return ["export", *TINY, "-o", str(ctx.tmp / "notes.txt")]
 
 
+def name_classes(config: dict, labels: list[str]) -> None:
+    """Give an export's classes ``labels`` as the engine writes them: ``id2label`` and
+    ``label2id`` alike, and a native export's ``labels`` (keys that disagree are refused)."""
+    if "format" in config:
+        config["labels"] = labels
+    config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+    config["label2id"] = {name: i for i, name in enumerate(labels)}
+
+
 def three_labels(config: dict) -> None:
-    config["labels"] = ["neg", "neutral", "pos"]
+    name_classes(config, ["neg", "neutral", "pos"])
     config["num_labels"] = 3
 
 
@@ -191,11 +207,7 @@ def trained_on(task: str, labels: list[str], text_input: str | None = None,
     export does."""
     def change(config: dict) -> None:
         config["task"] = task
-        if fmt == "hf":
-            config["id2label"] = dict(enumerate(labels))
-            config["label2id"] = {name: i for i, name in enumerate(labels)}
-        else:
-            config["labels"] = labels
+        name_classes(config, labels)
         if text_input is not None:
             config["text_input"] = text_input
     return change
@@ -263,6 +275,31 @@ def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
     return setup
 
 
+def compress_transfer(content: bytes | None, name: str = "t.txt", **block: object
+                      ) -> Callable[[Ctx], list[str]]:
+    """``method: compress`` with ``transfer: {texts: FILE, **block}``, FILE holding
+    ``content`` (``None``: no such file)."""
+    def setup(ctx: Ctx) -> list[str]:
+        path = ctx.tmp / name
+        if content is not None:
+            path.write_bytes(content)
+        return compress_with(transfer={"texts": str(path), **block})(ctx)
+
+    return setup
+
+
+def tinybert_with(**changes: object) -> Callable[[Ctx], list[str]]:
+    """``method: tinybert`` (the smoke file) with ``changes``: refused while loading."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = yaml.safe_load((ROOT / "experiments" / "tinybert_smoke.yaml").read_text())
+        data.update(changes)
+        path = ctx.tmp / "tinybert.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
+
+    return setup
+
+
 def search_with(**changes: object) -> Callable[[Ctx], list[str]]:
     """``method: search`` (the example with its space file) with ``changes``."""
     def setup(ctx: Ctx) -> list[str]:
@@ -294,9 +331,49 @@ def _predict_edited(change: Callable[[dict], None], fmt: str = "native"
 
 
 CASES = {
+    # a teacher fine-tuned already (teacher_finetune.enabled: false)
+    "teacher-labels-without-own-teacher": Case(
+        compress_with(teacher_labels={"negative": "LABEL_0", "positive": "LABEL_1"}), 2,
+        r"teacher_labels names the labels of a teacher fine-tuned already; set "
+        r"teacher_finetune\.enabled=false with it"),
+    "teacher-labels-not-a-mapping": Case(
+        compress_with(teacher_finetune={"enabled": False}, teacher_labels=["LABEL_0"]), 2,
+        r"teacher_labels: expected dict or NoneType, got \['LABEL_0'\]"),
+    "own-teacher-without-a-head": Case(
+        compress_with(teacher_finetune={"enabled": False}), 2,
+        r"not a fine-tuned classifier .*set teacher_finetune\.enabled=true"),
+    # transfer text: a file that cannot be read, before the teacher stage
+    "transfer-missing": Case(compress_transfer(None), 2,
+                             r"transfer\.texts: .*t\.txt: no such file"),
+    "transfer-empty": Case(compress_transfer(b""), 2, r"transfer\.texts: .*t\.txt: no text in it"),
+    "transfer-binary": Case(compress_transfer(b"\x00\x01\x02binary"), 2,
+                            r"transfer\.texts: .*t\.txt: a binary file, not text"),
+    "transfer-bad-column": Case(compress_transfer(b"sentence,x\nhello,1\n", "t.csv",
+                                                  text="review"), 2,
+                                r"transfer\.texts: .*t\.csv: no column 'review' \(the columns "
+                                r"are 'sentence', 'x'\); pass transfer\.text NAME"),
+    "transfer-pair-task": Case(lambda ctx: [*compress_transfer(b"text\nsome text\n")(ctx),
+                                            "--set", "task=mrpc"], 2,
+                               r"transfer\.texts: .*t\.txt: the task reads sentence pairs; "
+                               r"name the second text's column as transfer\.text_pair"),
+    "transfer-other-method": Case(tinybert_with(transfer={"texts": "x.txt"}), 2,
+                                  r"transfer: method tinybert does not distil on transfer text"),
+    "final-chain-without-latency": Case(compress_with(objectives=["accuracy"],
+                                                      final={"select": "best", "chain": True}),
+                                        2, r"final\.chain orders the chosen points by the "
+                                           r"study's latency"),
+    "layer-mapping": Case(compress_with(evaluator={"name": "inherited-kd", "settings": {
+        "layer_mapping": "middle"}}), 2, r"layer_mapping must be sliced or uniform or last"),
     # method compress: the space is the teacher's own
     "compress-other-space": Case(compress_with(space="bert"), 2,
                                  r"space: method compress searches 'bert-subnet'"),
+    # latency: {source, runtime}; a bare string is the source
+    "compress-latency-runtime": Case(
+        compress_with(latency={"source": "predicted", "runtime": "tflite"}), 2,
+        r"latency: runtime must be torch or onnx or onnx-int8, got 'tflite'"),
+    "compress-latency-source": Case(compress_with(latency="guessed"), 2,
+                                    r"latency: source must be predicted or measured, got "
+                                    r"'guessed' \(or \{source: \.\.\., runtime: "),
     "compress-teacher-shape": Case(compress_with(space_config={"hidden_size": 64}), 2,
                                    r"space_config\.hidden_size: method compress takes the "
                                    r"shape from the teacher"),
@@ -371,7 +448,7 @@ CASES = {
         impossible_constraint, 2, r"constraints: no architecture of space 'tiny-cell' meets "
                                   r"them; the smallest of all 27 architectures: params .*raise "
                                   r"constraints\.max_params to at least 994,274"),
-    # a tabular benchmark whose data folder lacks the file (issue 29)
+    # a tabular benchmark whose data folder lacks the file
     "tabular-benchmark-missing": Case(
         lambda ctx: ["spaces", "show", "nas-bench-bert", "-c", f"data_dir={ctx.tmp}"], 2,
         r"nas-bench-bert: benchmark file .*BERT_benchmark\.json not found; set NAS_DATA_DIR"),
@@ -382,6 +459,25 @@ CASES = {
     "export-tokenizer-deleted": Case(
         lambda ctx: ["predict", str(_without(ctx.export_copy(), "tokenizer.json", "vocab.txt")),
                      "a fine film"], 2, r"tokenizer\.json: missing \(the export lists it\)"),
+    # int8 exports: ONNX only, and the bound goes with the quantisation
+    "export-quantize-native": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "q"), "--quantize", "int8"], 2,
+        r"--quantize int8 needs --format onnx \(it quantises model\.onnx\), got --format "
+        r"native"),
+    "export-int8-drop-alone": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "q"), "--format", "onnx",
+                     "--max-int8-drop", "0.5"], 2, r"--max-int8-drop goes with --quantize int8"),
+    "predict-int8-on-torch": Case(int8_on_torch, 2, r"an int8 export answers from model\.onnx; "
+                                                    r"use --runtime onnx"),
+    "export-trim-vocab-without-run": Case(
+        lambda ctx: ["export", *TINY, "-o", str(ctx.tmp / "t"), "--trim-vocab"], 2,
+        r"--trim-vocab goes with --run RUN_DIR \(the run's task gives the train texts"),
+    "compress-final-trim-vocab-not-bool": Case(
+        compress_with(final={"select": "best", "export": {"trim_vocab": 2}}), 2,
+        r"final\.export\.trim_vocab: expected bool, got 2"),
+    "compress-final-int8-native": Case(
+        compress_with(final={"select": "best", "export": {"quantize": "int8"}}), 2,
+        r"final\.export: quantize must be int8, with format: onnx"),
     "export-old-onnx-refused": Case(
         lambda ctx: ["export", *TINY, "-o", str(ctx.export_copy("onnx"))], 2,
         r"holds a previous export; pass --overwrite"),
@@ -403,7 +499,7 @@ CASES = {
     "export-three-labels-only": Case(_predict_edited(_set("labels", ["a", "b", "c"])), 2,
                                      r"config\.json: num_labels is 2 but 3 labels"),
     "export-hf-three-labels": Case(_predict_edited(
-        _set("id2label", {"0": "a", "1": "b", "2": "c"}), "hf"), 2,
+        lambda config: name_classes(config, ["a", "b", "c"]), "hf"), 2,
         r"3 labels \(id2label\) for a classifier with 2 outputs"),
     "export-hf-truncated": Case(lambda ctx: hf_truncated(ctx, listed=True), 2,
                                 r"model\.safetensors: changed since the export was written"),
@@ -501,7 +597,8 @@ CASES = {
     "space-hidden-zero": Case(_cli("spaces", "show", "adabert", "-c", "hidden=0"), 2,
                               r"hidden must be a positive integer, got 0"),
     "sample-seed-negative": Case(_cli("spaces", "sample", "adabert", "--seed", "-1"), 2,
-                                 r"--seed: expected a non-negative integer, got '-1'"),
+                                 r"--seed: expected a seed, an integer in \[0, 4294967295\], "
+                                 r"got '-1'"),
     "arch-json-list": Case(_cli("cost", "adabert", "--arch", "[1,2,3]"), 2,
                            r"inline JSON: expected a JSON object of choices, got list"),
     "cost-seq-len-zero": Case(_cli("cost", "adabert", "--seq-len", "0"), 2,

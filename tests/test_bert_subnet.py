@@ -1,4 +1,4 @@
-"""The ``bert-subnet`` space (issue 30, item 1): its supernet is the teacher.
+"""The ``bert-subnet`` space (method compress): its supernet is the teacher.
 
 The registry-wide contract tests (tests/test_space_contract.py, test_export*.py,
 test_cost_speed.py) cover it through its small test_config; here: the teacher's weights
@@ -238,27 +238,56 @@ def test_the_real_minilm_teacher_is_the_full_child():
 
 def test_compress_seeds_only_the_truncations_within_every_limit_flops_included():
     """The truncations queued by compress (``searcher: truncation`` or
-    ``seed_truncations``) are costed by the study's own budget: a FLOPs limit, which a
-    seeded study may have, keeps the ones over it out (an enqueued trial is always
-    trained, so the check must come before the queue)."""
-    from types import SimpleNamespace
-
+    ``seed_truncations``: the ``truncation`` searcher's plan) are costed by the study's own
+    budget: a FLOPs limit, which a seeded study may have, keeps the ones over it out (an
+    enqueued trial is always trained, so the check must come before the queue)."""
     from nas.cost import count_costs
     from nas.errors import NasError
-    from recipes.compress import Compress
-    from searchers.settings import StudySettings
+    from searchers.base import resolve_searcher
+    from searchers.optuna_bridge import Budget
     from spaces.bert_subnet import truncation
 
     space = small_space("any")
-    flops = [count_costs(space, truncation(space, k), 16).flops for k in (1, 2)]
+    truncations = [truncation(space, k) for k in (1, 2)]
+    flops = [count_costs(space, arch, 16).flops for arch in truncations]
     assert flops[0] < flops[1]
 
     def queue(**limits):
-        ctx = SimpleNamespace(space=space, max_seq_len=16, cfg=SimpleNamespace(
-            study_settings=lambda: StudySettings(**limits)))
-        return [tag for tag, _ in Compress().truncation_queue(ctx)]  # type: ignore[arg-type]
+        searcher = resolve_searcher("truncation").build()
+        plan = searcher.plan(truncations=truncations, space=space,
+                             budget=Budget(seq_len=16, **limits))
+        return [tag for tag, _ in plan.queue]
 
     assert queue() == ["first-1", "first-2"]
     assert queue(max_flops=(flops[0] + flops[1]) / 2) == ["first-1"]
     with pytest.raises(NasError, match="no truncation of the teacher .* fits them"):
         queue(max_flops=flops[0] / 2)
+
+
+def test_a_latency_limit_no_truncation_meets_names_the_latency_table(tmp_path):
+    """A ``max_latency_ms`` refused on predictions says which table predicted them, on
+    which clock, when and how noisily it was calibrated, and how to calibrate again."""
+    from nas.errors import NasError
+    from nas.latency import Fit, LatencyModel, LatencyTable, Setting, space_key
+    from searchers.base import resolve_searcher
+    from searchers.optuna_bridge import Budget
+    from spaces.bert_subnet import truncation
+
+    space = small_space("any")
+    setting = Setting(1, 16)
+    table = LatencyTable.new()
+    table.fits[space_key(space)] = {setting.key: Fit(0.0, 0.0, 50.0)}  # 50 ms, any child
+    table.calibrated, table.noise = "2026-01-02T03:04:05Z", {setting.key: 0.3}
+    path = tmp_path / "busy.json"
+    budget = Budget(seq_len=16, max_latency_ms=10.5,
+                    latency_fn=LatencyModel(table, path).predictor(space, 1, 16))
+    with pytest.raises(NasError) as err:
+        resolve_searcher("truncation").build().plan(
+            truncations=[truncation(space, k) for k in (1, 2)], space=space, budget=budget)
+    message = str(err.value)
+    assert message.startswith("constraints: no truncation of the teacher (first k whole "
+                              "layers) fits them (the first layer alone: latency_ms 50 > "
+                              "max_latency_ms 10.5); raise max_latency_ms; latency predicted "
+                              f"by latency table {path} (clock cpu, calibrated "
+                              "2026-01-02T03:04:05Z, noise 30.0 % (noisy")
+    assert "nas latency calibrate --table" in message and "\n" not in message

@@ -1,4 +1,4 @@
-"""The blockwise table, its knapsack and its proxy evaluator (issue 30 item 3b; Puzzle,
+"""The blockwise table, its knapsack and its proxy evaluator (docs/compress.md#blockwise; Puzzle,
 Bercovich et al. 2025; evaluators/blockwise.py, evaluators/blockwise_knapsack.py).
 
 On a small random BERT teacher (2 layers, width 32): a table entry is what the sliced

@@ -17,7 +17,10 @@ from nas.checkpoint import (
     CheckpointError,
     atomic_write_json,
     atomic_write_text,
+    canonical_header,
+    canonical_safetensors,
     load_state,
+    save_safetensors,
     save_state,
 )
 from nas.errors import NasError
@@ -219,3 +222,33 @@ def test_many_writers_never_collide(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
     assert json.loads(target.read_text())["n"] == 49  # whole files only, the last write
     assert [p.name for p in tmp_path.iterdir()] == ["shared.json"]
+
+
+def test_safetensors_headers_are_canonical(tmp_path: Path) -> None:
+    """The safetensors library writes ``__metadata__`` in a hash map's order, which changes
+    from call to call; the engine's writers sort it, so equal tensors give equal bytes."""
+    from safetensors.torch import load_file, save
+
+    tensors = {"b": torch.arange(3.0), "a": torch.ones(2, 2, dtype=torch.float16)}
+    metadata = {"format": "pt", "nas_format": "x", "zeta": "1", "alpha": "2", "mid": "3"}
+    raw = {save(tensors, metadata=metadata) for _ in range(12)}
+    assert len({canonical_header(r) for r in raw}) == 1
+    files = []
+    for i in range(6):
+        files.append(tmp_path / f"w{i}.safetensors")
+        save_safetensors(tensors, files[-1], metadata)
+    assert len({f.read_bytes() for f in files}) == 1
+    data = files[0].read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    assert n % 8 == 0
+    header = data[8:8 + n].decode().rstrip(" ")
+    assert header.startswith('{"__metadata__":{"alpha":"2","format":"pt","mid":"3",'
+                             '"nas_format":"x","zeta":"1"},"a":')
+    assert all(torch.equal(t, tensors[k]) for k, t in load_file(str(files[0])).items())
+    # a file another library wrote is rewritten in place, and only when needed
+    scrambled = [r for r in raw if r != data]
+    assert scrambled  # the library's own order does vary (what this guards against)
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(scrambled[0])
+    canonical_safetensors(other)
+    assert other.read_bytes() == data

@@ -1,4 +1,4 @@
-"""Every flag of every command has help text, and the global flags work (issue 20)."""
+"""Every flag of every command has help text, and the global flags work."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compress the teacher (issue 30): ``method: compress`` end to end on its smoke run (sort,
+"""Compress the teacher: ``method: compress`` end to end on its smoke run (sort,
 search with inherited-kd, final retrain from the inherited weights, export, nas predict)."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _tiny_compress(run, teacher, *sets: str) -> int:
 
 
 def test_truncation_is_the_baseline_searcher_of_compress(tiny_teacher, tmp_path):
-    """``searcher: truncation`` (issue 30 item 5's uniform-truncation arm): the sorted
+    """``searcher: truncation`` (the uniform-truncation arm of docs/compress.md): the sorted
     teacher's first k whole layers, k = 1..L, queued as the study's trials, scored by the
     same evaluator and retrained by the same final stage as any searcher's points."""
     run = tmp_path / "run"
@@ -127,7 +127,7 @@ def test_seed_truncations_start_a_searchers_study_with_the_first_k_layers(tiny_t
 
 
 def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
-    """``searcher: knapsack`` (issue 30 item 4, step 3's alternative) on the smoke file with
+    """``searcher: knapsack`` (step 3's alternative in docs/compress.md) on the smoke file with
     the tiny teacher: the blockwise table of the sorted teacher, the knapsack at each
     budget, its distinct picks run as the study's trials (scored by inherited-kd), then
     the front, ``final: {select: latency_ratios}``, the report and the export."""
@@ -175,7 +175,7 @@ def test_the_knapsack_is_a_searcher_of_compress(tiny_teacher, tmp_path, capsys):
 def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, tmp_path):
     """``evaluator: blockwise`` in method compress: the table is built on the sorted
     teacher when the evaluator asks for it, and each trial's score is minus its summed
-    block error (a cheap proxy for any searcher, issue 30 item 3b)."""
+    block error (a cheap proxy for any searcher, docs/compress.md#blockwise)."""
     run = tmp_path / "run"
     assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=3",
                           "evaluator={name: blockwise, settings: {}}") == 0
@@ -187,7 +187,7 @@ def test_the_blockwise_proxy_scores_any_searchers_compress_trials(tiny_teacher, 
 
 
 def test_nas_audit_serves_compress_with_a_latency_spread(tiny_teacher, tmp_path, capsys):
-    """``nas audit --select latency-spread`` on method compress (issue 30 item 5): the
+    """``nas audit --select latency-spread`` on method compress (its ranking audit): the
     search's inherited-kd and the blockwise proxy ranked against the final retrain, the
     candidates spread over the latency model's predictions and their span reported. The
     settings are the knapsack test's, so the tiny teacher, its sort and its block states
@@ -217,3 +217,109 @@ def test_nas_audit_serves_compress_with_a_latency_spread(tiny_teacher, tmp_path,
     text = (run / "audit.md").read_text()
     assert "spread over predicted latency" in text
     assert f"the candidates span {summary['latency_span']:.3g}x" in text
+
+
+#: a latency table of the onnx-int8 runtime for the tiny teacher's bert-subnet at 32 tokens
+#: (a real calibration, 16 + 6 children, kept so that the test below times nothing)
+INT8_TABLE = ROOT / "tests" / "fixtures" / "latency_onnx_int8_tiny.json"
+
+
+def test_the_int8_latency_objective_is_predicted_from_its_table(tiny_teacher, tmp_path):
+    """``latency: {source: predicted, runtime: onnx-int8}``: each trial's ``latency_ms``
+    is the onnx-int8 table's linear model over the child's op calls, read from this
+    runtime's own table in the cache (the committed one: nothing is calibrated or timed),
+    and the run log names that runtime and the fit's held-out error."""
+    import inspect
+
+    import optuna
+
+    from nas.latency import (
+        GraphFit,
+        LatencyTable,
+        Setting,
+        default_table_path,
+        graph_features,
+        machine,
+        space_key,
+    )
+    from spaces.bert_subnet import bert_subnet_space
+
+    table = json.loads(INT8_TABLE.read_text())
+    table["machine"] = {**machine(), "threads": [1]}  # as if calibrated here
+    path = default_table_path(runtime="onnx-int8")
+    assert path != default_table_path()  # a torch table is another file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table))
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=2",
+                          "evaluator.settings.max_steps=1", "final={select: best, seeds: 1}",
+                          "latency={source: predicted, runtime: onnx-int8}") == 0
+    assert LatencyTable.load(path).calibrated == table["calibrated"]  # not calibrated again
+
+    # the run's space, rebuilt from its study as `nas export --run` does
+    study = optuna.load_study(study_name="compress_smoke-random",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(
+                                      str(run / "study.journal"))))
+    names = inspect.signature(bert_subnet_space).parameters
+    space = bert_subnet_space(**{k: v for k, v in study.user_attrs["space_config"].items()
+                                 if k in names})
+    fits = table["graph_fits"][space_key(space)]  # the fixture is this space's
+    fit = GraphFit(**fits[Setting(1, 32).key])
+    for number in range(2):
+        result = json.loads((run / "trials" / str(number) / "result.json").read_text())
+        arch = space.validate(result["arch"])
+        predicted = fit(graph_features(space, arch, Setting(1, 32)))
+        assert result["result"]["values"][1] == pytest.approx(predicted, rel=1e-9)
+        assert result["result"]["costs"]["latency_ms_predicted"] == result["result"]["values"][1]
+    notes = [json.loads(line).get("note", "") for line in
+             (run / "log.jsonl").read_text().splitlines()]
+    assert any(f"{path} (cached; runtime onnx-int8, clock cpu" in n and
+               f"held-out MAPE {100 * fit.mape:.1f} % on 6 children" in n for n in notes)
+
+
+def test_the_latency_section_takes_a_source_a_runtime_or_both():
+    """``latency:`` is ``{source, runtime}``; a bare string is the source (as files wrote
+    it before runtimes), a mapping without a source keeps the method's (compress predicts,
+    search measures), and the runtime reaches the study's ``max_latency_ms``."""
+    from nas.config import from_dict
+    from recipes.compress import CompressConfig
+    from recipes.search_config import LatencySettings, SearchConfig
+
+    def compress(latency):
+        return from_dict(CompressConfig, {"name": "x", "task": "sst2", "latency": latency}, "f")
+
+    assert compress("measured").latency == LatencySettings("measured", "torch")
+    int8 = compress({"runtime": "onnx-int8"})
+    assert int8.latency == LatencySettings("predicted", "onnx-int8")
+    assert int8.study_settings().latency_runtime == "onnx-int8"
+    assert from_dict(CompressConfig, {"name": "x", "task": "sst2"}, "f").latency == \
+        LatencySettings("predicted", "torch")
+    search = from_dict(SearchConfig, {"name": "x", "task": "sst2", "space": "adabert",
+                                      "latency": {"runtime": "onnx"}}, "f")
+    assert search.latency == LatencySettings("measured", "onnx")
+    assert search.study_settings().latency_runtime == "onnx"
+
+
+def test_a_measured_int8_latency_times_each_candidates_int8_graph(tiny_teacher, tmp_path):
+    """``latency: {source: measured, runtime: onnx-int8}``: each trained candidate's
+    ``latency_ms`` is its int8 ONNX graph's on ONNX Runtime, and ``latency_ratios``
+    divides the teacher's int8 graph's latency, timed the same way (logged once), never
+    its torch timing."""
+    run = tmp_path / "run"
+    assert _tiny_compress(run, tiny_teacher, "searcher=random", "n_trials=2",
+                          "evaluator.settings.max_steps=1",
+                          "final={select: latency_ratios, ratios: [2], seeds: 1}",
+                          "latency={source: measured, runtime: onnx-int8}") == 0
+    for number in range(2):
+        result = json.loads((run / "trials" / str(number) / "result.json").read_text())["result"]
+        row = result["costs"]["latency"]["batch1"]
+        assert row["runtime"] == "onnx-int8" and row["threads"] == 1
+        assert result["values"][1] == result["costs"]["latency_ms"] == row["median_ms"]
+        assert "latency_ms_predicted" not in result["costs"]
+    search = json.loads((run / "metrics.json").read_text())["search"]
+    assert (search["latency_scale"], search["latency_runtime"]) == ("measured", "onnx-int8")
+    logged = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    teacher = [e for e in logged if e.get("stage") == "teacher_latency"]
+    assert len(teacher) == 1 and teacher[0]["runtime"] == "onnx-int8"
+    assert search["ratios_teacher_ms"] == search["teacher_latency_ms"] == teacher[0]["median_ms"]

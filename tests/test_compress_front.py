@@ -1,4 +1,4 @@
-"""The pieces of ``benchmarks/compress_front.py`` (issue 30 item 5): the knapsack's exact
+"""The pieces of ``benchmarks/compress_front.py``: the knapsack's exact
 front of the blockwise proxy, the hypervolume plane, uniform truncation and a search
 through the engine's loop, on the small random teacher of ``tests/test_blockwise.py``
 (2 layers, width 32). The benchmark itself, on the real teacher, is not a test.

@@ -1,4 +1,4 @@
-"""The cost tables (issue 13) count exactly what the plan walk counts.
+"""The cost tables (15bb29e) count exactly what the plan walk counts.
 
 ``count_costs`` reads per-space tables (:mod:`nas.cost_tables`); ``count_costs_reference``
 walks each architecture's plan. They must agree on every architecture of every registered

@@ -85,7 +85,7 @@ def test_latency_is_measured_on_the_built_child():
 
 
 def test_equal_cost_sample_draws_distinct_architectures_inside_the_window():
-    """The like-for-like random baseline (issue 12): every draw is within ±window of the
+    """The like-for-like random baseline (docs/adabert.md): every draw is within ±window of the
     reference's FLOPs, none is the reference, none repeats, and the draw is seeded."""
     from nas.cost import equal_cost_sample
     from nas.errors import NasError

@@ -1,4 +1,4 @@
-"""Search a space of your own (issue 28): ``method: search`` on examples/custom_search.yaml
+"""Search a space of your own: ``method: search`` on examples/custom_search.yaml
 (the method's smoke run), its outputs, ``nas.search`` from Python, plug-in files, and the
 one-line answers to bad input."""
 
@@ -101,7 +101,7 @@ def test_a_notebook_space_object_is_searched_without_registration(tmp_path, smok
     space = SearchSpace("notebook-cell", [Categorical("op", ("std_conv_3", "skip"))], g.graph)
     data = _example()
     keep = ("task", "teacher_finetune", "data", "latency_repeats")
-    result = nas.search(space, searcher="random", n_trials=2, run_dir=tmp_path / "run",
+    result = nas.search(space, searcher={"name": "random"}, n_trials=2, run_dir=tmp_path / "run",
                         evaluator={"name": "distilled-retrain", "settings": {"epochs": 1}},
                         retrain={"epochs": 1}, progress=False, **{k: data[k] for k in keep})
     assert len(result.trials) == 2 and result.best["arch"]["op"] in ("std_conv_3", "skip")
@@ -149,6 +149,31 @@ def test_a_constraint_no_architecture_meets_is_refused_before_stage_one(tmp_path
     assert "params 994.27K (max_params 1.00M)" in err and "FLOPs" in err
     assert "raise constraints.max_flops to at least" in err and "max_params to" not in err
     assert not (tmp_path / "run").exists()  # before the run folder, the teacher, anything
+
+
+def test_a_latency_limit_refused_on_predictions_names_the_latency_table(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A ``max_latency_ms`` that no predicted latency meets names the table that predicted
+    it (a table calibrated on a busy machine refuses what the limit was meant to allow)."""
+    from nas.latency import Fit, LatencyModel, LatencyTable, Setting, space_key
+    from recipes.search import Search
+
+    table_path = tmp_path / "table.json"
+
+    def predictor(self, space, seq_len, runtime="torch"):
+        setting = Setting(1, seq_len)
+        table = LatencyTable.new()
+        table.fits[space_key(space)] = {setting.key: Fit(0.0, 0.0, 5.0)}  # 5 ms, any child
+        table.calibrated, table.noise = "2026-01-02T03:04:05Z", {setting.key: 0.02}
+        return LatencyModel(table, table_path).predictor(space, 1, seq_len)
+
+    monkeypatch.setattr(Search, "latency_model", predictor)
+    code, err = _run(tmp_path, capsys, _example(constraints={"max_latency_ms": 2.5}))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no architecture of space 'tiny-cell' meets them" in err
+    assert (f"latency predicted by latency table {table_path} (clock cpu, calibrated "
+            "2026-01-02T03:04:05Z, noise 2.0 %") in err
+    assert "`nas latency calibrate --table" in err and "--clock cpu`" in err
 
 
 def test_a_latency_limit_is_checked_with_the_latency_model(tmp_path):
@@ -254,7 +279,8 @@ def _study(values: list[tuple[float, float]], names=("val_accuracy", "latency_ms
 
 
 def test_final_selects_best_pareto_latency_ratios_and_all():
-    from recipes.search import FinalSettings, select_trials
+    from recipes.search_config import FinalSettings
+    from recipes.search_select import select_trials
 
     #        accuracy, latency ms: trials 0-3 on the front, 4 dominated
     study = _study([(0.90, 10.0), (0.85, 4.0), (0.80, 2.0), (0.70, 1.0), (0.60, 9.0)])
@@ -286,7 +312,8 @@ def test_final_train_examples_picks_the_subset_all_or_seeded_rows():
     from types import SimpleNamespace
 
     from nas.data import load_task
-    from recipes.search import FinalSettings, SearchContext
+    from recipes.search_config import FinalSettings
+    from recipes.search_context import SearchContext
 
     full = load_task("sst2", "dev").head(40)
     subset = full.subset(range(10))
@@ -341,7 +368,7 @@ def test_plugin_files_resolve_beside_the_experiment_and_import_once(tmp_path, mo
 
 def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
     from recipes.plan import final_train_rows
-    from recipes.search import FinalSettings
+    from recipes.search_config import FinalSettings
 
     def config(value):
         return {"final": FinalSettings(train_examples=value)}
@@ -351,3 +378,47 @@ def test_the_dry_run_counts_the_final_retrain_on_its_own_rows():
     assert final_train_rows(config(300), 100, 500) == 300
     assert final_train_rows(config(900), 100, 500) == 500  # capped at the split
     assert final_train_rows({}, 100, 500) == 100  # a method without final:
+
+
+def test_nas_search_takes_the_configurations_keys_with_its_checks(tmp_path):
+    """``nas.search``'s keywords are the configuration's keys (no copy of them to keep in
+    step): an unknown one, a bad value or an unknown searcher is one line naming it,
+    before the run folder is made."""
+    import dataclasses
+    import inspect
+
+    import nas
+    from nas.errors import NasError
+    from recipes.search_config import SearchConfig
+
+    keywords = inspect.signature(nas.search).parameters
+    assert set(keywords) == {"space", "task", "run_dir", "resume", "progress", "data_dir",
+                             *(f.name for f in dataclasses.fields(SearchConfig))}
+    assert keywords["n_trials"].default == 12 and keywords["searcher"].default == "tpe"
+    for keywords, message in [
+            ({"n_trial": 3}, r"nas\.search\(\): unknown key 'n_trial'; known keys: .*n_trials"),
+            ({"n_trials": 0}, r"n_trials must be an integer >= 1"),
+            ({"searcher": "tpee"}, r"unknown searcher 'tpee'; did you mean 'tpe'"),
+            ({"searcher": {"name": "tpe", "settings": {"n_startp": 1}}},
+             r"searcher 'tpe': bad sampler option")]:
+        with pytest.raises(NasError, match=message) as err:
+            nas.search("tiny-cell", plugins=[str(SPACE_FILE)], task="sst2",
+                       run_dir=tmp_path / "run", **keywords)
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_example_runs_with_a_planned_plugin_searcher(tmp_path, capsys):
+    """examples/custom_planned.py's ``my-list`` in method search, named by ``searcher:``
+    with its settings: its two architectures are the study's trials, in order."""
+    planned = str(ROOT / "examples" / "custom_planned.py")
+    data = _example(plugins=[str(SPACE_FILE), planned], searcher={
+        "name": "my-list", "settings": {"archs": [{"a": "skip"}, {"a": "std_conv_3"}]}})
+    code, err = _run(tmp_path, capsys, data)
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["search"]["searcher"] == "my-list" and metrics["search"]["evaluations"] == 2
+    trials = [json.loads((tmp_path / "run" / "trials" / str(n) / "result.json").read_text())
+              for n in range(2)]
+    assert [t["arch"]["a"] for t in trials] == ["skip", "std_conv_3"]

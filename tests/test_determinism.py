@@ -1,6 +1,6 @@
 """Same config and seed, same result: with a cold or a warm cache, and after a kill at
 any stage followed by ``--resume`` (the reliability issue's item 1); and after ``kill -9``
-of each method's smoke run in the middle of a training stage (issue 27, item 2).
+of each method's smoke run in the middle of a training stage (the reliability issue's item 2).
 
 Slow (smoke runs): ``python -m pytest -m slow tests/test_determinism.py``. In the
 default run, tests/test_smokes.py requires every method's smoke run, in the test run's
@@ -123,3 +123,39 @@ def test_smoke_killed_mid_stage_resumes_to_its_recorded_metrics(method, tmp_path
     expected = read_expected(smoke_file(method))
     assert expected, f"{smoke_file(method).name} records no expected metrics"
     assert {key: lookup(metrics, key) for key in expected} == expected
+
+
+def test_two_identical_runs_write_identical_files(tmp_path):
+    """Two runs of the cheapest smoke file, each in its own process and cold cache, write
+    the same bytes: the fine-tuned teacher's weights and tokenizer, and every file of the
+    export but the model card (which records measured latency); the SHA-256s that the
+    export's ``config.json`` lists are the files'."""
+    runs = []
+    for name in ("a", "b"):
+        env = {**os.environ, "NAS_CACHE_DIR": str(tmp_path / f"cache_{name}"),
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "nas.cli", "run",
+                               str(smoke_file("tinybert")), "--no-progress", "--run-dir",
+                               str(tmp_path / name)], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(tmp_path / name)
+    from pathlib import Path
+
+    def files(run_dir) -> dict[str, bytes]:
+        teacher = Path(json.loads((run_dir / "metrics.json").read_text())["teacher"]["model_dir"])
+        found = {f"teacher/{p.name}": p.read_bytes() for p in teacher.iterdir() if p.is_file()}
+        found.update({f"export/{p.name}": p.read_bytes()
+                      for p in (run_dir / "export").iterdir()
+                      if p.is_file() and p.name != "README.md"})
+        return found
+
+    a, b = files(runs[0]), files(runs[1])
+    assert {"teacher/model.safetensors", "teacher/tokenizer.json", "export/model.safetensors",
+            "export/tokenizer.json", "export/tokenizer_config.json", "export/config.json"} <= set(a)
+    assert sorted(a) == sorted(b)
+    assert [n for n in a if a[n] != b[n]] == []
+    listed = json.loads(a["export/config.json"])
+    listed = listed.get("files") or listed["nas_files"]
+    assert listed and all(entry["sha256"] == hashlib.sha256(a[f"export/{n}"]).hexdigest()
+                          for n, entry in listed.items())

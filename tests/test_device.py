@@ -30,6 +30,59 @@ MISMATCH = re.compile(r"(is not on the expected device|to be on the same device|
 META_READ = re.compile(r"(meta tensors?|no data|register_meta|data-dependent)")
 
 
+class _NoDeviceMix(torch.overrides.TorchFunctionMode):
+    """Raise where an op meets a meta tensor and a CPU tensor that is not a scalar.
+
+    On a GPU such an op fails ("Expected all tensors to be on the same device"); on the
+    meta device many ops let it through (a loss of meta logits against CPU labels computes
+    a meta result), so without this mode a label or index left on the CPU goes unseen
+    until the first run on a real GPU. What a GPU allows stays allowed: a CPU scalar
+    beside GPU tensors, CPU indices into a GPU tensor, and the copies that move a tensor
+    (``to``, ``copy_``, ``cpu``)."""
+
+    MOVES = frozenset({"to", "copy_", "cpu", "new_tensor", "tensor", "as_tensor"})
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        internal = name.startswith("_") and not name.startswith("__")  # module.to()'s
+        if name not in self.MOVES and not internal:
+            tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                       if isinstance(t, torch.Tensor)]
+            if name in ("__getitem__", "index_select") and tensors:
+                tensors = [tensors[0], *(t for t in tensors[1:] if t.device.type == "meta")]
+            on_meta = any(t.device.type == "meta" for t in tensors)
+            on_cpu = [t for t in tensors if t.device.type == "cpu" and t.ndim > 0]
+            if on_meta and on_cpu:
+                raise RuntimeError(f"Expected all tensors to be on the same device: {name} "
+                                   f"got a CPU tensor of shape {tuple(on_cpu[0].shape)} "
+                                   "beside meta tensors")
+        return func(*args, **kwargs)
+
+
+def on_meta() -> Any:
+    """The run's device set to ``meta`` with :class:`_NoDeviceMix` watching every op."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(nd.use_device(torch.device("meta")))
+    stack.enter_context(_NoDeviceMix())
+    return stack
+
+
+def test_the_device_mix_check_fails_a_loss_against_labels_left_on_the_cpu() -> None:
+    """The check can fail: meta logits against CPU labels (what a GPU refuses) raise."""
+    logits = torch.zeros(4, 2, device="meta")
+    with _NoDeviceMix(), pytest.raises(RuntimeError, match=MISMATCH):
+        torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 0, 1]))
+    with _NoDeviceMix(), pytest.raises(RuntimeError, match=MISMATCH):
+        torch.zeros(8, 2)[torch.tensor([1, 2], device="meta")]  # CPU table, device index
+    with _NoDeviceMix():  # allowed on a GPU too: CPU indices, a CPU scalar, a copy
+        logits[torch.tensor([1, 2])]
+        logits * torch.tensor(2.0)
+        torch.zeros(2).to("meta")
+
+
 # ------------------------------------------------------------------ the settings
 @pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:1", " CUDA:0 "])
 def test_device_settings_are_spelled_as_documented(spec: str) -> None:
@@ -159,9 +212,14 @@ def test_the_trainer_puts_its_model_and_batches_on_the_run_device() -> None:
         seen.extend({b["ids"].device, b["labels"].device, next(net.parameters()).device})
         return _loss(net, b)
 
+    def before_step(step: int, b: dict[str, torch.Tensor]) -> None:
+        # a hook reads the batch too (AdaBERT's architecture step computes a loss on it)
+        seen.extend({b["ids"].device, b["labels"].device})
+
     model = _Tiny()
-    with nd.use_device(torch.device("meta")):
-        trainer = Trainer(model, TrainSettings(), _batches, 4, loss, progress=False)
+    with on_meta():
+        trainer = Trainer(model, TrainSettings(), _batches, 4, loss, progress=False,
+                          before_step=before_step)
         assert next(model.parameters()).device.type == "meta"
         with pytest.raises((RuntimeError, NotImplementedError), match=META_READ):
             trainer.fit()  # the loss is logged: a number out of a meta tensor
@@ -215,7 +273,7 @@ def _evaluate_on_meta(name: str) -> Exception | None:
     space = (cases.OWN_SPACES[own[0]]() if own and own[0] in cases.OWN_SPACES
              else get_space(own[0]) if own else get_space("adabert", **small_config("adabert")))
     try:
-        with nd.use_device(torch.device("meta")):
+        with on_meta():
             factory(space, None).evaluate(space.sample(0), NullTrial())
     except (RuntimeError, NotImplementedError) as err:
         return err
@@ -331,7 +389,7 @@ def test_a_recipe_stage_with_the_real_teacher_computes_on_the_run_device(tmp_pat
     _, config = load_experiment("experiments/tinybert_smoke.yaml")
     tokenizer = load_tokenizer(resolve_teacher(None))
     corpus = load_task("sst2", "train").head(8)  # sentences stand in for the text corpus
-    with nd.use_device(torch.device("meta")):
+    with on_meta():
         with pytest.raises((RuntimeError, NotImplementedError)) as err:
             _general_train(replace(config.general, batch_size=4), None,
                            config.student.build_space(2), "random", "uniform", corpus,
@@ -362,7 +420,7 @@ def test_the_differentiable_search_computes_on_the_run_device() -> None:
     def loss(out: Any, b: dict[str, torch.Tensor]) -> torch.Tensor:
         return kd_loss(out.logits, nd.table_rows(teacher, b["index"], out.logits), b["labels"])
 
-    with nd.use_device(torch.device("meta")):
+    with on_meta():
         from nas.builder import build_supernet
 
         trainer = KDSupernetTrainer(
@@ -387,7 +445,7 @@ def test_importance_sorting_computes_on_the_run_device(method: str) -> None:
     from nas.hf import from_hf
 
     hf = small_hf_teacher(4)
-    with nd.use_device(torch.device("meta")):
+    with on_meta():
         space, model = from_hf(hf)
         assert nd.module_device(model).type == "meta"
         batch = {**batch_for(space, batch_size=2, seq_len=6), "labels": torch.tensor([0, 1])}

@@ -1,4 +1,4 @@
-"""The differentiable searcher on spaces other than AdaBERT's cells (issue 28, item 2):
+"""The differentiable searcher on spaces other than AdaBERT's cells:
 the arg-max derivation, the refusal of spaces it cannot relax, the efficiency term on a
 space's own op costs, and the generic supernet trainer with its checkpoint."""
 

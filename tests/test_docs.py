@@ -1,4 +1,4 @@
-"""The README and the docs site (issue 32): a README a newcomer reads in five minutes, whose
+"""The README and the docs site: a README a newcomer reads in five minutes, whose
 tour is real; a page per method; every page in the site's nav; a command-line reference
 that cannot drift from the parsers. The strict build itself (broken links, missing pages)
 is `mkdocs build --strict` in the README's test command."""
@@ -42,6 +42,18 @@ def test_the_readme_is_short_and_keeps_its_two_commands():
         command = next(line for line in after if not line.startswith("```"))
         assert must in command and "pip install" in command
     assert "python -m pytest" in README.split("<!-- test-command -->", 1)[1].split("\n```")[1]
+
+
+def test_the_home_page_opens_with_the_readmes_install_and_first_command():
+    """docs/index.md's first section is the install and the first command, the README's
+    main command word for word, and what it gives; the pages' list follows."""
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    main_command = README.split("<!-- main-command -->", 1)[1].split("```bash\n", 1)[1]
+    first_section = home.split("\n## ", 2)[1]
+    assert first_section.startswith("Install and the first command")
+    assert _fenced(home, "bash")[0] == main_command.split("```", 1)[0]
+    assert "What it gives" in first_section
+    assert home.index("## Install") < home.index("**Start here**")
 
 
 def test_the_tour_shows_the_files_it_runs():

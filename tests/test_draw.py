@@ -1,4 +1,4 @@
-"""Drawings (issue 20): cell inputs as math, readable input names, labels clear of each
+"""Drawings: cell inputs as math, readable input names, labels clear of each
 other and of the boxes, the whole picture inside the PNG."""
 
 from __future__ import annotations

@@ -777,3 +777,48 @@ def test_inherited_kd_can_score_by_the_kl_to_the_teacher():
     assert "val_accuracy" in result.metrics  # the metric is still reported
     with pytest.raises(ValueError, match="score must be metric or teacher-kl"):
         InheritedKDSettings(score="loss")
+
+
+@pytest.mark.parametrize("mapping, expected", [
+    # a truncation to the first layer of a 2-layer teacher: what its one layer learns
+    ("sliced", {"L0": "L0"}), ("uniform", {"L0": "L1"}), ("last", {"L0": "L1"})])
+def test_inherited_kd_layer_mapping_picks_the_teacher_layer(mapping, expected):
+    """``layer_mapping`` changes which teacher layer a kept layer's hidden state is
+    matched to: with the second layer dropped, ``sliced`` matches the first layer to the
+    teacher's first, ``uniform`` and ``last`` to the teacher's last; the loss then
+    equals the MSE against that layer's state, computed by hand."""
+    import torch
+
+    from evaluators.inherited_kd import HIDDEN, layer_pairs, recorded_nodes
+    from nas.builder import extract_child
+
+    space = _subnet_space()
+    evaluator = _inherited_kd(space)
+    arch = space.validate({**space.default(), "L1_keep": 0})
+    child = extract_child(evaluator.supernet, space, arch)
+    teacher = evaluator.teacher()
+    names, t_names = recorded_nodes(child.graph), recorded_nodes(teacher.graph)
+    assert len(names) == 1 and len(t_names) == 2
+    pairs = layer_pairs(names, t_names, mapping)
+    short = {t: f"L{i}" for i, t in enumerate(t_names)}
+    assert {short[s]: short[t] for s, t in pairs.items()} == expected
+    batch = _batch(space, 3)
+    with torch.no_grad():
+        s = child(batch, record=(HIDDEN,)).records[HIDDEN][0]
+        t = teacher(batch, record=(HIDDEN,)).records[HIDDEN][t_names.index(pairs[names[0]])]
+    m = batch["attention_mask"].float().unsqueeze(-1)
+    by_hand = float(((s - t) ** 2 * m).sum() / (m.sum() * s.shape[-1]))
+    from evaluators.inherited_kd import hidden_state_mse
+
+    states = dict(zip(t_names, teacher(batch, record=(HIDDEN,)).records[HIDDEN], strict=True))
+    got = hidden_state_mse({names[0]: s}, {k: states[v] for k, v in pairs.items()},
+                           batch["attention_mask"])
+    assert float(got) == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_layer_mapping_is_checked():
+    """An unknown ``layer_mapping`` is refused naming the choices."""
+    from evaluators.settings import InheritedKDSettings
+
+    with pytest.raises(Exception, match="layer_mapping.*sliced or uniform or last"):
+        InheritedKDSettings(layer_mapping="middle")

@@ -1,4 +1,4 @@
-"""Exact resume (issue 27): for every multi-trial searcher, a study killed (``kill -9``)
+"""Exact resume (searchers/resume.py): for every multi-trial searcher, a study killed (``kill -9``)
 before its first evaluation, in the middle of a trial, or during its last trial, and
 resumed, evaluates the same sequence of architectures with the same values as the
 uninterrupted study (:mod:`searchers.resume`). The evaluator is synthetic (milliseconds);
@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 import searchers.worker
+from benchmarks import kill_resume
 from nas.cost import count_costs
 from searchers.base import searcher_names
 from searchers.loop import StudyOptions, StudySettings, StudySpec, run_study
@@ -111,13 +112,14 @@ def test_a_killed_study_resumes_exactly(tmp_path, monkeypatch, searcher):
 # time to spare
 @pytest.mark.parametrize("searcher", [
     "tpe", pytest.param("nsga2", marks=pytest.mark.slow),
-    pytest.param("gp", marks=pytest.mark.slow), "random"])
+    pytest.param("gp", marks=pytest.mark.slow), "random", "wl-bo"])
 def test_a_killed_study_with_an_active_constraint_resumes_exactly(tmp_path, monkeypatch,
                                                                   searcher):
     """Under a budget the default architecture breaks: TPE, NSGA-II and GP get infeasible
     trials (complete, with placeholder values and constraint values, never evaluated),
     random search rejected ones; killed mid-study and resumed, the whole sequence (the
-    infeasible trials and their values included) is the uninterrupted one's."""
+    infeasible trials and their values included) is the uninterrupted one's. WL-BO, which
+    proposes feasible architectures only, has the queued default rejected."""
     s = space()
 
     def sequence(study):
@@ -133,7 +135,7 @@ def test_a_killed_study_with_an_active_constraint_resumes_exactly(tmp_path, monk
                          straight_evaluator)
     expected = sequence(straight)
     outcomes = [o for _, o, _, _ in expected]
-    skipped = "rejected" if searcher == "random" else "infeasible"
+    skipped = "rejected" if searcher in ("random", "wl-bo") else "infeasible"
     assert outcomes.count("complete") == N_TRIALS and skipped in outcomes
     assert len(straight_evaluator.calls) == N_TRIALS  # never trained
     for _, outcome, _, violations in expected:
@@ -163,6 +165,64 @@ def test_a_killed_study_on_sqlite_resumes_exactly(tmp_path, monkeypatch):
     resumed = run_study(spec_for(tmp_path / "b", "random", resume=True, storage=storage), s,
                         Synthetic(s))
     assert evaluated(resumed) == evaluated(straight)
+
+
+# Killed just before one storage write, in a process of its own that dies as kill -9 would
+# (benchmarks/kill_resume.py), then resumed: (case, the write: method, trial or study id,
+# attribute or parameter name or None for any, which of such writes).
+KILLS = {
+    # inside a trial's parameter writes (Optuna records them one each): a random start-up
+    # trial of TPE (sampled one parameter at a time) with 3 of its 10 written, a LaMOO
+    # trial of its tree, a random trial of the compress study (TPE, a budget, the
+    # truncations queued) with 2 of its 7. The retry kept those and drew the others
+    # again, from another search space: TPE and compress evaluated other architectures
+    "tpe-params": ("tpe", ("set_trial_param", 3, None, 3)),
+    "lamoo-params": ("lamoo", ("set_trial_param", 5, None, 5)),
+    "compress-params": ("compress", ("set_trial_param", 3, None, 2)),
+    # before the proposal was recorded (drawn again from the same proposal index; slow)
+    "tpe-proposal": ("tpe", ("set_trial_system_attr", 3, "proposal", 0)),
+    # during a tell: the trial said "complete" and was still running (the failed trial
+    # and its retry both counted as evaluations: one architecture fewer was evaluated)
+    "tpe-tell": ("tpe", ("set_trial_user_attr", 3, "seconds", 0)),
+    # between the new study's two seeds (resumed without the second seed)
+    "tpe-creation": ("tpe", ("create_new_trial", 0, None, 1)),
+}
+
+
+@pytest.fixture(scope="module")
+def straight_runs(tmp_path_factory):
+    """``case -> (sequence, writes)`` of the uninterrupted study, run once per case."""
+    done = {}
+
+    def get(case):
+        if case not in done:
+            done[case] = kill_resume.writes_of(case, kill_resume.WRITES,
+                                               tmp_path_factory.mktemp(case))
+        return done[case]
+
+    return get
+
+
+@pytest.mark.parametrize("kill", [pytest.param(k, marks=pytest.mark.slow)
+                                  if k == "tpe-proposal" else k for k in KILLS])
+def test_a_study_killed_between_two_storage_writes_resumes_exactly(tmp_path, straight_runs,
+                                                                   kill):
+    case, (method, where, key, occurrence) = KILLS[kill]
+    straight, writes = straight_runs(case)
+    assert [o for _, o, _ in straight].count("complete") == kill_resume.N_TRIALS
+    at = [n for n, (m, w, k) in enumerate(writes)
+          if (m, w) == (method, where) and key in (None, k)][occurrence]
+    resumed = kill_resume.killed_then_resumed(case, tmp_path / "killed", at,
+                                              kill_resume.WRITES)
+    assert resumed == straight
+
+
+@pytest.mark.slow
+def test_a_dozen_kills_at_random_instants_all_resume_exactly(capsys):
+    """The recorded script: 12 kills at random instants, before any storage write (a
+    random write of the whole study), over the three studies."""
+    assert kill_resume.report(list(kill_resume.CASES), 12, 0, kill_resume.WRITES) == 0
+    assert "12/12 identical" in capsys.readouterr().out
 
 
 def _arch(study, arch_id: str):

@@ -338,6 +338,45 @@ def test_cli_export_predict_bench(tmp_path):
                             "--repeats", "1", "--runtime", "onnx")
 
 
+def test_bench_against_a_teacher_times_both_by_the_one_protocol(tmp_path, monkeypatch):
+    """``nas bench DIR --against TEACHER``: a stock transformers teacher is timed as the
+    engine's bert design beside the student, in interleaved rounds on the same batch
+    (the result's timings are injected: nothing here compares measured time)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from nas import runtime, timing
+    from nas.network import GraphNet
+
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, num_labels=2)).save_pretrained(
+        str(tmp_path / "teacher"))
+    out = tmp_path / "student"
+    _cli("export", "--space", "tinybert", "-c", "num_hidden_layers=1", "-o", str(out),
+         "--labels", "neg,pos", "--random-init")
+    assert isinstance(runtime.timed_callable(runtime.load(tmp_path / "teacher")), GraphNet)
+    seen = []
+
+    def fake_pair(teacher, student, batches, repeats, **kw):
+        seen.append((type(teacher).__name__, type(student).__name__, kw["runtime"]))
+        teacher(batches[0]), student(batches[0])  # both run the one batch
+        return timing.ratio_result([10.0, 11.0, 9.0, 10.0, 10.0], [2.0] * 5, kw["runtime"])
+
+    monkeypatch.setattr(timing, "time_pair", fake_pair)
+    doc = json.loads(_cli("bench", str(out), "--batch-sizes", "1,2", "--seq-len", "8",
+                          "--repeats", "1", "--warmup", "0", "--against",
+                          str(tmp_path / "teacher"), "--json"))
+    assert seen == [("GraphNet", "GraphNet", "torch-fp32")] * 2
+    rows = doc["against"]["results"]
+    assert [r["batch_size"] for r in rows] == [1, 2]
+    assert rows[0]["speedup"] == pytest.approx(5.0) and rows[0]["runtime"] == "torch-fp32"
+    assert rows[0]["protocol"] == "interleaved" and rows[0]["noisy"] is False
+    text = _cli("bench", str(out), "--batch-sizes", "1", "--seq-len", "8", "--repeats", "1",
+                "--against", str(tmp_path / "teacher"))
+    assert "speed-up over" in text and "5.00x  IQR 5.00-5.00" in text
+
+
 # ---------------------------------------------------------------------------
 # bert-subnet: stock BertForSequenceClassification where the shape allows
 # (docs/reference.md#teacher-compression)
@@ -432,3 +471,29 @@ def test_stock_subnet_says_why_a_shape_is_not_stock(tiny_teacher):
         "intermediate_size", "max_position_embeddings")}, layers="first")
     assert stock_subnet(first.config, {**first.default(), "num_hidden_layers": 1}) == {
         "num_hidden_layers": 1, "intermediate_size": 48}
+
+
+def test_identical_exports_have_identical_bytes(tmp_path):
+    """Two exports of the same model give the same bytes in every file but the model card
+    (it records measured latency), in every format; the SHA-256s that ``config.json``
+    lists are the files'."""
+    import hashlib
+
+    space = get_space("tinybert", num_hidden_layers=1)
+    torch.manual_seed(0)
+    child = build_child(space).eval()
+    for fmt in ("native", "onnx", "hf"):
+        a, b = (export(space, None, tmp_path / f"{fmt}-{i}", fmt=fmt, model=child,
+                       labels=["a", "b"]) for i in (1, 2))
+        names = sorted(p.name for p in a.iterdir())
+        assert names == sorted(p.name for p in b.iterdir())
+        assert {"model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                "special_tokens_map.json"} <= set(names)
+        assert fmt != "onnx" or "model.onnx" in names
+        differ = [n for n in names if (a / n).read_bytes() != (b / n).read_bytes()]
+        assert differ in ([], ["README.md"]), fmt
+        config = json.loads((a / "config.json").read_text())
+        listed = config["files"] if fmt != "hf" else config["nas_files"]
+        assert set(listed) == set(names) - {"config.json", "README.md"}
+        for name, entry in listed.items():
+            assert entry["sha256"] == hashlib.sha256((a / name).read_bytes()).hexdigest()

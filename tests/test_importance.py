@@ -1,4 +1,4 @@
-"""Importance sorting of a BERT teacher (issue 30, item 2; nas/compress/importance.py).
+"""Importance sorting of a BERT teacher (nas/compress/importance.py).
 
 The sorted teacher computes what the original does (<= 1e-5), its scores come out in
 descending order when measured again (the leading slices hold the most important

@@ -1,11 +1,15 @@
-"""The core's layering (CONTRIBUTING.md, "What goes where").
+"""The packages' layering (CONTRIBUTING.md, "What goes where").
 
 * The core never names its plug-ins (plug-ins register themselves): ``nas/`` imports no plug-in
   package. Spaces, searchers, evaluators and method recipes register through entry points
   (``docs/plugins.md``); the core reaches them only through its registries. The command
   line (``nas/cli/``) and its Python face (``nas/api.py``: ``nas.search``, which the CLI's
   ``method: search`` mirrors) are the one layer above them all and may import anything.
-* No import circle inside ``nas/`` (issue 26), and nothing in ``nas/`` outside
+* Between the packages, only the arrows of :data:`ALLOWED` (``spaces`` import ``nas``
+  alone; ``searchers`` may import ``evaluators``, never the reverse; ``recipes`` may
+  import everything).
+* No import circle anywhere in ``nas/``, ``spaces/``, ``searchers/``, ``evaluators/`` and
+  ``recipes/``, inside a package or across them, and nothing in ``nas/`` outside
   ``nas/cli/`` imports ``nas.cli``.
 """
 
@@ -85,15 +89,27 @@ def test_the_check_finds_every_form_of_import(source, expected):
     assert [m for _, m in plugin_imports(source)] == expected
 
 
-# --- no import circles inside the core, and the core never imports its CLI -----------------
+# --- the import graph of every package: circles and the arrows between packages ----------
 #
-# The graph counts every import a module can execute: module-level ones and the lazy ones
-# inside functions (``nas`` defers torch and heavy modules that way, and a lazy import
-# that closes a circle is still a circle: the two modules cannot be understood, tested or
-# moved apart). Only imports under ``if TYPE_CHECKING:`` are left out, because they never
-# run and name a type for annotations only. A dynamic import counts when its module is a
-# string literal (a computed name, as in ``nas/__init__.py``'s PEP 562 table, cannot be
-# read statically).
+# The graph counts every import a module names: module-level ones, the lazy ones inside
+# functions (``nas`` defers torch and heavy modules that way, and a lazy import that closes
+# a circle is still a circle: the two modules cannot be understood, tested or moved apart)
+# and those under ``if TYPE_CHECKING:`` (a type named for annotations is still a module the
+# reader must know first). A dynamic import counts when its module is a string literal (a
+# computed name, as in ``nas/__init__.py``'s PEP 562 table, cannot be read statically).
+
+PACKAGES = ("nas", *PLUGIN_PACKAGES)
+#: the packages each package may import besides itself (spaces' and searchers' helpers of
+#: one space family, such as ``spaces.bert_subnet.truncation``, are allowed below them)
+ALLOWED = {
+    "nas": set(),
+    "spaces": {"nas"},
+    "evaluators": {"nas", "spaces"},
+    "searchers": {"nas", "spaces", "evaluators"},
+    "recipes": {"nas", "spaces", "evaluators", "searchers"},
+}
+#: the modules of ``nas`` above every package: the command line and its Python face
+TOP_OF_CORE = ("nas.cli", "nas.api", "nas.__main__")
 
 
 def _module_name(path: Path) -> str:
@@ -101,30 +117,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _executed_nodes(tree: ast.AST):
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:``."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
 def imported_names(source: str, module: str, is_package: bool) -> set[str]:
     """Dotted names that ``module`` imports: ``import a.b``, ``from a import b`` (as both
     ``a`` and ``a.b``: which one is a module is decided by the caller), relative imports
-    resolved against ``module``'s package, and literal ``import_module("a.b")``."""
+    resolved against ``module``'s package, and literal ``import_module("a.b")``; lazy and
+    ``TYPE_CHECKING`` imports too."""
     package = module if is_package else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in _executed_nodes(ast.parse(source)):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -142,9 +142,9 @@ def imported_names(source: str, module: str, is_package: bool) -> set[str]:
     return names
 
 
-def core_import_graph() -> nx.DiGraph:
-    """Modules of ``nas/`` (the CLI included) and the imports between them."""
-    paths = sorted(CORE.rglob("*.py"))
+def import_graph() -> nx.DiGraph:
+    """Modules of every package (``nas``'s CLI included) and the imports between them."""
+    paths = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
     modules = {_module_name(p): p for p in paths}
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
@@ -159,14 +159,46 @@ def core_import_graph() -> nx.DiGraph:
     return graph
 
 
-def test_the_core_has_no_import_circle():
-    graph = core_import_graph()
+def test_no_import_circle_in_any_package_or_across_them():
+    graph = import_graph()
     circles = sorted(" -> ".join([*c, c[0]]) for c in nx.simple_cycles(graph))
-    assert not circles, "import circles in nas/:\n" + "\n".join(circles)
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def forbidden_arrows(edges: list[tuple[str, str]]) -> list[str]:
+    """``a imports b`` for each edge between packages that :data:`ALLOWED` does not allow."""
+    out = []
+    for a, b in edges:
+        source, target = a.split(".")[0], b.split(".")[0]
+        if source == target or target in ALLOWED[source]:
+            continue
+        if source == "nas" and any(a == top or a.startswith(top + ".") for top in TOP_OF_CORE):
+            continue
+        out.append(f"{a} imports {b}")
+    return sorted(out)
+
+
+def test_packages_import_only_their_allowed_arrows():
+    offenders = forbidden_arrows(list(import_graph().edges))
+    assert not offenders, "imports against the layering:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("edge, allowed", [
+    (("searchers.loop", "evaluators.base"), True),
+    (("evaluators.retrain", "searchers.loop"), False),
+    (("spaces.bert", "nas.space"), True),
+    (("spaces.bert", "evaluators.base"), False),
+    (("nas.teacher", "recipes.common"), False),
+    (("nas.cli.search", "recipes.plan"), True),
+    (("nas.api", "searchers.results"), True),
+    (("recipes.search", "spaces.bert_subnet"), True),
+])
+def test_the_arrow_rule(edge, allowed):
+    assert (forbidden_arrows([edge]) == []) is allowed
 
 
 def test_only_the_cli_imports_the_cli():
-    graph = core_import_graph()
+    graph = import_graph()
     # ``python -m nas`` (nas/__main__.py) is the command line's other door
     offenders = sorted(f"{a} imports {b}" for a, b in graph.edges
                        if b.startswith("nas.cli") and not a.startswith("nas.cli")
@@ -175,13 +207,13 @@ def test_only_the_cli_imports_the_cli():
 
 
 def test_the_import_graph_sees_every_form():
-    graph = core_import_graph()
+    graph = import_graph()
     assert graph.has_edge("nas.data", "nas.data.tasks")  # from nas.data.tasks import ...
     assert graph.has_edge("nas.cli", "nas.cli.common") or graph.has_edge(
         "nas.cli.search", "nas.cli.common")
     names = imported_names("from . import files\nfrom .tasks import x\n"
                            "if TYPE_CHECKING:\n    import nas.space\n"
                            "def f():\n    import nas.train\n", "nas.data.batching", False)
-    assert {"nas.data.files", "nas.data.tasks", "nas.train"} <= names
-    assert "nas.space" not in names
+    assert {"nas.data.files", "nas.data.tasks", "nas.train", "nas.space"} <= names
     assert graph.has_edge("nas.teacher", "nas.data")  # imported inside a function only
+    assert graph.has_edge("searchers.loop", "evaluators.base")  # across packages

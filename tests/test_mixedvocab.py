@@ -286,7 +286,7 @@ def test_joint_head_shapes_costs_and_refusals(tmp_path):
 
 @pytest.mark.slow  # ONNX tracing: ~9 s on the busy machine; the smoke run's test checks it too
 def test_the_joint_onnx_graph_takes_what_its_tokenizer_gives(tokenizers, tmp_path):
-    """Issue 31: a student vocabulary's tokenizer gives ``input_ids`` and
+    """A student vocabulary's tokenizer gives ``input_ids`` and
     ``attention_mask`` only; the joint model's ONNX graph takes exactly those (token
     types are filled inside), its tokenizer config pins them and names a class 4.x knows,
     and the graph answers as the torch model does."""
@@ -392,9 +392,10 @@ def test_joint_loss_and_evaluation_read_each_words_first_piece():
 
 def test_the_full_student_is_l6_h256_with_6_2m_parameters_on_the_papers_vocabulary():
     from nas.cost import count_costs
-    from recipes.mixedvocab import load_config
+    from recipes.common import load_typed
+    from recipes.mixedvocab import MixedVocab
 
-    config = load_config(ROOT / "experiments" / "mixedvocab_snips.yaml")
+    config = load_typed(ROOT / "experiments" / "mixedvocab_snips.yaml", MixedVocab)
     space = config.student.build_space(vocab_size=4928, num_labels=7, num_tags=72)
     assert (space.config["num_hidden_layers"], space.config["hidden_size"]) == (6, 256)
     assert 6.15e6 < count_costs(space, None, 64).params < 6.25e6  # 6.2M (Zhao et al. 2021)
@@ -416,10 +417,11 @@ def test_bad_settings_are_one_line_errors(override, message, tmp_path, capsys):
 
 def test_layer_distillation_needs_the_student_vocabulary():
     from nas.config import ConfigError
-    from recipes.mixedvocab import load_config
+    from recipes.common import load_typed
+    from recipes.mixedvocab import MixedVocab
 
     with pytest.raises(ConfigError, match="distill_layers"):
-        load_config(SMOKE, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
+        load_typed(SMOKE, MixedVocab, ["student.vocabulary=teacher", "stage2.distill_layers=true"])
 
 
 def test_dev_is_capped_to_a_seeded_subset_by_default():
@@ -517,7 +519,7 @@ def test_smoke_run_report_export_and_predict(smoke_run, capsys):
     # ONNX on a longer input than it was traced with: the sequence axis is dynamic
     model = load(export, "onnx")
     # the graph takes exactly what its tokenizer gives (a student vocabulary has no
-    # token_type_ids; issue 31), as stock transformers loads that tokenizer
+    # token_type_ids), as stock transformers loads that tokenizer
     from transformers import AutoTokenizer
 
     produced = sorted(AutoTokenizer.from_pretrained(str(export), trust_remote_code=True)("a"))

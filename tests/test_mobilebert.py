@@ -29,7 +29,8 @@ from nas.distill.mobilebert import (
 from nas.errors import NasError
 from nas.space import get_space
 from nas.train import TrainSettings
-from recipes.mobilebert import TINY_CHOICES, MobileBert, load_config
+from recipes.common import load_typed
+from recipes.mobilebert import TINY_CHOICES, MobileBert
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "mobilebert_smoke.yaml"
@@ -267,11 +268,11 @@ def test_each_experiment_header_says_what_it_got(path):
 
 def test_the_ablation_arms_are_one_set_each():
     for mode in ("progressive", "all_at_once", "prediction_only"):
-        assert load_config(SMOKE, [f"transfer={mode}"]).transfer == mode
-    assert load_config(SMOKE, ["pkt.lower_lr_scale=0.1"]).pkt.lower_lr_scale == 0.1
+        assert load_typed(SMOKE, MobileBert, [f"transfer={mode}"]).transfer == mode
+    assert load_typed(SMOKE, MobileBert, ["pkt.lower_lr_scale=0.1"]).pkt.lower_lr_scale == 0.1
     with pytest.raises(ConfigError, match="transfer must be progressive or all_at_once or "
                                           "prediction_only, got 'layerwise'"):
-        load_config(SMOKE, ["transfer=layerwise"])
+        load_typed(SMOKE, MobileBert, ["transfer=layerwise"])
 
 
 def test_the_search_is_opt_in_and_multi_trial(capsys):
@@ -282,9 +283,9 @@ def test_the_search_is_opt_in_and_multi_trial(capsys):
 
 def test_bad_student_shapes_fail_before_any_stage():
     with pytest.raises(ConfigError, match="not divisible by num_attention_heads"):
-        load_config(SMOKE, ["student.arch.num_attention_heads=5"])
+        load_typed(SMOKE, MobileBert, ["student.arch.num_attention_heads=5"])
     with pytest.raises(ConfigError, match="pkt.batch_size .16. and prediction.batch_size .8."):
-        load_config(SMOKE, ["prediction.batch_size=8"])
+        load_typed(SMOKE, MobileBert, ["prediction.batch_size=8"])
 
 
 def test_the_sst2_budget_is_the_tiny_shaped_students_size():
@@ -292,7 +293,7 @@ def test_the_sst2_budget_is_the_tiny_shaped_students_size():
     is compared with the mobilebert-tiny-shaped student at (at most) equal parameters."""
     from nas.cost import count_costs
 
-    config = load_config(ROOT / "experiments" / "mobilebert_sst2.yaml")
+    config = load_typed(ROOT / "experiments" / "mobilebert_sst2.yaml", MobileBert)
     (arm,) = config.compare
     tiny = count_costs(config.arm_space(arm["arch"], 2), None, config.data.max_seq_len)
     assert config.multi_trial.max_params == pytest.approx(tiny.params, rel=0.01)

@@ -1,4 +1,4 @@
-"""Run folders made before the Optuna study became the only store of trials (issue 26)
+"""Run folders made before the Optuna study became the only store of trials (842c8f5)
 still open: ``nas report`` reads their study, and ``--resume`` continues it exactly as the
 uninterrupted search did.
 

@@ -147,7 +147,7 @@ def test_rejected_proposals_are_recorded_and_asked_again():
 
 
 def test_a_constraint_aware_sampler_learns_from_infeasible_trials_it_never_trains():
-    """Issue 28: TPE gets the budget as Optuna's constraints_func. An architecture over it
+    """TPE gets the budget as Optuna's constraints_func. An architecture over it
     is told as a complete ``infeasible`` trial (placeholder values, the violation amounts,
     its constraint values as Optuna's), never a best one; random search rejects it."""
     from nas.cost import count_costs
@@ -192,7 +192,8 @@ OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 3},
            "nsga2": {"population_size": 4},
            "lanas": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
            "lamoo": {"n_startup_trials": 3, "rebuild_every": 2, "leaf_size": 2},
-           "random": {}}
+           "random": {}, "wl-bo": {"n_startup_trials": 3}, "local-search": {},
+           "regularized-evolution": {"population_size": 3, "sample_size": 2}}
 
 
 # GP's reopened search runs in the slow suite (its ask is the slowest, ~2 s here)
@@ -258,3 +259,66 @@ def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
     chosen = trials[candidate.id]
     assert chosen.number == 5 and chosen.user_attrs["fallback"].startswith("random, after 5")
     assert count_costs(space, candidate.arch, 128).params <= limit
+
+
+def test_a_fallback_counts_the_rejections_before_a_kill():
+    """An ask killed after 3 of the 5 rejections in a row that queue a random feasible
+    architecture goes on counting on resume: the fallback comes after the same 5, with the
+    same architecture, as in the uninterrupted search (counted per ask, it came after 5
+    more)."""
+    import os
+    import socket
+
+    from nas.cost import count_costs
+    from searchers.optuna_searchers import PerTrialSearcher
+    from searchers.storage import live_trial, recover_stale_trials, worker_info
+
+    space = get_space("adabert", **small_config("adabert"))
+    big = space.default().replace(depth=4, **{c.name: "std_conv_7" for c in space.choices()
+                                              if c.name != "depth"})
+    limit = count_costs(space, space.default(), 128).params
+
+    class Stuck(PerTrialSearcher):
+        name = "stuck"
+
+        def build(self, seed, bridge):
+            return optuna.samplers.PartialFixedSampler(
+                bridge.params_of(big), optuna.samplers.RandomSampler(seed=seed))
+
+    class Killed(BaseException):
+        pass
+
+    def search(storage):
+        return StudySearch.open(space, Stuck(), seed=0, budget=Budget(max_params=limit),
+                                fallback_after=5, storage=storage, study_name="s",
+                                trial_attrs={"worker": worker_info()})
+
+    def finished(study):
+        return [(t.user_attrs.get("outcome"), t.user_attrs.get("arch_id"))
+                for t in study.trials if t.user_attrs.get("outcome") is not None]
+
+    straight = search(optuna.storages.InMemoryStorage())
+    expected = straight.ask().arch
+    storage = optuna.storages.InMemoryStorage()
+    killed = search(storage)
+    propose, calls = killed.bridge.propose, []
+
+    def dies_at_the_fourth(params, taken=()):
+        calls.append(1)
+        if len(calls) == 4:  # as kill -9: the trial stays running, its worker gone
+            running = killed.study.trials[-1].number
+            live_trial(killed.study, running).set_user_attr(
+                "worker", {"host": socket.gethostname(), "pid": os.getpid(), "started": 1.0})
+            raise Killed
+        return propose(params, taken)
+
+    killed.bridge.propose = dies_at_the_fourth
+    with pytest.raises(Killed):
+        killed.ask()
+    resumed = search(storage)
+    assert recover_stale_trials(resumed.study, 2) == [3]
+    candidate = resumed.ask()
+    assert candidate.arch == expected
+    assert finished(resumed.study) == finished(straight.study)[:5]
+    assert resumed.study.trials[candidate.id].user_attrs["fallback"].startswith(
+        "random, after 5")

@@ -1,4 +1,4 @@
-"""Outputs and inputs are checked before work starts (issue 27, item 4).
+"""Outputs and inputs are checked before work starts (0aa243d).
 
 Every ``-o``/``--output`` of the command line (a file in the way, a folder in the way, an
 existing file, a missing parent), a missing ``--run`` folder, and a ``--storage`` file or
@@ -148,7 +148,7 @@ def refuse_to_run(monkeypatch):
     """A storage that passes its check reaches the method's run, which must not train."""
     from nas.methods import METHODS
 
-    monkeypatch.setattr(METHODS.get("adabert"), "run", _work_started)
+    monkeypatch.setattr(METHODS.get("adabert"), "_run", _work_started)
 
 
 def _run_with_storage(storage: str, tmp_path: Path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Your own data (issue 19): files and mappings as tasks, their errors, ``--set``, and the
+"""Your own data: files and mappings as tasks, their errors, ``--set``, and the
 worked example of ``docs/own_data.md`` run from the command line (slow)."""
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def test_set_gets_the_same_checks_as_the_file(override, match):
 
 
 def test_task_keys_replace_a_named_task_with_your_files(tmp_path):
-    """Issue 31: --set task.train=FILE on an experiment whose task: is a name replaces the
+    """--set task.train=FILE on an experiment whose task: is a name replaces the
     name; column keys alone rename the columns of a task given as a file."""
     smoke = ROOT / "experiments" / "adabert_smoke.yaml"
     train = _csv(tmp_path / "mine.csv", _rows(20), header="review,sentiment")
@@ -376,7 +376,7 @@ def test_the_run_snapshot_records_the_overrides(tmp_path, capsys):
 
 
 def test_data_inside_the_run_folder_is_recorded_relative_to_it(tmp_path, capsys):
-    """The storage rule of issue 27 for a task's files: inside the run folder relative (a
+    """The run folder's storage rule for a task's files: inside the run folder relative (a
     moved run reads its own copy), a user's own files as given (absolute)."""
     from nas.data.files import record_task, recorded_task
     from nas.evaluate import export_dir_of

@@ -153,6 +153,19 @@ def test_nas_warns_about_a_broken_plugin_and_still_lists_the_others(tmp_path):
     assert "broken-spaces 0.1" in line and "ModuleNotFoundError" in line
 
 
+def test_an_installed_plugin_that_exits_is_skipped_with_one_warning(tmp_path):
+    """An entry-point plug-in that calls ``sys.exit`` while loading (a ``BaseException``,
+    which ``except Exception`` lets through) is skipped and named, and ``nas`` goes on."""
+    make_dist(tmp_path, "exiting-spaces", {"nas.spaces": {"exiting": "_nas_exiting_spaces"}},
+              {"_nas_exiting_spaces": "import sys\nsys.exit(3)\n"})
+    out = run_nas("spaces", "list", "demo*", extra_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("demo-tiny")
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("warning: space plug-in skipped: entry point 'exiting'")
+    assert "SystemExit(3) (it called sys.exit or exit)" in line
+
+
 def test_nas_reports_a_space_name_taken_by_two_packages(tmp_path):
     source = ("from nas.space import register_space\n"
               "register_space('demo-tiny')(lambda: None)\n")

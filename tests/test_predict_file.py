@@ -1,4 +1,4 @@
-"""Prediction at volume (issue 31, item 3): ``nas.runtime.load(DIR).predict(list)`` and
+"""Prediction at volume: ``nas.runtime.load(DIR).predict(list)`` and
 ``nas predict DIR --file F`` give every text the answer it gets alone, in file order.
 
 The model is a small random AdaBERT export: its convolutions see padding, so a padded

@@ -131,7 +131,7 @@ def test_a_dev_head_that_loses_classes_is_warned_about_and_seeded_keeps_them(tmp
 
 
 def test_caps_that_cut_the_data_are_logged_with_their_setting(tmp_path, caplog):
-    """Issue 31: "2,000 rows, using 256: data.max_train_examples", on the console and in
+    """A cap is named: "2,000 rows, using 256: data.max_train_examples", on the console and in
     the run log; the report split's trivial answers are recorded for the report."""
     logged: list[tuple[str, dict]] = []
     with caplog.at_level(logging.INFO, logger="nas.recipe"):
@@ -153,3 +153,76 @@ def test_caps_that_cut_the_data_are_logged_with_their_setting(tmp_path, caplog):
     top = max(set(labels), key=labels.count)
     assert evaluation["majority"] == {"label": ctx.dev.label_names[top],
                                       "share": labels.count(top) / 30}
+
+
+# ------------------------------------------------------------ the end of a run
+
+
+class FinishedStage(TwoStage):
+    """A method whose one stage ends a model's part of the run through the skeleton."""
+
+    name = "finished-stage"
+
+    def stages(self, ctx: TaskContext) -> dict:
+        space, model = ctx.task_teacher()
+        return {"searched": ctx.finish("copy", space, None, model=model, record="copy.json",
+                                       extra={"note": "the teacher itself"})}
+
+
+def test_finish_scores_exports_and_records_a_model(tiny_teacher, tmp_path, monkeypatch):
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    config = from_dict(TwoStageConfig, {
+        "name": "fin", "task": "sst2", "teacher": str(tiny_teacher), "latency_repeats": 1,
+        "teacher_finetune": {"epochs": 1, "max_train_examples": 32, "max_dev_examples": 16,
+                             "max_seq_len": 16},
+        "data": {"max_train_examples": 20, "max_dev_examples": 10, "max_seq_len": 16,
+                 "max_report_examples": 12}}, "fin.yaml")
+    run_dir = tmp_path / "run"
+    row = FinishedStage().run(config, RunOptions(run_dir=run_dir, progress=False))["searched"]
+    assert row["tag"] == "copy" and row["note"] == "the teacher itself"
+    assert set(row["dev"]) == {"accuracy"} and set(row["test"]) == {"accuracy"}
+    assert row["params"] > 0 and set(row["latency"]) == {"batch1", "batch32"}
+    assert json.loads((run_dir / "copy.json").read_text()) == row
+    card = (run_dir / "export" / "README.md").read_text()  # exported, with the run's card
+    # the run's card: the task's dataset and the row's report-split score
+    assert (run_dir / "export" / "config.json").is_file()
+    assert "config: sst2" in card and f"value: {row['test']['accuracy']}" in card
+
+
+class _Failing:
+    def evaluate(self, arch, trial):
+        raise RuntimeError("out of memory")
+
+
+def test_a_failed_final_evaluation_stops_the_run_in_one_line_naming_what():
+    from nas.architecture import Architecture
+    from nas.errors import NasError
+
+    ctx = TaskContext.__new__(TaskContext)
+    with pytest.raises(NasError, match=r"^the final retrain of best \([0-9a-f]+\) failed: "
+                                       r"RuntimeError: out of memory$"):
+        ctx.evaluate(_Failing(), Architecture({"a": 1}, "s"), "the final retrain of best")
+
+
+def _objective(ctx, *args):
+    return ctx, args
+
+
+class _PreparedContext(TaskContext):
+    def prepare(self):
+        self.prepared = True
+        return self
+
+
+def test_worker_parts_prepare_the_methods_context_and_call_its_objective(tmp_path):
+    from recipes.common import worker_parts
+
+    config = TwoStageConfig(name="w", task="sst2")
+    (tmp_path / "config.yaml").write_text("method: two-stage\n")  # the first process's run
+    options = RunOptions(run_dir=tmp_path, progress=True)
+    parts = TaskContext.__new__(_PreparedContext)
+    parts.cfg, parts.options = config, options
+    ctx, args = parts.worker_parts(_objective, "tpe", 3)()
+    assert type(ctx) is _PreparedContext and ctx.prepared and args == ("tpe", 3)
+    assert ctx.cfg is config and ctx.run.path == tmp_path and not ctx.progress
+    assert worker_parts.__module__ == "recipes.common"

@@ -1,4 +1,4 @@
-"""A run folder is self-contained and relocatable (issue 27): its own storage is recorded
+"""A run folder is self-contained and relocatable (2e65232): its own storage is recorded
 relative to it, so a copy resumes into its own files and never into the original's; a
 copy whose old pointer names another run folder's file is refused; run names cannot
 leave ``runs/``; a journal cut mid-line is repaired. The evaluator is the cost model
@@ -75,7 +75,7 @@ def test_a_copy_whose_old_pointer_names_another_run_folder_is_refused(tmp_path, 
     a, b = tmp_path / "A", tmp_path / "B"
     study_in(a, space, 3)
     pointer = json.loads((a / "study.json").read_text())
-    # the pointer as code before issue 27 wrote it: the journal's absolute path
+    # the pointer as code before 2e65232 wrote it: the journal's absolute path
     old = {k: v for k, v in pointer.items() if k != "relative_to_folder"}
     old["storage"] = str((a / "study.journal").resolve())
     (a / "study.json").write_text(json.dumps(old))
@@ -179,3 +179,26 @@ def test_a_resumed_copy_is_refused_before_any_stage(tmp_path, space):
     with pytest.raises(NasError, match=r"B/stage/study.json: .* lies in another run folder"):
         method.open(config, RunOptions(run_dir=b, resume=True))
     assert not (b / "config.yaml").exists()  # refused before the run folder was opened
+
+
+@pytest.mark.parametrize("recorded", ["../B/study.journal", "sqlite:///../B/study.db",
+                                      "link/study.journal"])
+def test_a_relative_storage_outside_the_run_folder_is_refused(tmp_path, space, recorded):
+    """A ``study.json`` whose relative storage leaves its folder (``..`` or a symlink) is
+    refused on --resume and by ``nas export --run``: it would write and export another
+    run's study as this one's."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    study_in(a, space, 2)
+    study_in(b, space, 2, storage=f"sqlite:///{b}/study.db" if "sqlite" in recorded else None)
+    (a / "link").symlink_to(b)
+    pointer = json.loads((a / "study.json").read_text())
+    pointer["storage"] = recorded
+    (a / "study.json").write_text(json.dumps(pointer))
+    other = b / ("study.db" if "sqlite" in recorded else "study.journal")
+    before = digest(other)
+    for attempt in (lambda: study_in(a, space, 4, resume=True), lambda: open_run_study(a)):
+        with pytest.raises(NasError, match=r"A/study.json: storage '.*' resolves outside the "
+                           r"run folder .*B/study\.(journal|db).*set it to study.journal") as err:
+            attempt()
+        assert "\n" not in str(err.value)
+    assert digest(other) == before

@@ -65,7 +65,7 @@ def _evaluated(tmp_path, searched_acc: float, teacher_acc: float = 0.9, **evalua
 
 
 def test_report_flags_a_model_near_chance_or_the_majority_answer(tmp_path):
-    """Issue 31: a student at 36% on 3 classes was reported only as "194.8× faster"."""
+    """Once, a student at 36% on 3 classes was reported only as "194.8× faster"."""
     three = {"classes": 3, "majority": {"label": "neutral", "share": 0.35}}
     text = _evaluated(tmp_path, 0.345, **three)
     assert ("Warning: searched scores 34.50% accuracy on `test`, within 2 points of chance "

@@ -5,8 +5,9 @@ Multi-trial searchers are sampler factories: their samplers pass Optuna's own sa
 test cases (those that apply to categorical and integer spaces, listed below), and each
 runs studies on a tiny six-architecture space with the cost evaluator (milliseconds).
 One-shot searchers search the small AdaBERT space with a synthetic trainer (random
-tokens, cross-entropy) for a few steps. A new searcher gets these checks
-by registering itself.
+tokens, cross-entropy) for a few steps. Planned searchers plan over the run parts of the
+small ``bert-subnet`` space (its truncations, its blockwise table, a budget) that the
+methods hand them. A new searcher of any kind gets these checks by registering itself.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ from searchers.base import (
     Candidate,
     MultiTrialSearcher,
     OneShotSearcher,
+    Plan,
+    PlannedSearcher,
     SearcherError,
+    resolve_searcher,
     run_steps,
     searcher_names,
 )
@@ -49,6 +53,7 @@ from searchers.results import best_trial, pareto_front
 
 MULTI_TRIAL = searcher_names("multi-trial")
 ONE_SHOT = searcher_names("one-shot")
+PLANNED = searcher_names("planned")
 
 
 def tiny_space() -> SearchSpace:
@@ -76,15 +81,19 @@ def evaluator(space):
     return CostEvaluator(space, ("params",), seq_len=8)
 
 
-def test_the_registry_lists_both_kinds():
+def test_the_registry_lists_all_three_kinds():
     assert "random" in MULTI_TRIAL and "differentiable" in ONE_SHOT
-    assert set(MULTI_TRIAL) | set(ONE_SHOT) == set(searcher_names())
+    assert {"knapsack", "truncation"} <= set(PLANNED)
+    assert set(MULTI_TRIAL) | set(ONE_SHOT) | set(PLANNED) == set(searcher_names())
     for name in MULTI_TRIAL:
         assert issubclass(SEARCHERS.get(name), MultiTrialSearcher)
         assert SEARCHERS.get(name).kind == "multi-trial"
     for name in ONE_SHOT:
         assert issubclass(SEARCHERS.get(name), OneShotSearcher)
         assert SEARCHERS.get(name).kind == "one-shot"
+    for name in PLANNED:
+        assert issubclass(SEARCHERS.get(name), PlannedSearcher)
+        assert SEARCHERS.get(name).kind == "planned"
     with pytest.raises(SearcherError, match="unknown searcher kind"):
         searcher_names("grid")
 
@@ -98,11 +107,39 @@ def test_declared_searchers_register_themselves_with_the_declared_kind():
 def test_listing_searchers_does_not_import_torch():
     code = ("import sys; from searchers.base import searcher_names; "
             "print(searcher_names('one-shot'), searcher_names('multi-trial'), "
-            "'torch' in sys.modules)")
+            "searcher_names('planned'), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"{ONE_SHOT} {MULTI_TRIAL} False"
+    assert out.stdout.strip() == f"{ONE_SHOT} {MULTI_TRIAL} {PLANNED} False"
+
+
+def test_every_kind_resolves_through_one_function_with_its_settings():
+    """``resolve_searcher`` serves the three kinds: a multi-trial searcher's settings are
+    its sampler's options, a planned one's its typed settings (defaults filled in), and
+    a wrong name, kind, setting or a missing run part is one line."""
+    tpe = resolve_searcher({"name": "tpe", "settings": {"n_startup_trials": 3}})
+    assert tpe.kind == "multi-trial" and tpe.build().options == {"n_startup_trials": 3}
+    knapsack = resolve_searcher("knapsack", settings={"cost": "params"})
+    assert knapsack.kind == "planned" and knapsack.build().settings.cost == "params"
+    assert knapsack.settings.ratios == []
+    assert resolve_searcher("differentiable").kind == "one-shot"
+    cases = [(dict(choice="tpee"), r"searcher: unknown searcher 'tpee'; did you mean 'tpe'"),
+             (dict(choice="knapsack", settings={"cost": "flops"}),
+              r"searcher knapsack settings: cost must be latency_ms or params"),
+             (dict(choice="differentiable", kinds=("multi-trial",)),
+              r"searcher: differentiable is a one-shot searcher, and this run takes "
+              r"multi-trial ones"),
+             (dict(choice={"name": "differentiable", "settings": {"betta": 1}}),
+              r"searcher differentiable settings: unknown key 'betta'"),
+             (dict(choice="knapsack", provided=("space", "budget"), where="--searcher"),
+              r"--searcher knapsack needs the sorted teacher's blockwise table .* which only "
+              r"method compress makes"),
+             (dict(choice={"name": "tpe", "size": 3}), r"is neither a searcher's name")]
+    for keywords, message in cases:
+        with pytest.raises(NasError, match=message) as err:
+            resolve_searcher(keywords.pop("choice"), **keywords)
+        assert "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------
@@ -137,14 +174,17 @@ def test_listing_searchers_does_not_import_torch():
 MODEL_OPTIONS = {"tpe": {"n_startup_trials": 0}, "gp": {"n_startup_trials": 0},
                  "nsga2": {"population_size": 4},
                  "lanas": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1},
-                 "lamoo": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1}}
+                 "lamoo": {"n_startup_trials": 1, "rebuild_every": 1, "leaf_size": 1},
+                 "wl-bo": {"n_startup_trials": 1}, "local-search": {"n_startup_trials": 1},
+                 "regularized-evolution": {"population_size": 2, "sample_size": 2}}
 #: searchers whose sampler proposes all of a trial's parameters at once (sample_relative);
 #: random draws each alone, NSGA-II's first generation too. A new searcher that samples
 #: relatively belongs here.
 #: GP's cases run in the slow suite: its ask is the slowest (about 1 s each, 10 s in all);
 #: its basic cases and the study-level contract stay in the default run
 RELATIVE = [pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n
-            for n in ("tpe", "gp", "lanas", "lamoo") if n in MULTI_TRIAL]
+            for n in ("tpe", "gp", "lanas", "lamoo", "wl-bo", "local-search",
+                      "regularized-evolution") if n in MULTI_TRIAL]
 MULTI_OBJECTIVE = [n for n in MULTI_TRIAL if SEARCHERS.get(n).multi_objective]
 SINGLE_ONLY = [n for n in MULTI_TRIAL if not SEARCHERS.get(n).multi_objective]
 INTEGERS = [IntDistribution(3, 10), IntDistribution(1, 100, log=True),
@@ -235,7 +275,9 @@ PARAMS = (Objective("params", "minimize"),)
 STUDY_OPTIONS = {"tpe": {"n_startup_trials": 3}, "gp": {"n_startup_trials": 4},  # 1 GP ask: 1-2 s
                  "nsga2": {"population_size": 4},
                  "lanas": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2},
-                 "lamoo": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2}}
+                 "lamoo": {"n_startup_trials": 3, "rebuild_every": 1, "leaf_size": 2},
+                 "wl-bo": {"n_startup_trials": 2},
+                 "regularized-evolution": {"population_size": 3, "sample_size": 2}}
 
 
 def make(name, space, seed=0, objectives=PARAMS, **kwargs):
@@ -497,3 +539,86 @@ def test_one_shot_search_returns_a_valid_candidate(name, adabert):
     restored = SEARCHERS.get(name)(seed=7)
     restored.load_state_dict(state)
     assert restored.best() == candidate
+
+
+# ---------------------------------------------------------------------------
+# planned
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_parts():
+    return planned_run_parts()
+
+
+def planned_run_parts():
+    """The run parts the methods hand a planned searcher (``provided_searcher_parts``),
+    for the small ``bert-subnet`` space: the space, a budget, the trial count, the
+    constraints, the final ratios, its truncations and the blockwise table of a random
+    teacher (with a made-up latency model: no timing)."""
+    from evaluators.blockwise import block_table
+    from searchers.optuna_bridge import Budget
+    from spaces.bert_subnet import truncation
+    from tests.test_blockwise import _batches, fake_latency
+
+    bert = get_space("bert-subnet", **small_config("bert-subnet"))
+    torch.manual_seed(0)
+    supernet = build_supernet(bert).eval()
+    layers = int(bert.config["num_hidden_layers"])
+    return {"space": bert, "budget": Budget(seq_len=16), "n_trials": 3,
+            "constraints": {"max_params": None, "max_flops": None, "max_latency_ms": None},
+            "final_ratios": [], "truncations": [truncation(bert, k) for k in
+                                                range(1, layers + 1)],
+            "table": block_table(bert, supernet, _batches(bert), seq_len=16,
+                                 latency_fn=fake_latency(bert))}
+
+
+def _plan(name, parts):
+    searcher = resolve_searcher(name, provided=parts).build()
+    required, optional = searcher.parts()
+    return searcher.plan(**{p: parts[p] for p in (*required, *optional) if p in parts})
+
+
+@pytest.mark.parametrize("name", PLANNED)
+def test_a_planned_searcher_proposes_valid_architectures_the_same_each_time(name, run_parts):
+    """Its settings have defaults, the parts it needs are ones a method hands, and its
+    plan is a non-empty list of valid architectures of the space, tagged uniquely, with
+    JSON-safe facts, and the same plan when asked again (a resumed run re-plans)."""
+    from recipes.compress import CompressConfig
+
+    cls = SEARCHERS.get(name)
+    required, optional = cls.parts()
+    assert set(required) | set(optional) <= set(CompressConfig.provided_searcher_parts)
+    assert cls.needs or not set(required) - {"space", "budget", "n_trials", "constraints"}
+    plan = _plan(name, run_parts)
+    assert isinstance(plan, Plan) and plan.queue
+    tags = [tag for tag, _ in plan.queue]
+    assert len(set(tags)) == len(tags) and all(isinstance(t, str) and t for t in tags)
+    space = run_parts["space"]
+    for _, arch in plan.queue:
+        assert space.validate(dict(arch)) == arch
+    assert json.loads(json.dumps(plan.info)) == plan.info
+    assert [(t, a.id) for t, a in _plan(name, run_parts).queue] == [
+        (t, a.id) for t, a in plan.queue]
+
+
+@pytest.mark.parametrize("name", PLANNED)
+def test_a_planned_searchers_list_runs_as_a_study_of_queued_trials(name, run_parts, tmp_path):
+    """The list is queued on a study (:mod:`searchers.queued`), one complete trial per
+    architecture, in the plan's order, tagged by the plan."""
+    from searchers.queued import QueuedSearcher
+
+    plan = _plan(name, run_parts)
+    space = run_parts["space"]
+    search = StudySearch.open(space, QueuedSearcher(name), seed=0,
+                              objectives=(Objective("params", "minimize"),))
+    costs = CostEvaluator(space, ("params",), seq_len=8)
+    for tag, arch in plan.queue:
+        search.enqueue(arch, tag)
+    for _, arch in plan.queue:
+        candidate = search.ask()
+        assert candidate.arch == arch
+        search.tell(candidate, costs(candidate.arch))
+    trials = search.study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * len(plan.queue)
+    assert [t.user_attrs["seed"] for t in trials] == [tag for tag, _ in plan.queue]

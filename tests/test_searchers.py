@@ -228,3 +228,59 @@ def test_published_op_costs_price_depth_not_ops(space):
     assert normalised[edge].max() == 1.0 and normalised[edge].min() == 0.0
     with pytest.raises(SearcherError, match="op_costs"):
         SEARCHERS.get("differentiable")(op_costs="paper")
+
+
+# ------------------------------------------------------- a searcher's settings, every form
+
+
+def _config(cls, **keys):
+    from nas.config import from_dict
+
+    return from_dict(cls, {"name": "x", "task": "sst2", **keys}, "test")
+
+
+def test_a_searchers_settings_are_read_from_every_form_the_files_have_used():
+    """``searcher: {name, settings}`` and the older homes of the same settings
+    (``multi_trial.samplers``, compress's ``knapsack:``, ``one_shot:``) give the searcher
+    the same settings; where both are written, ``searcher:``'s own win."""
+    from recipes.compress import CompressConfig
+    from recipes.search_config import SearchConfig
+    from recipes.search_study import one_shot_options
+
+    options = {"n_startup_trials": 2}
+    new = _config(SearchConfig, space="adabert", searcher={"name": "tpe", "settings": options})
+    old = _config(SearchConfig, space="adabert", multi_trial={"samplers": {"tpe": options}})
+    for cfg in (new, old):
+        assert cfg.searcher_name == "tpe"
+        assert cfg.study_settings().samplers == {"tpe": options}
+        assert cfg.resolve_searcher().build().options == options
+
+    new = _config(CompressConfig, searcher={"name": "knapsack", "settings": {"cost": "params"}})
+    old = _config(CompressConfig, searcher="knapsack", knapsack={"cost": "params"})
+    both = _config(CompressConfig, knapsack={"cost": "params", "ratios": [2]},
+                   searcher={"name": "knapsack", "settings": {"ratios": [3]}})
+    assert new.resolve_searcher().settings == old.resolve_searcher().settings
+    assert new.resolve_searcher().build().settings.cost == "params"
+    assert (both.resolve_searcher().settings.cost, both.resolve_searcher().settings.ratios) == (
+        "params", [3])
+
+    cfg = _config(SearchConfig, space="adabert", one_shot={"beta": 0.5},
+                  searcher={"name": "differentiable", "settings": {"derive": "argmax"}})
+    resolved = cfg.resolve_searcher()
+    built = resolved.build(**one_shot_options(resolved.cls, 0, cfg, cfg.build_space(2)[0]))
+    assert (built.beta, built.derive) == (0.5, "argmax")
+
+
+@pytest.mark.parametrize(("searcher", "message"), [
+    ({"name": "tpe", "settings": {"n_startp": 3}}, r"searcher 'tpe': bad sampler option"),
+    ({"name": "differentiable", "settings": {"betta": 1}},
+     r"searcher differentiable settings: unknown key 'betta'"),
+    ({"name": "tpe", "options": {}}, r"is neither a searcher's name nor"),
+    ("tpee", r"searcher: unknown searcher 'tpee'; did you mean 'tpe'")])
+def test_a_bad_searcher_is_refused_when_the_file_is_read(searcher, message):
+    from nas.errors import NasError
+    from recipes.search_config import SearchConfig
+
+    with pytest.raises(NasError, match=message) as err:
+        _config(SearchConfig, space="adabert", searcher=searcher)
+    assert "\n" not in str(err.value)

@@ -1,6 +1,6 @@
 """Every registered method's smoke experiment reproduces its recorded results exactly.
 
-The guard for refactors (issue 26, item 0): ``experiments/<method>_smoke.yaml`` carries
+The guard for refactors: ``experiments/<method>_smoke.yaml`` carries
 the metrics its seed gave when recorded (``# expected:`` lines, format in
 ``tests/smokes.py``); the run here (shared with the method's own end-to-end tests through
 the ``smoke_runs`` fixture) must give the same numbers, to the last digit. A change that
@@ -60,3 +60,30 @@ def test_the_smoke_run_reproduces_the_recorded_metrics(method, smoke_runs):
         except KeyError as missing:
             got[key] = f"missing: {missing}"
     assert got == expected
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_the_smoke_run_times_its_speed_up_by_the_one_protocol(method, smoke_runs):
+    """The teacher is timed in the run as an engine graph (its row names the runtime), and
+    a run with a native export records the speed-up of paired, interleaved rounds, which
+    the report names (docs/latency.md#speed-ups-one-timing-protocol)."""
+    from nas.report import write_report
+    from nas.timing import MIN_ROUNDS
+
+    run_dir = smoke_runs(method)
+    metrics = smoke_runs.metrics(method)
+    assert metrics["teacher"]["runtime"] == "torch-fp32"
+    assert "from_cache" not in metrics["teacher"]["latency"]
+    assert metrics["teacher"]["latency"]["batch1"]["runtime"] == "torch-fp32"
+    paired = metrics.get("speedup")
+    if (run_dir / "export" / "config.json").is_file():
+        assert paired is not None and paired["runtime"] == "torch-fp32"
+        for key in ("batch1", "batch32"):
+            assert paired[key]["protocol"] == "interleaved"
+            assert paired[key]["rounds"] >= MIN_ROUNDS
+            low, high = paired[key]["speedup_iqr"]
+            assert low <= paired[key]["speedup"] <= high
+    text, _ = write_report(run_dir)
+    assert "Runtime of every latency figure: `torch-fp32`" in text
+    if paired is not None:
+        assert "(paired)" in text and "interleaved rounds on the same batches" in text

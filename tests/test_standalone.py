@@ -1,10 +1,11 @@
-"""The repository stands alone (issue 32, item 4): no file cites a document or a path that
+"""The repository stands alone: no file cites a document or a path that
 lives outside it, and every citation of the method reference resolves.
 
 Code comments, docs and experiment headers cite papers (authors, year, section) or a
 section of ``docs/reference.md``. Two files that once sat beside the repository (a method
 specification and a style guide) must not be cited, nor the data folder's location on one
 machine: the data sets are found through ``$NAS_DATA_DIR``.
+Nor is the project's issue tracker cited by number: it is not in the repository either.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ REFERENCE = ROOT / "docs" / "reference.md"
 NOT_YET_CHECKED: set[str] = set()
 
 #: The one place a data location outside the repository may appear: the default of the
-#: data setting in the README's two commands, which is where the data live on the project's
-#: own machines and CI. It is a setting a user overrides, not a citation.
+#: data setting in the README's two commands (and the docs' Home page, which opens with the
+#: main one word for word), which is where the data live on the project's own machines and
+#: CI. It is a setting a user overrides, not a citation.
+COMMAND_PAGES = ("README.md", "docs/index.md")
 DATA_DEFAULT = re.compile(r"NAS_DATA_DIR=\$\{NAS_DATA_DIR:-[^}]*\}")
 
 # The names are assembled so that this file does not cite them itself.
@@ -40,6 +43,15 @@ FORBIDDEN = [
      "a folder of the development machine: write a path relative to the repository "
      "(runs/..., as the commands make it)"),
 ]
+
+#: Where this project's own issue tracker must not be cited: it is not part of the
+#: repository, so its numbers mean nothing to a reader of a clone.
+ISSUE_SCOPE = ("nas/", "spaces/", "searchers/", "evaluators/", "recipes/", "docs/",
+               "experiments/", "examples/", "benchmarks/", "README.md", "CONTRIBUTING.md",
+               "pyproject.toml")
+#: "issue 27", "Issues 30 and 31", "issue-30": a number on this project's tracker. An
+#: outside project's tracker is cited as ``owner/repo#N``, which this does not match.
+ISSUE_NUMBER = re.compile(r"\bissues?[ -]#?[0-9]+", re.IGNORECASE)
 
 #: ``reference.md#<section>``, then any further ``, #<section>`` of the same citation (which
 #: may run onto the next comment line).
@@ -86,12 +98,27 @@ def test_no_file_cites_anything_outside_the_repository():
         if path in NOT_YET_CHECKED:
             continue
         for number, line in enumerate(text.splitlines(), 1):
-            if path == "README.md":
+            if path in COMMAND_PAGES:
                 line = DATA_DEFAULT.sub("NAS_DATA_DIR=<default>", line)
             for pattern, fix in FORBIDDEN:
                 if pattern.search(line):
                     found.append(f"{path}:{number}: {line.strip()[:80]!r} cites {fix}")
     assert not found, "\n".join(found)
+
+
+def test_no_file_cites_this_projects_issue_numbers():
+    """Code, docs, experiment headers and benchmarks say what an issue number stood for:
+    the paper, the section of docs/reference.md, the commit or the feature's name."""
+    found = []
+    for path, text in _texts().items():
+        if path in NOT_YET_CHECKED or not path.startswith(ISSUE_SCOPE):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if ISSUE_NUMBER.search(line):
+                found.append(f"{path}:{number}: {line.strip()[:80]!r}")
+    assert not found, ("cites this project's issue tracker: name the paper, the section of "
+                       "docs/reference.md, the commit (git log -S) or the feature "
+                       "instead:\n" + "\n".join(found))
 
 
 def test_every_reference_link_names_a_section_of_the_reference():
@@ -114,6 +141,12 @@ def test_the_checks_catch_what_they_are_for():
     assert all(any(p.search(b) for p, _ in FORBIDDEN) for b in bad)
     assert not any(p.search("SPECIAL_TOKENS, docs/reference.md#costs, shared weights")
                    for p, _ in FORBIDDEN)
+    cited = ["(issue 27, item 4)", "Issues 30 and 31", "the issue-30 run", "Issue 20's promise"]
+    assert all(ISSUE_NUMBER.search(c) for c in cited)
+    assert not any(ISSUE_NUMBER.search(c) for c in
+                   ["huggingface/tokenizers#1794", "the issue's target", "tissue 3"])
+    assert "docs/reference.md".startswith(ISSUE_SCOPE)
+    assert not "tests/test_standalone.py".startswith(ISSUE_SCOPE)
     assert _slug("DARTS and GDAS") == "darts-and-gdas"
     m = LINK.search("(docs/reference.md#adabert,\n    #darts-and-gdas).")
     assert m is not None and m.group(1) == "adabert" and "#darts-and-gdas" in m.group(2)

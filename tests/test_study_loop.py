@@ -272,7 +272,7 @@ def test_median_pruning_stops_weak_candidates_and_keeps_their_curves(tmp_path):
 
 def test_the_pareto_plot_labels_trial_numbers_and_rings_the_chosen_ones(tmp_path,
                                                                         monkeypatch):
-    """Issue 28: which point is which trial (for ``nas export --trial N``), and which the
+    """Which point is which trial (for ``nas export --trial N``), and which the
     final stage retrained."""
     import matplotlib.figure
 
@@ -415,13 +415,14 @@ def test_multi_trial_settings_are_checked_when_the_experiment_loads(tmp_path, se
     import yaml
 
     from nas.config import ConfigError
-    from recipes.adabert import load_config
+    from recipes.adabert import AdaBert
+    from recipes.common import load_typed
 
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"method": "adabert", "name": "x", "task": "sst2",
                                     "multi_trial": settings}))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        load_config(path)
+        load_typed(path, AdaBert)
 
 
 def test_a_queued_study_runs_exactly_the_method_s_picks_and_resumes(tmp_path):

@@ -1,4 +1,4 @@
-"""Tabular benchmarks (issue 29): the finite-pool spaces against their files, the mapping
+"""Tabular benchmarks (nas/pool.py): the finite-pool spaces against their files, the mapping
 of a proposal to the nearest unevaluated recorded row, the seeded noise of the tabular
 evaluator, short studies through the real loop, and one-line errors."""
 

@@ -19,7 +19,8 @@ from nas.distill.losses import layer_map, soft_cross_entropy
 from nas.distill.tinybert import FitMaps, Terms, intermediate_loss, prediction_loss
 from nas.errors import NasError
 from nas.network import ModelOutput
-from recipes.tinybert import TinyBert, load_config
+from recipes.common import load_typed
+from recipes.tinybert import TinyBert
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "tinybert_smoke.yaml"
@@ -181,31 +182,31 @@ def test_teacher_logits_are_cached_in_data_order(tiny_teacher, tmp_path, monkeyp
 
 def test_sst2_teacher_is_the_adabert_runs_teacher():
     """The same fine-tune settings give the same cache key: one teacher for both."""
-    from recipes.adabert import load_config as adabert_config
+    from recipes.adabert import AdaBert
 
-    tiny = load_config(ROOT / "experiments" / "tinybert_sst2.yaml")
-    ada = adabert_config(ROOT / "experiments" / "adabert_sst2.yaml")
+    tiny = load_typed(ROOT / "experiments" / "tinybert_sst2.yaml", TinyBert)
+    ada = load_typed(ROOT / "experiments" / "adabert_sst2.yaml", AdaBert)
     assert tiny.finetune_config() == ada.finetune_config() and tiny.teacher == ada.teacher
 
 
 def test_the_small_student_has_at_most_4_5m_parameters_and_the_teachers_heads():
     from nas.cost import count_costs
 
-    config = load_config(ROOT / "experiments" / "tinybert_sst2_small.yaml")
+    config = load_typed(ROOT / "experiments" / "tinybert_sst2_small.yaml", TinyBert)
     space = config.student.build_space(2)
     assert count_costs(space, None, 64).params <= 4_500_000
     assert space.config["num_attention_heads"] == 12  # MiniLM's, for L_attn head by head
 
 
 def test_set_overrides_reach_the_typed_config():
-    config = load_config(SMOKE, ["seed=3", "losses.attention=false", "prediction.distill=false",
-                                 "augment={enabled: false}"])
+    config = load_typed(SMOKE, TinyBert, ["seed=3", "losses.attention=false",
+                                          "prediction.distill=false", "augment={enabled: false}"])
     assert config.seed == 3 and not config.losses.attention and not config.prediction.distill
     assert not config.augment.enabled
     with pytest.raises(ConfigError, match=r"losses: unknown key 'atention'"):
-        load_config(SMOKE, ["losses.atention=false"])
+        load_typed(SMOKE, TinyBert, ["losses.atention=false"])
     with pytest.raises(ConfigError, match="expects KEY=VALUE"):
-        load_config(SMOKE, ["seed"])
+        load_typed(SMOKE, TinyBert, ["seed"])
     with pytest.raises(ConfigError, match="seed is 1, not a mapping"):
         apply_overrides({"seed": 1}, ["seed.x=2"], "f.yaml")
     assert apply_overrides({"a": {"b": 1}}, ["a.c=[1, 2]"], "f.yaml") == {"a": {"b": 1,
@@ -224,7 +225,7 @@ def test_set_overrides_reach_the_typed_config():
 ])
 def test_bad_settings_are_one_line_errors_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message) as err:
-        load_config(SMOKE, [override])
+        load_typed(SMOKE, TinyBert, [override])
     assert "\n" not in str(err.value)
 
 

@@ -1,5 +1,5 @@
 """Every ``# type: ignore`` in the type-checked packages names its error code and says why
-on the same line (issue 32, item 5), so that an ignore can be judged without running mypy."""
+on the same line, so that an ignore can be judged without running mypy."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from nas.cli.common import emit, positive_int
+from nas.cli.common import emit, positive_int, seed_int
 
 #: ``--select``'s choices (evaluators.audit.SELECTIONS; written out so that the parser
 #: imports no evaluator)
@@ -31,10 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--select", choices=SELECTIONS, default="params",
                    help="params: one at each of N parameter-count quantiles (default); "
                         "latency-spread: N spread evenly in log predicted batch-1 latency "
-                        "over a random pool, their span reported (issue 30 asks >= 10x)")
+                        "over a random pool, their span reported (method compress asks >= 10x)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, metavar="B",
                    help="bootstrap resamples for the intervals (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the candidates and bootstrap")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the candidates and bootstrap")
     p.add_argument("--noise-seeds", type=int, default=2, metavar="K",
                    help="score the middle candidate again with K other seeds and warn when "
                         "the candidates spread less than that seed noise (default 2; 0: skip)")
@@ -50,10 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     from evaluators.audit import audit_lines, run_audit
     from nas.methods import RunOptions, load_experiment
+    from nas.rundir import run_folder
 
     method, config = load_experiment(args.config, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    run_dir = Path(args.run_dir or Path("runs") / f"{config.name}_audit")
+    run_dir = run_folder(args.run_dir, Path("runs") / f"{config.name}_audit")
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, resume=args.resume,
                          progress=not args.no_progress)
     from nas.device import use_device

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from nas.cli.common import check_output, non_negative_int, positive_int
+from nas.cli.common import check_output, positive_int, seed_int
 from nas.errors import NasError
 
 
@@ -16,7 +16,7 @@ def _augment(args: argparse.Namespace) -> int:
     from nas.data import load_task
 
     try:
-        # an output in the way fails now, not after the augmentation (issue 27)
+        # an output in the way fails now, not after the augmentation
         check_output(args.output, "file", overwrite=args.overwrite, overwrite_flag="--overwrite")
         config = AugmentConfig(p_t=args.p, m=args.m, n=args.n, seed=args.seed,
                                max_seq_len=args.max_seq_len, multi_piece=args.multi_piece)
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=positive_int, default=20, help="new examples per example (N)")
     p.add_argument("--m", type=positive_int, default=15, help="candidates per word (M)")
     p.add_argument("--p", type=float, default=0.4, help="replacement probability (p_t)")
-    p.add_argument("--seed", type=non_negative_int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="seed of the replacement draws")
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="only the first K examples")

@@ -1,4 +1,4 @@
-"""``nas cache list|clear``: what the cache holds, per kind, and removing it (issue 27).
+"""``nas cache list|clear``: what the cache holds, per kind, and removing it.
 
 The kinds are the cache root's folders (teachers, outputs, augment, general, warmup,
 mixedvocab, latency, overlap, …): every cached step writes under one of them
@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("clear", help="remove cache entries (of one kind, older than N days)",
                        description="Remove cache entries: every kind, or KIND only; with "
                                    "--older-than only those not modified for DAYS days. "
-                                   "Entries another process is writing are left alone. "
-                                   "Nothing outside the cache folder is removed.")
+                                   "Entries a run is reading or writing are left alone. "
+                                   "Nothing outside the cache folder is removed, and a "
+                                   "folder that is not a nas-engine cache is refused.")
     p.add_argument("kind", nargs="?", default=None,
                    help="a kind (a folder of the cache: nas cache list); default: every kind")
     p.add_argument("--older-than", type=positive_float, default=None, metavar="DAYS",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from nas.architecture import Architecture, load_architecture
+from nas.config import YamlRefused, parse_yaml
 from nas.errors import NasError
 
 if TYPE_CHECKING:  # the space machinery imports torch: load it only when a command runs
@@ -64,6 +64,17 @@ def runtime_device(args: argparse.Namespace) -> str:
     return "cpu" if args.device == "auto" and args.runtime == "onnx" else args.device
 
 
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer in [0, 2**32 - 1] (:data:`nas.seeding.MAX_SEED`:
+    what numpy's legacy seeding and the samplers take; outside, they fail mid-run)."""
+    from nas.seeding import SEED_RANGE, is_seed
+
+    value = _int_at_least(text, 0, f"a seed, {SEED_RANGE}")
+    if not is_seed(value):
+        raise argparse.ArgumentTypeError(f"expected a seed, {SEED_RANGE}, got {text!r}")
+    return value
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
@@ -87,7 +98,10 @@ def parse_space_config(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise NasError(f"--config expects KEY=VALUE, got {item!r}")
-        config[key.strip()] = yaml.safe_load(value)
+        try:
+            config[key.strip()] = parse_yaml(value)
+        except YamlRefused as err:
+            raise NasError(f"--config {key.strip()}: {err}") from None
     return config
 
 
@@ -126,8 +140,8 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir"] = "file", *,
                  overwrite: bool = False, overwrite_flag: str | None = None,
                  flag: str = "-o") -> Path | None:
-    """``path`` as a :class:`~pathlib.Path`, checked before any work starts (issue 27,
-    item 4): a command must not train or augment for minutes and then fail to write.
+    """``path`` as a :class:`~pathlib.Path`, checked before any work starts (since
+    0aa243d): a command must not train or augment for minutes and then fail to write.
 
     Refused, each in one line naming the path and the fix: a folder where a file is
     expected, a file where a folder is expected, an existing file (unless ``overwrite``;
@@ -140,6 +154,9 @@ def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir
         return None
     out = Path(path).expanduser()
     where = f"{flag} {out}"
+    if out.is_symlink() and not out.exists():
+        raise NasError(f"{where}: is a symbolic link to a missing {os.readlink(out)}; remove "
+                       "the link or name another path")
     if kind == "file" and out.is_dir():
         raise NasError(f"{where}: is a folder, and a file is expected; name a file "
                        f"(e.g. {out / 'NAME'})")
@@ -155,7 +172,19 @@ def check_output(path: str | os.PathLike[str] | None, kind: Literal["file", "dir
                        f"(mkdir -p {parent}) or name another path")
     if not parent.is_dir():
         raise NasError(f"{where}: {parent} is a file, not a folder; name another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
         raise NasError(f"{where}: the folder {parent} is not writable; name a folder you can "
                        "write to")
     return out
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``, tried (``os.access`` says yes to root on
+    read-only file systems such as ``/sys``)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".nas-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True

@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=1,
                    help="CPU threads for --latency-model")
     p.add_argument("--latency-table", help="latency table file (default: this machine's)")
-    p.add_argument("--latency-clock", choices=["wall", "cpu"], default="wall",
-                   help="which calibrated clock --latency-model predicts")
+    p.add_argument("--latency-clock", choices=["wall", "cpu"],
+                   help="which calibrated clock --latency-model predicts (default: the "
+                        "runs' clock, cpu)")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed repeats for --latency")
     add_space_config_option(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
@@ -65,9 +66,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
         lines.append(f"  CPU latency  median {lat.median_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms "
                      f"(batch {lat.batch_size}, {lat.threads} threads)")
     if args.latency_model:
-        from nas.latency import LatencyModel
+        from nas.latency import DEFAULT_CLOCK, LatencyModel
 
-        latency_model = LatencyModel.load(args.latency_table, args.latency_clock)
+        latency_model = LatencyModel.load(args.latency_table,
+                                          args.latency_clock or DEFAULT_CLOCK)
         pred = latency_model.explain(space, arch, args.batch_size, args.seq_len, args.threads)
         data["latency_predicted"] = {"ms": pred.latency_ms, "batch_size": args.batch_size,
                                      "threads": args.threads, "op_calls": pred.calls,

@@ -2,11 +2,13 @@
 
     nas export --space NAME [--arch A] [--weights CKPT|HF_DIR | --random-init] -o DIR
                [--format native|hf|onnx]
-    nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx]
-    nas predict DIR "text" ["second text"] [--runtime torch|onnx] [--json]
+    nas export --run RUN_DIR [--trial N|best] [--format native|hf|onnx] [--quantize int8]
+               [--trim-vocab]
+    nas predict DIR "text" ["second text"] [--runtime auto|torch|onnx] [--json]
     nas predict DIR --file texts.txt|data.csv [--text-column C] [--pair-column C2]
                 [--batch-size N] [--json]
-    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime torch|onnx] [--json]
+    nas bench DIR [--batch-sizes 1,32] [--seq-len 128] [--runtime auto|torch|onnx]
+              [--against TEACHER_DIR] [--json]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from nas.cli.common import (
     emit,
     non_negative_int,
     parse_space_config,
+    positive_float,
     positive_int,
     runtime_device,
 )
@@ -60,7 +63,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="native (config.json + model.safetensors + the runtime as transformers "
                         "remote code), hf (stock transformers classes for the bert and "
                         "mobilebert families, remote code for the others) or onnx (native + "
-                        "model.onnx sharing the weights file)")
+                        "model.onnx, its weights inside; with --run, a stock transformers "
+                        "result gets model.onnx beside it)")
+    p.add_argument("--quantize", choices=("int8",),
+                   help="with --format onnx: model.onnx becomes ONNX Runtime's dynamic int8 "
+                        "graph (optimised where BERT-shaped, pre-processed, per-channel); "
+                        "with --run, compared with fp32 on dev and recorded")
+    p.add_argument("--max-int8-drop", type=positive_float, metavar="POINTS",
+                   help="with --run --quantize int8: the dev points the int8 model may lose "
+                        "before the most sensitive layers stay fp32 (default: the run's "
+                        "final.export.max_int8_drop, else 0.3)")
+    p.add_argument("--trim-vocab", action="store_true",
+                   help="with --run: keep only the word pieces of the task's train texts (and "
+                        "the special tokens) in the tokenizer and the embedding rows "
+                        "(WordPiece tokenizers; a stock folder may keep --format hf); the "
+                        "report split is scored before and after, in config.json")
     p.add_argument("--labels", help="comma-separated label names (default: the checkpoint's, "
                                     "else LABEL_0,...)")
     p.add_argument("--tokenizer", help="directory with the tokenizer files (default: the "
@@ -96,8 +113,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, metavar="N",
                    help="texts per forward pass (default 64); each batch holds texts of one "
                         "token length, so answers do not depend on it")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="run with torch (default) or onnxruntime (an onnx export)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="run with torch or onnxruntime (an onnx export); auto (default): "
+                        "onnxruntime for an int8 export, which has no torch model, else torch")
     add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--threads", type=positive_int,
                    help="intra-op threads (default: the runtime's own)")
@@ -113,14 +131,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated (default 1,32)")
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="tokens per example (at most the model's positions)")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="run with torch (default) or onnxruntime (an onnx export)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="run with torch or onnxruntime (an onnx export); auto (default): "
+                        "onnxruntime for an int8 export, which has no torch model, else torch")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per batch size")
     p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed runs per batch size")
     p.add_argument("--threads", type=positive_int,
                    help="intra-op threads (default: the runtime's own; on a busy machine 1 is "
                         "often fastest)")
     add_device_option(p, "cpu", "the torch runtime computes; a GPU is timed with CUDA events")
+    p.add_argument("--against", metavar="TEACHER_DIR",
+                   help="also time the model against this one (a teacher's folder or another "
+                        "export) in interleaved rounds on the same batches, in the same "
+                        "runtime, and print the speed-up with its interquartile range")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
     p.set_defaults(func=cmd_bench)
 
@@ -146,6 +169,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     # a file in the way or a missing parent fails before any weights load; a folder
     # holding a previous export is nas.export.check_target's to judge (--overwrite)
     check_output(args.output, "dir")
+    from nas.quantize import check_quantize
+
+    check_quantize(args.quantize, args.format)
+    if args.max_int8_drop is not None and args.quantize is None:
+        raise NasError("--max-int8-drop goes with --quantize int8")
+    if args.trim_vocab and args.run is None:
+        raise NasError("--trim-vocab goes with --run RUN_DIR (the run's task gives the train "
+                       "texts whose word pieces are kept)")
     if args.run is not None:
         return _export_run(args)
     doc = _arch_document(args.arch)
@@ -167,7 +198,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export(space, arch, args.output, weights=args.weights, fmt=args.format,
                  labels=labels, tokenizer=args.tokenizer,
                  max_length=args.max_length or info.get("max_length") or 128,
-                 task=info.get("task"), overwrite=args.overwrite, random_init=args.random_init)
+                 task=info.get("task"), overwrite=args.overwrite, random_init=args.random_init,
+                 quantize=args.quantize)
     files = sorted(p.name for p in out.iterdir())
     emit(args, {"directory": str(out), "space": space.name, "arch_id": arch.id,
                 "format": args.format, "files": files, "random_init": args.random_init},
@@ -187,20 +219,13 @@ def _export_run(args: argparse.Namespace) -> int:
         raise NasError(f"{clashing[0]} does not go with --run: the run records it")
     searched = Path(args.run) / "export"
     if args.trial is None and (searched / "config.json").is_file():
-        from nas.export import convert
-
-        out = Path(args.output) if args.output else Path(args.run) / "exports" / args.format
-        from nas.rundir import RunDir
-
-        convert(searched, out, args.format, overwrite=args.overwrite,
-                metrics=RunDir(args.run).load_json("metrics.json"))
-        files = sorted(p.name for p in out.iterdir())
-        emit(args, {"directory": str(out), "source": str(searched), "format": args.format,
-                    "files": files},
-             f"exported the run's searched model ({args.format}) to {out}: {', '.join(files)}")
-        return 0
+        return _convert_run(args, Path(args.run))
     from searchers.results import export_trial
 
+    if args.quantize or args.trim_vocab:
+        flag = "--quantize" if args.quantize else "--trim-vocab"
+        raise NasError(f"{flag} goes with a run's result folders, not with --trial (a "
+                       "trial's weights are not the final retrain's); drop --trial")
     out, trial = export_trial(args.run, args.trial or "best", args.output, fmt=args.format,
                               overwrite=args.overwrite)
     files = sorted(p.name for p in out.iterdir())
@@ -209,6 +234,44 @@ def _export_run(args: argparse.Namespace) -> int:
                 "values": trial.values, "format": args.format, "files": files},
          f"exported trial {trial.number} (arch {arch_id}, values "
          f"{[round(v, 4) for v in trial.values]}) to {out}: {', '.join(files)}")
+    return 0
+
+
+def _convert_run(args: argparse.Namespace, run: Path) -> int:
+    """The run's searched model (``RUN/export``) and every final point
+    (``RUN/final/<tag>/export``) converted to ``--format`` (int8 with ``--quantize``,
+    compared with fp32 on the run's dev)."""
+    from nas.export import convert
+    from nas.quantize import run_dev, run_max_drop
+    from nas.rundir import RunDir
+    from nas.vocab_trim import run_trim
+
+    name = args.format + (f"-{args.quantize}" if args.quantize else "") + (
+        "-trimmed" if args.trim_vocab else "")
+    sources = [(run / "export", Path(args.output) if args.output else run / "exports" / name)]
+    sources += [(folder, folder.parent / "exports" / name)
+                for folder in sorted((run / "final").glob("*/export"))
+                if (folder / "config.json").is_file()]
+    metrics = RunDir(run).load_json("metrics.json")
+    keywords: dict[str, Any] = {}
+    if args.quantize:
+        keywords = {"quantize": args.quantize, "max_int8_drop": args.max_int8_drop
+                    if args.max_int8_drop is not None else run_max_drop(run)}
+    done = []
+    for src, out in sources:
+        dev = run_dev(run, src) if args.quantize else None
+        trim = run_trim(run, src) if args.trim_vocab else None
+        convert(src, out, args.format, overwrite=args.overwrite, metrics=metrics, dev=dev,
+                trim=trim, **keywords)
+        what = ("the run's searched model" if src == run / "export"
+                else f"final point {src.parent.name}")
+        done.append({"directory": str(out), "source": str(src), "what": what,
+                     "files": sorted(p.name for p in out.iterdir())})
+    emit(args, {**done[0], "format": args.format, "quantize": args.quantize,
+                "trim_vocab": args.trim_vocab,
+                "final": done[1:]},
+         "\n".join(f"exported {d['what']} ({name}) to {d['directory']}: "
+                   f"{', '.join(d['files'])}" for d in done))
     return 0
 
 
@@ -309,7 +372,7 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from nas.runtime import NOISY_IQR, benchmark, load
+    from nas.runtime import NOISY_IQR, benchmark, benchmark_pair, load
 
     sizes = _positive_ints(args.batch_sizes, "--batch-sizes")
     model = load(args.directory, args.runtime, args.threads, device=args.device)
@@ -320,11 +383,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     lines += [f"  batch {r['batch_size']:>4}: median {r['median_ms']:8.2f} ms  IQR "
               f"{r['iqr_ms']:7.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
               f"{r['throughput_per_s']:9.1f} sequences/s" for r in rows]
-    emit(args, {"directory": str(args.directory), "results": rows}, "\n".join(lines))
+    document: dict[str, Any] = {"directory": str(args.directory), "results": rows}
+    paired = []
+    if args.against:
+        against = load(args.against, args.runtime, args.threads, device=args.device)
+        paired = benchmark_pair(model, against, sizes, args.seq_len, args.repeats, args.warmup)
+        document["against"] = {"directory": str(args.against), "results": paired}
+        lines.append(f"speed-up over {args.against} (interleaved rounds, same batches, "
+                     f"{paired[0]['runtime']}):")
+        lines += [f"  batch {r['batch_size']:>4}: {r['speedup']:.2f}x  IQR "
+                  f"{r['speedup_iqr'][0]:.2f}-{r['speedup_iqr'][1]:.2f}  ({r['rounds']} "
+                  f"rounds; {r['teacher_ms']:.2f} ms against {r['student_ms']:.2f} ms)"
+                  for r in paired]
+    emit(args, document, "\n".join(lines))
     for r in rows:
         if r["noisy"]:
             print(f"warning: batch {r['batch_size']}: the IQR ({r['iqr_ms']:.2f} ms) is over "
                   f"{NOISY_IQR:.0%} of the median ({r['median_ms']:.2f} ms); the machine is busy "
                   "or the run too short (use more --repeats, --threads 1, an idle machine)",
                   file=sys.stderr)
+    for r in paired:
+        if r["noisy"]:
+            print(f"warning: batch {r['batch_size']}: the two timings' IQRs together are "
+                  "larger than the difference between their medians; the two cannot be told "
+                  "apart on this machine now (use more --repeats, --threads 1, an idle "
+                  "machine)", file=sys.stderr)
     return 0

@@ -23,9 +23,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                         "JSONL, Parquet), a saved datasets folder or a task name; --set "
                         "task.text=COLUMN and its siblings then name its columns")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved configuration, the data sizes (and what the caps "
-                        "cut), the steps per training stage and an estimated wall time, then "
-                        "exit without training or writing the run folder")
+                   help="make the run's checks (refusing what the run would refuse), print "
+                        "the resolved configuration, the data sizes (and what the caps cut), "
+                        "the steps per training stage and an estimated wall time, then exit "
+                        "without training or writing the run folder")
     p.add_argument("--run-dir", help="where results go (default runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the YAML, any dotted key, the value read as "
@@ -39,9 +40,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
                    help="a Python file or module imported first, e.g. a space of your own "
                         "(my_space.py registers it); repeatable, added to the file's "
                         "`plugins:`")
-    p.add_argument("--searcher", choices=searcher_names,
-                   help="a registered searcher the method accepts (default: the experiment's "
-                        "`searcher:`, else the method's own); e.g. random: random "
+    p.add_argument("--searcher", metavar="NAME",
+                   help="a registered searcher the method accepts, a plug-in's included "
+                        "(default: the experiment's `searcher:`, else the method's own); "
+                        f"built in: {', '.join(searcher_names)}; e.g. random: random "
                         "architectures trained with the same recipe; knapsack and "
                         "truncation: method compress only")
     study = p.add_argument_group("multi-trial searches (lanas, lamoo, tpe, nsga2, gp, random)")
@@ -68,9 +70,11 @@ def _add_run_parser(subparsers: argparse._SubParsersAction, name: str, help_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from searchers.base import METHOD_SEARCHERS, searcher_names  # torch-free: cheap parser
+    from searchers.base import searcher_names  # torch-free: cheap parser
 
-    names = [*searcher_names(), *METHOD_SEARCHERS]
+    # the names are help only: --searcher is checked once the experiment's plug-ins are
+    # loaded (method.check_searcher), so a plug-in's searcher is found
+    names = searcher_names()
     _add_run_parser(subparsers, "run", "run an experiment YAML end to end (any method)", names)
     _add_run_parser(subparsers, "search", "alias of `nas run`", names)
 
@@ -83,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from nas.methods import RunOptions, load_experiment
+    from nas.rundir import run_folder
 
     overrides = [*args.set, *([f"device={args.device}"] if args.device else [])]
     method, config = load_experiment(args.config, overrides, plugins=args.plugin,
@@ -91,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
     study = _study_options(args, searcher)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    run_dir = Path(args.run_dir or Path("runs") / config.name)
+    run_dir = run_folder(args.run_dir, Path("runs") / config.name)
     options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
                          resume=args.resume, progress=not args.no_progress,
                          study=study, break_lock=args.break_lock)
@@ -117,31 +122,14 @@ def _study_options(args: argparse.Namespace, searcher: str | None) -> object | N
     from searchers.base import SEARCHERS
     from searchers.loop import StudyOptions
 
-    # a method's own searcher (compress's knapsack) is no registered one: it takes none
+    # a one-shot or planned searcher (compress's knapsack) runs no study of its own
     if searcher is None or searcher not in SEARCHERS or SEARCHERS.kind_of(searcher) != \
             "multi-trial":
         raise NasError(f"{given[0]} needs a multi-trial searcher (--searcher lanas, lamoo, "
                        f"tpe, nsga2, gp or random), not {searcher}")
-    options = StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
-                           workers=args.workers, attach=args.attach)
-    if args.storage is not None:
-        _check_storage(args.storage, attach=args.attach)
-    return options
-
-
-def _check_storage(given: str, *, attach: bool) -> None:
-    """Open the ``--storage`` the user named before stage 1 (issue 27, item 4): an
-    unreachable database, a garbage or pickled file, a folder, or a missing journal to
-    ``--attach`` to fails now, in one line, not after the teacher and the data stages."""
-    from searchers.storage import StorageError, is_journal, open_storage, storage_url
-
-    url = storage_url(given, ".")  # a URL as given, a journal file as an absolute path
-    if is_journal(url) and not Path(url).exists():
-        if attach:
-            raise StorageError(f"--storage {given}: no such journal file to --attach to; name "
-                               "the first worker's storage, or start without --attach")
-        return  # a new journal: created by the study, nothing to validate yet
-    open_storage(url)
+    # --storage is opened by the run's checks (Method.validate), which the dry run makes too
+    return StudyOptions(n_trials=args.n_trials, timeout=args.timeout, storage=args.storage,
+                        workers=args.workers, attach=args.attach)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -169,8 +157,9 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
                    help="match the data's label names to the model's (e.g. "
                         "neg=negative,pos=positive); labels always match by name, never by "
                         "position")
-    p.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                   help="the runtime that runs the export")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "onnx"),
+                   help="the runtime that runs the export; auto (default): onnxruntime for "
+                        "an int8 export, else torch")
     add_device_option(p, "auto", "the torch runtime computes")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_evaluate)

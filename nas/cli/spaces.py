@@ -10,7 +10,7 @@ from nas.cli.common import (
     arch_from_args,
     check_output,
     emit,
-    non_negative_int,
+    seed_int,
     space_from_args,
 )
 
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sample", help="a random valid architecture, as JSON")
     p.add_argument("space", help="registered space name (nas spaces list)")
-    p.add_argument("--seed", type=non_negative_int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="random seed of the draw (default 0)")
     add_space_config_option(p)
     p.add_argument("-o", "--output", help="also write the architecture file here")

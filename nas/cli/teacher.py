@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 
-from nas.cli.common import add_device_option, check_output, non_negative_int, positive_int
+from nas.cli.common import add_device_option, check_output, positive_int, seed_int
 from nas.errors import NasError
 
 
@@ -125,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tokenizer truncation length (default 128)")
     p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="use only the first N training examples")
-    p.add_argument("--seed", type=non_negative_int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="seed of the classifier's initialisation and the data order")
     p.add_argument("--force", action="store_true", help="ignore a cached result and retrain")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -1,4 +1,4 @@
-"""Compressing a fine-tuned teacher into its own sub-networks (issue 30,
+"""Compressing a fine-tuned teacher into its own sub-networks (method compress,
 docs/reference.md#teacher-compression).
 
 :mod:`nas.compress.importance` sorts the teacher's heads, FFN neurons and hidden channels

@@ -96,6 +96,8 @@ class _Layout:
     head_size: int
     ffn: int
     hidden: int
+    #: ELECTRA's embeddings (E ≠ H): tables and norm at E, ``embeddings_project`` E → H
+    projected: bool = False
 
     def module(self, model: nn.Module, hf_param: str) -> nn.Module:
         """The module holding the HF-named parameter ``hf_param``."""
@@ -128,12 +130,17 @@ def _layout(model: nn.Module) -> _Layout:
             raise ImportanceError(f"layer {i} of the teacher is not the shape of layer 0; "
                                   "sort the full teacher, not a child")
     return _Layout(ours, layers, query.shape[0] // head_size, head_size, ffn,
-                   query.shape[1])
+                   query.shape[1], _PROJECT in ours)
+
+
+#: ELECTRA's projection of its E-wide embeddings to the hidden width (BERT's naming of it).
+_PROJECT = "embeddings.embeddings_project.weight"
 
 
 def _norm_params(layout: _Layout) -> list[str]:
-    """The HF names of the LayerNorm weights whose outputs are the hidden states."""
-    out = ["embeddings.LayerNorm.weight"]
+    """The HF names of the LayerNorm weights whose outputs are the hidden states (of the
+    embeddings' projection where it has one: its LayerNorm is then at E)."""
+    out = [_PROJECT if layout.projected else "embeddings.LayerNorm.weight"]
     for i in range(layout.layers):
         out += [f"encoder.layer.{i}.attention.output.LayerNorm.weight",
                 f"encoder.layer.{i}.output.LayerNorm.weight"]
@@ -300,6 +307,8 @@ def _gradient_scores(model: nn.Module, layout: _Layout, batches: list) -> Import
 _AXES: list[tuple[str, tuple[str | None, ...]]] = [
     (r"embeddings\.(word|position|token_type)_embeddings\.weight", (None, "H")),
     (r"embeddings\.LayerNorm\.(weight|bias)", ("H",)),
+    (r"embeddings\.embeddings_project\.weight", ("H", None)),
+    (r"embeddings\.embeddings_project\.bias", ("H",)),
     (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)\.weight", ("A", "H")),
     (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)\.bias", ("A",)),
     (r"encoder\.layer\.\d+\.attention\.output\.dense\.weight", ("H", "A")),
@@ -344,6 +353,8 @@ def permute_teacher(model: nn.Module, orders: Mapping[str, torch.Tensor]) -> nn.
         axes = next((a for pattern, a in _AXES if re.fullmatch(pattern, hf)), None)
         if axes is None:
             raise ImportanceError(f"{hf}: no rule says how it is permuted")
+        if layout.projected and re.match(r"embeddings\.(?!embeddings_project)", hf):
+            axes = (None,) * len(axes)  # at E, before the projection to the hidden width
         layer = re.match(r"encoder\.layer\.(\d+)\.", hf)
         t = state[ours]
         for dim, kind in enumerate(axes):
@@ -400,10 +411,8 @@ def sort_teacher(model: nn.Module, batches: Iterable[Mapping[str, torch.Tensor]]
 
 def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed: int,
                    cache_dir: str | Path | None) -> Importance:
-    from safetensors.torch import load_file, save_file
-
-    from nas.cache import cache_root, cached_entry, weights_fingerprint
-    from nas.checkpoint import atomic_target
+    from nas.cache import cache_root, cached_entry, load_tensors, weights_fingerprint
+    from nas.checkpoint import save_safetensors
 
     samples = sum(int(b["input_ids"].shape[0]) for b in batches)
     teacher = weights_fingerprint(model)
@@ -414,13 +423,12 @@ def _cached_scores(model: nn.Module, batches: list, method: str, task: str, seed
     def compute() -> dict[str, Any]:
         start = time.perf_counter()
         scores = importance_scores(model, batches, method)
-        with atomic_target(path) as tmp:
-            save_file({k: v.contiguous() for k, v in scores.tensors().items()}, str(tmp))
+        save_safetensors({k: v.contiguous() for k, v in scores.tensors().items()}, path)
         return dict(teacher=teacher, task=task, method=method, samples=samples, seed=seed,
                     seconds=round(time.perf_counter() - start, 3))
 
-    cached_entry(folder, "importance scores", compute)
-    tensors = load_file(str(path))
+    cached_entry(folder, "importance scores", compute)  # held for readers from here on
+    tensors = load_tensors(path)
     return Importance(tensors["heads"], tensors["neurons"], tensors["hidden"], method)
 
 

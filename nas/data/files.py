@@ -1,5 +1,5 @@
 """Your own data: a task read from CSV, TSV, JSONL or Parquet files, or a saved `datasets`
-folder, with no Python (issue 19).
+folder, with no Python (docs/own_data.md).
 
 ``task:`` in an experiment and ``--task`` on the command line name a task in one of
 these ways, tried in this order (:func:`nas.data.resolve.resolve_task`):
@@ -260,7 +260,7 @@ _PATH_KEYS = (*SPLITS, "dev", "path")
 
 def record_task(task: Any, run_dir: str | Path) -> Any:
     """A normalised ``task:`` (absolute paths) as a run folder's ``config.yaml`` records
-    it, by the rule of the run folder's own storage (issue 27): a data file inside the
+    it, by the rule of the run folder's own storage: a data file inside the
     run folder relative to it, so a moved or copied run reads its own copy; a user's
     data anywhere else as given (absolute). The inverse is :func:`recorded_task`."""
     folder = Path(run_dir).resolve()

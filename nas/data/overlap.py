@@ -53,6 +53,21 @@ def text_overlap(train: Sequence[str], validation: Sequence[str], min_words: int
     """Count validation texts that equal, contain or lie inside a training phrase of
     ``min_words`` or more words (whitespace words, case-folded). ``train_key`` (the
     training set's content fingerprint) keeps its n-grams for the next count."""
+    flags = overlapping(train, validation, min_words, train_key)
+    exact = sum(f == EXACT for f in flags)
+    return Overlap(len(validation), exact, sum(f != NONE for f in flags), min_words)
+
+
+#: :func:`overlapping`'s answers per text
+NONE, EXACT, PHRASE = 0, 1, 2
+
+
+def overlapping(train: Sequence[str], validation: Sequence[str], min_words: int = 8,
+                train_key: str | None = None) -> list[int]:
+    """Per validation text: ``EXACT`` (equals a training text), ``PHRASE`` (contains, or
+    lies inside, a training phrase of ``min_words`` or more words) or ``NONE``; what
+    :func:`text_overlap` counts, and what a filter drops (transfer text that shares a
+    phrase with dev or the report split)."""
     key = f"{train_key}:{min_words}" if train_key else None
     if key is not None and key in _TRAIN_SIDE:
         exact_set, long_train, by_n = _TRAIN_SIDE[key]
@@ -69,16 +84,17 @@ def text_overlap(train: Sequence[str], validation: Sequence[str], min_words: int
     lengths = {min_words} | {len(w) for w in valid if 0 < len(w) < min_words}
     for n in lengths - set(by_n):
         by_n[n] = {" ".join(g) for words in long_train for g in _shingles(words, n)}
-    exact = shared = 0
+    flags = []
     for words in valid:
         if " ".join(words) in exact_set:
-            exact += 1
-            shared += 1
+            flags.append(EXACT)
         elif len(words) < min_words:  # an L-word text can only lie inside an L-gram
-            shared += " ".join(words) in by_n[len(words)] if words else 0
+            flags.append(PHRASE if words and " ".join(words) in by_n[len(words)] else NONE)
         elif any(" ".join(g) in by_n[min_words] for g in _shingles(words, min_words)):
-            shared += 1
-    return Overlap(len(validation), exact, shared, min_words)
+            flags.append(PHRASE)
+        else:
+            flags.append(NONE)
+    return flags
 
 
 def exact_overlap(train: Sequence[str], validation: Sequence[str]) -> int:

@@ -75,6 +75,9 @@ class TaskSpec:
     label_names: tuple[str, ...] | None = None
     metric: str = "accuracy"  # "accuracy" or "accuracy+f1" (binary F1 of class 1)
     doc: str = ""
+    #: the Hugging Face Hub dataset and configuration the task's data come from
+    #: (``("nyu-mll/glue", "sst2")``), for model cards; ``None``: not on the Hub
+    hub_dataset: tuple[str, str] | None = None
     loader: Callable[[str], TaskData] | None = field(default=None, compare=False, repr=False)
 
 
@@ -129,6 +132,7 @@ register_task(
         label_values=("0", "1"),
         label_names=("negative", "positive"),
         doc="SST-2 binary sentiment (GLUE), single sentence",
+        hub_dataset=("nyu-mll/glue", "sst2"),
     )
 )
 register_task(
@@ -142,6 +146,7 @@ register_task(
         label_names=("not_paraphrase", "paraphrase"),
         metric="accuracy+f1",
         doc="MRPC paraphrase (GLUE), sentence pair",
+        hub_dataset=("nyu-mll/glue", "mrpc"),
     )
 )
 SNIPS_INTENTS = (
@@ -233,8 +238,8 @@ class TaskData:
 
 
 def cap_note(split: str, rows: int, used: int, setting: str) -> str:
-    """How a cap cut a split, in the words the run log and the console use (issue 31:
-    a cap must never cut a user's data without a word):
+    """How a cap cut a split, in the words the run log and the console use
+    (a cap must never cut a user's data without a word):
     ``train: 2,000 rows, using 256: data.max_train_examples``."""
     return f"{split}: {rows:,} rows, using {used:,}: {setting}"
 

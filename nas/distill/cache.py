@@ -20,7 +20,6 @@ The cache root and the keys' hash are :mod:`nas.cache`'s.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.cache import cache_root, json_key
+from nas.cache import cache_root, hold_shared, json_key, read_record
 from nas.checkpoint import atomic_target, atomic_write_json
 from nas.data.tasks import TaskData
 from nas.errors import NasError
@@ -84,6 +83,7 @@ class TeacherOutputCache:
         """The stored array ``name``, memory-mapped read-only."""
         if not self.has(name):
             raise NasError(f"no cached array {name!r} in {self.path}")
+        hold_shared(self.path.parent)  # the teacher's outputs: read to the run's end
         try:  # never unpickles: np.load refuses object arrays without allow_pickle
             return np.load(self.file(name), mmap_mode="r")
         except (ValueError, OSError, EOFError) as err:
@@ -95,7 +95,7 @@ class TeacherOutputCache:
         self.path.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.file(name), array)
         meta_path = self.path / "meta.json"
-        meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.is_file() else {
+        meta: dict[str, Any] = read_record(meta_path) if meta_path.is_file() else {
             "teacher": self.teacher, "teacher_id": self.teacher_id, "task": self.data.task,
             "split": self.data.split, "examples": len(self.data),
             "data_fingerprint": self.data.fingerprint, "max_seq_len": self.max_seq_len,

@@ -107,15 +107,16 @@ def text_corpus(tokenizer: Any, *, task: str, task_train: Any, corpus: str,
 def check_text_settings(settings: Any, no_text: str) -> None:
     """The unlabeled-text keys that general distillation, the warm-up and the mixed-vocab
     MLM stages share (``corpus_splits``, ``max_texts``, ``task_sentences``), checked
-    alike; ``no_text`` starts the error when neither a corpus split nor the task's
-    sentences are asked for."""
-    from nas.config import check_fields
+    alike (and their ``seed``); ``no_text`` starts the error when neither a corpus split
+    nor the task's sentences are asked for."""
+    from nas.config import cap_ok, check_fields
+    from nas.seeding import SEED_RANGE, is_seed
 
     check_fields([("corpus_splits", isinstance(settings.corpus_splits, list)
                    and all(isinstance(s, str) for s in settings.corpus_splits),
                    "a list of names"),
-                  ("max_texts", settings.max_texts is None or settings.max_texts >= 1,
-                   "None or >= 1")], settings)
+                  ("max_texts", cap_ok(settings.max_texts), "null (all) or an integer >= 1"),
+                  ("seed", is_seed(settings.seed), SEED_RANGE)], settings)
     if not settings.corpus_splits and not settings.task_sentences:
         raise ValueError(f"{no_text}: corpus_splits is empty and task_sentences is false")
 
@@ -173,28 +174,35 @@ def cached_teacher_logits(model_dir: str, teacher: Callable[[], Any], data: Any,
     """The fine-tuned teacher's logits on ``data`` (N, C), cached beside its other outputs
     (:class:`nas.distill.cache.TeacherOutputCache`: shared by every run on the same data);
     ``teacher()`` gives the model (called only when the cache lacks them)."""
-    import math
-
-    from tqdm.auto import tqdm
-
-    from nas.data import iter_batches
     from nas.distill.cache import TeacherOutputCache
 
     cache = TeacherOutputCache(model_dir, data, max_seq_len)
     if cache.has("logits"):
         return cache.load("logits")
-    model = teacher()
+    log.info("teacher logits on %d rows (cached for later runs)", len(data))
+    return cache.save("logits", model_logits(teacher(), data, tokenizer, max_seq_len,
+                                             progress, desc="teacher logits"))
+
+
+def model_logits(model: Any, data: Any, tokenizer: Any, max_seq_len: int,
+                 progress: bool = False, desc: str = "logits") -> np.ndarray:
+    """``model``'s logits on ``data`` (N, C) float32, in length-sorted batches of 128
+    (little padding), in data order: the teacher's, or a teacher assistant's."""
+    import math
+
+    from tqdm.auto import tqdm
+
+    from nas.data import iter_batches
+
     lengths = token_lengths(tokenizer, data, max_seq_len)
     order = np.argsort(lengths, kind="stable")  # length-sorted batches: little padding
     out = np.zeros((len(data), data.num_labels), dtype=np.float32)
-    log.info("teacher logits on %d rows (cached for later runs)", len(data))
     sub = data.subset(order.tolist())
     with torch.inference_mode():
         for batch in tqdm(iter_batches(sub, tokenizer, 128, max_seq_len),
-                          total=math.ceil(len(sub) / 128), desc="teacher logits",
-                          disable=not progress):
+                          total=math.ceil(len(sub) / 128), desc=desc, disable=not progress):
             out[order[batch["index"].numpy()]] = model(batch).logits.float().cpu().numpy()
-    return cache.save("logits", out)
+    return out
 
 
 class CachedTeacher:
@@ -225,16 +233,15 @@ class CachedTeacher:
         return h.hexdigest()[:24]
 
     def __call__(self, batch: Any, record: Sequence[str] = ()) -> Any:
-        from safetensors.torch import load_file, save_file
-
-        from nas.checkpoint import atomic_target
+        from nas.cache import load_tensors
+        from nas.checkpoint import save_safetensors
         from nas.network import ModelOutput
 
         path = self.folder / f"{self.key(batch, record)}.safetensors"
         if path.is_file():
             self.hits += 1
             # beside the batch, on the run's device (nas.device): the student's side
-            state = load_file(str(path), device=str(batch["input_ids"].device))
+            state = load_tensors(path, device=str(batch["input_ids"].device))
             records: dict[str, list[torch.Tensor]] = {}
             for name in sorted(k for k in state if k != "logits"):  # "<kind>.<layer:03d>"
                 kind = name.rsplit(".", 1)[0]
@@ -250,8 +257,8 @@ class CachedTeacher:
             for i, t in enumerate(tensors):
                 state[f"{kind}.{i:03d}"] = t.detach().half().contiguous()
         self.folder.mkdir(parents=True, exist_ok=True)
-        with atomic_target(path) as tmp:  # written from the host, whatever the device
-            save_file({k: v.cpu() for k, v in state.items()}, str(tmp))
+        # written from the host, whatever the device
+        save_safetensors({k: v.cpu() for k, v in state.items()}, path)
         # the caller gets what a hit would give: every candidate sees the same targets
         return ModelOutput(state["logits"].float(), {
             kind: [t.half().float() for t in tensors] for kind, tensors in out.records.items()})
@@ -261,6 +268,7 @@ __all__ = [
     "CachedTeacher",
     "TextDistillSettings",
     "cached_teacher_logits",
+    "model_logits",
     "check_text_settings",
     "chunk_texts",
     "seeded_batches",

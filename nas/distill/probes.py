@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,19 +49,16 @@ class ProbeSet:
         return np.concatenate(out, axis=1).astype(np.float32)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        from safetensors.torch import save_file
+        from nas.checkpoint import save_safetensors
 
-        from nas.checkpoint import atomic_target
-
-        with atomic_target(path) as tmp:
-            save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
-                       "mean": self.mean.contiguous(), "std": self.std.contiguous()}, str(tmp))
+        save_safetensors({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
+                          "mean": self.mean.contiguous(), "std": self.std.contiguous()}, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProbeSet:
-        from safetensors.torch import load_file
+        from nas.cache import load_tensors
 
-        t = load_file(str(path))
+        t = load_tensors(Path(path))
         return cls(t["weight"], t["bias"], t["mean"], t["std"])
 
 

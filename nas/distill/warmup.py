@@ -20,7 +20,6 @@ masking), the loop is :class:`nas.train.Trainer`.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -221,7 +220,7 @@ def warmup_supernet(space: Any, teacher_dir: str, settings: WarmupSettings, *, t
     architecture, the text's fingerprint and ``settings``; an interrupted warm-up resumes
     from its checkpoint, and one process at a time trains an entry (others wait).
     """
-    from nas.cache import cache_root, exclusive, settings_key
+    from nas.cache import cache_root, exclusive, hold_shared, read_record, settings_key
     from nas.teacher import teacher_identity
     from nas.tokenization import load_tokenizer
 
@@ -245,7 +244,8 @@ def warmup_supernet(space: Any, teacher_dir: str, settings: WarmupSettings, *, t
                 trained = True
     if not trained:
         log.info("supernet warm-up from the cache (%s)", folder)
-    record = {**json.loads(result_file.read_text()), "from_cache": not trained}
+    hold_shared(folder)  # the run loads the weights later: `nas cache clear` leaves them
+    record = {**read_record(result_file), "from_cache": not trained}
     return WarmupResult(weights, record)
 
 

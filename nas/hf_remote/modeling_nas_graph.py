@@ -70,7 +70,7 @@ def truncate(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     (``[CLS] a [SEP]``: A's first pieces and the ``[SEP]``; a pair: :func:`pair_lengths`),
     padded to the longest row: what ``nas predict`` feeds the model. A stock ``pipeline``
     does not truncate unless asked, so without this a text longer than the trained length
-    got another answer than ``nas predict`` gives (issue 31)."""
+    got another answer than ``nas predict`` gives."""
     rows = []
     for r in range(input_ids.shape[0]):
         real = attention_mask[r] == 1

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from nas.ops.base import Op, linear_slice, register_op
 from nas.ops.basic import make_norm, norm_params
-from nas.ops.transformer import AttentionMatmul, PoolerClassifier
+from nas.ops.transformer import AttentionMatmul, PoolerClassifier, pool
 
 # ---------------------------------------------------------------------------
 # normalisation nodes: Norm(sum of inputs)
@@ -208,9 +208,8 @@ class ElasticPoolerClassifier(PoolerClassifier):
 
     def forward(self, xs, out_width, p, ctx):
         cls_state = xs[0][:, 0]  # (B, C)
-        c = cls_state.shape[-1]
         if hasattr(self, "pooler"):
-            cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, c))
+            cls_state = pool(self.pooler.dense, cls_state, p)
         return linear_slice(self.classifier, self.dropout(cls_state), out_width)
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from nas.ops.base import Context, Op, SelectOp, linear_slice, register_op
-from nas.ops.basic import make_norm, norm_params
+from nas.ops.basic import ACTIVATIONS, make_norm, norm_params
 
 #: Added to the scores of padded keys before the softmax (BERT's convention).
 MASK_VALUE = -10000.0
@@ -40,24 +40,45 @@ class Embedding(Op):
     of tokens t+1, t, t-1 and map 3E → H, docs/reference.md#mobilebert), ``norm`` (layer_norm,
     no_norm or none), ``key`` (which batch entry holds the ids: ``input_ids`` or ``input_ids_b``).
     A plain factorised embedding (E < H, no trigram) maps E → H with a linear layer.
+
+    Two teacher conventions (``spaces/bert.py``, ``model_type``): ``padding_idx`` (RoBERTa,
+    XLM-R, CamemBERT) numbers the positions from ``padding_idx + 1`` over the non-pad tokens,
+    a pad token taking position ``padding_idx`` (``transformers``'
+    ``create_position_ids_from_input_ids``); ``project="after_norm"`` (ELECTRA) keeps the
+    position and type tables and the norm at E and maps E → H afterwards
+    (``embeddings_project``), where MobileBERT's factorisation maps before adding them. A
+    one-row type table (RoBERTa's) reads type 0 for every token, whatever the tokenizer says.
     """
 
     def __init__(self, in_widths, out_width, p):
         super().__init__(in_widths, out_width, p)
         e = int(p["embedding_size"])
         self.word_embeddings = nn.Embedding(int(p["vocab_size"]), e)
-        if self._projects(p):
+        if self._projects_after(p):
+            self.embeddings_project = nn.Linear(e, out_width)
+        elif self._projects(p):
             self.embedding_transformation = nn.Linear(e * (3 if p.get("trigram") else 1), out_width)
+        table = self._table_width(p, out_width)
         if p.get("max_positions", 0):
-            self.position_embeddings = nn.Embedding(int(p["max_positions"]), out_width)
+            self.position_embeddings = nn.Embedding(int(p["max_positions"]), table)
         if p.get("type_vocab_size", 0):
-            self.token_type_embeddings = nn.Embedding(int(p["type_vocab_size"]), out_width)
+            self.token_type_embeddings = nn.Embedding(int(p["type_vocab_size"]), table)
         if p.get("norm", "layer_norm") != "none":
-            self.LayerNorm = make_norm(p.get("norm", "layer_norm"), out_width, p.get("eps", 1e-12))
+            self.LayerNorm = make_norm(p.get("norm", "layer_norm"), table, p.get("eps", 1e-12))
 
     @staticmethod
     def _projects(p: Mapping[str, Any]) -> bool:
         return bool(p.get("trigram")) or int(p["embedding_size"]) != int(p["out"])
+
+    @classmethod
+    def _projects_after(cls, p: Mapping[str, Any]) -> bool:
+        """ELECTRA's order: the sum and the norm at E, then E → H."""
+        return p.get("project") == "after_norm" and cls._projects(p)
+
+    @classmethod
+    def _table_width(cls, p: Mapping[str, Any], out_width: int) -> int:
+        """The width of the position and type tables and of the norm."""
+        return int(p["embedding_size"]) if cls._projects_after(p) else out_width
 
     @classmethod
     def out_width(cls, in_widths, p):
@@ -69,10 +90,11 @@ class Embedding(Op):
         n = int(p["vocab_size"]) * e
         if cls._projects(p):
             n += e * (3 if p.get("trigram") else 1) * out_width + out_width
-        n += int(p.get("max_positions", 0)) * out_width
-        n += int(p.get("type_vocab_size", 0)) * out_width
+        table = cls._table_width(p, out_width)
+        n += int(p.get("max_positions", 0)) * table
+        n += int(p.get("type_vocab_size", 0)) * table
         if p.get("norm", "layer_norm") != "none":
-            n += norm_params(out_width)
+            n += norm_params(table)
         return n
 
     @classmethod
@@ -97,20 +119,33 @@ class Embedding(Op):
             nxt = F.pad(x[:, 1:], (0, 0, 0, 1))
             prv = F.pad(x[:, :-1], (0, 0, 1, 0))
             x = torch.cat([nxt, x, prv], dim=-1)
-        if self._projects(p):
+        after = self._projects_after(p)
+        if self._projects(p) and not after:
             x = linear_slice(self.embedding_transformation, x, out_width)
-        seq_len = ids.shape[1]
+        width = x.shape[-1]
         if hasattr(self, "position_embeddings"):
-            x = x + self.position_embeddings.weight[:seq_len, :out_width]
+            x = x + self._positions(ids, p, width)
         if hasattr(self, "token_type_embeddings"):
             type_key = "token_type_ids" if key == "input_ids" else f"token_type_ids{key[9:]}"
             types = ctx.batch.get(type_key)
-            if types is None:
+            if types is None or self.token_type_embeddings.num_embeddings == 1:
                 types = torch.zeros_like(ids)
-            x = x + F.embedding(types, self.token_type_embeddings.weight[:, :out_width])
+            x = x + F.embedding(types, self.token_type_embeddings.weight[:, :width])
         if hasattr(self, "LayerNorm"):
             x = self.LayerNorm(x)
+        if after:
+            x = linear_slice(self.embeddings_project, x, out_width)
         return x
+
+    def _positions(self, ids: torch.Tensor, p: Mapping[str, Any], width: int) -> torch.Tensor:
+        """The position embeddings: 0..L-1, or RoBERTa's numbering from ``padding_idx + 1``
+        over the non-pad tokens (pads at ``padding_idx``)."""
+        table = self.position_embeddings.weight[:, :width]
+        pad = p.get("padding_idx")
+        if pad is None:
+            return table[: ids.shape[1]]
+        real = ids.ne(int(pad)).int()
+        return F.embedding(torch.cumsum(real, dim=1) * real + int(pad), table)
 
 
 class AttentionMatmul(nn.Module):
@@ -230,7 +265,9 @@ class PoolerClassifier(Op):
     ``p``: ``num_labels``, ``pooler`` (False: classify the [CLS] state directly),
     ``pooling``: ``cls`` (BERT's first-token state, the default) or ``mean`` (the mean over
     the unmasked tokens: for convolutional or pooling cells, whose first token sees only
-    its neighbours).
+    its neighbours), ``pooler_act``: the pooler's activation, ``tanh`` (BERT's; RoBERTa's
+    ``dense`` + tanh + ``out_proj`` head is the same computation), ``gelu`` (ELECTRA's
+    head) or ``relu`` (DistilBERT's ``pre_classifier`` + ReLU).
     """
 
     def __init__(self, in_widths, out_width, p):
@@ -265,8 +302,15 @@ class PoolerClassifier(Op):
         else:
             cls_state = xs[0][:, 0]
         if hasattr(self, "pooler"):
-            cls_state = torch.tanh(linear_slice(self.pooler.dense, cls_state, cls_state.shape[-1]))
+            cls_state = pool(self.pooler.dense, cls_state, p)
         return self.classifier(self.dropout(cls_state))
+
+
+def pool(dense: nn.Linear, cls_state: torch.Tensor, p: Mapping[str, Any]) -> torch.Tensor:
+    """The pooler: ``act(W_p·h)`` at the state's width, ``act`` the head's ``pooler_act``
+    (tanh unless set; see :class:`PoolerClassifier`)."""
+    return ACTIVATIONS[p.get("pooler_act", "tanh")](linear_slice(dense, cls_state,
+                                                                 cls_state.shape[-1]))
 
 
 @register_op("joint_intent_slot")

@@ -1,4 +1,4 @@
-"""Builds tests/data/old_study/: two multi-trial run folders made by the code before issue 26
+"""Builds tests/data/old_study/: two multi-trial run folders made by the code before 842c8f5
 (commit 43a4924, whose searchers kept their own history and a JSON copy of the study).
 
 Run on that commit: ``git -C REPO archive 43a4924 | tar -x -C /tmp/orig; cd /tmp/orig;
