@@ -214,3 +214,11 @@ def test_the_report_of_a_search_that_trains_models_says_the_comparison_was_not_r
     assert ("Comparison with the controls not run (not a tabular space: each evaluation "
             "trains a model).") in lines
     assert found["controls"] == {"run": False, "reason": "not a tabular space"}
+
+
+def test_a_runs_space_finds_its_benchmark_and_a_space_with_models_finds_none(tiny):
+    from searchers.benchmarks import benchmark_of_space
+
+    assert benchmark_of_space("tiny-table").name == "tiny-table"  # a plug-in's, by its table
+    assert benchmark_of_space("nas-bench-bert").front == ("sst", "params")
+    assert benchmark_of_space("adabert") is None
