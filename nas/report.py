@@ -126,8 +126,13 @@ def write_report(run_dir: str | Path) -> tuple[str, dict[str, Any]]:
     lines += ["", *(f"![{p.stem}]({p.name})" for p in pictures)]
     text = "\n".join(lines)
     (run.path / "report.md").write_text(text + "\n")
-    return text, {"metrics": metrics, "pictures": [str(p) for p in pictures],
-                  "report": str(run.path / "report.md")}
+    data = {"metrics": metrics, "pictures": [str(p) for p in pictures],
+            "report": str(run.path / "report.md")}
+    # a multi-trial study's comparison with the controls (searchers.report.study_sections
+    # adds it to the metrics it is handed): the report's finding, not the run's record
+    if "controls" in metrics:
+        data["controls"] = metrics.pop("controls")
+    return text, data
 
 
 def _table(metrics: dict[str, Any], title: str) -> list[str]:

@@ -427,7 +427,7 @@ class AdaBert(Recipe[AdaBertConfig]):
                                                                              list[Path]]:
         from searchers.report import study_sections
 
-        lines, pictures = study_sections(run.path, report_reference(metrics))
+        lines, pictures = study_sections(run.path, report_reference(metrics), into=metrics)
         return lines, _plots(run) + pictures
 
 

@@ -481,7 +481,8 @@ class MobileBert(Recipe[MobileBertConfig]):
             lines.append(f"| {row['tag']} | {_shape_line(v)} | {100 * score:.2f} | "
                          f"{row['params'] / 1e6:.2f}M | {row['flops'] / 1e6:.1f} | "
                          f"{lat['batch1']['median_ms']:.2f} / {lat['batch32']['median_ms']:.1f} |")
-        more, pictures = study_sections(run.path, report_reference(metrics)) if (
+        more, pictures = study_sections(run.path, report_reference(metrics),
+                                           into=metrics) if (
             run.path / "study.json").is_file() else ([], [])
         return lines + more, pictures
 

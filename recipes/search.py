@@ -420,7 +420,8 @@ class Search(Recipe[SearchConfig]):
         if not (run.path / "study.json").is_file():
             return (lines if final else []) + one_shot_lines(metrics.get("search") or {}), []
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
-        more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen)
+        more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen,
+                                         into=metrics)
         return lines + more, pictures
 
 

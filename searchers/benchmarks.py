@@ -429,6 +429,70 @@ def comparisons(values: Mapping[str, list[list[float]]], mode: str,
 
 
 # ---------------------------------------------------------------------------
+# one run against the controls (``nas report``)
+# ---------------------------------------------------------------------------
+
+#: paired control seeds a run's report draws (each a few tens of milliseconds on a table)
+REPORT_SEEDS = 10
+#: a run is better than a control when the control reaches the run's hypervolume in at
+#: most this share of the seeds: the run wins >= 80 % of them, docs/benchmarks.md's bar
+REACHED_AT_MOST = 0.2
+
+
+def benchmark_of_space(name: str) -> TabularBenchmark | None:
+    """The benchmark whose space is the space named ``name``: a registered benchmark's,
+    else a registered tabular space's own (its first score against its parameters, the
+    defaults of :class:`TabularBenchmark`); ``None`` for a space that trains models."""
+    for registered in BENCHMARKS.names():
+        benchmark = BENCHMARKS.get(registered)
+        space = benchmark.space
+        if (space if isinstance(space, str) else benchmark.load().name) == name:
+            return benchmark
+    from nas.space import get_space, list_spaces
+
+    if name not in list_spaces(tabular=True):
+        return None
+    pool = get_space(name)
+    if not isinstance(pool, PoolSpace):
+        return None
+    scores = [m for m, info in pool.metric_info.items() if info.kind == "score"]
+    if not scores or "params" not in pool.metrics:
+        return None
+    return TabularBenchmark(name, name, score=scores[0], front=(scores[0], "params"))
+
+
+def run_against_controls(benchmark: TabularBenchmark, rows: Sequence[int], run_seed: int,
+                         seeds: int = REPORT_SEEDS) -> dict[str, Any]:
+    """A run's evaluated ``rows`` against the controls given as many evaluations: the
+    hypervolume of the recorded values of its front on the benchmark's two front metrics
+    (relative to the table's front, :meth:`Bench.measure`), and per control the same
+    measure on ``seeds`` noiseless runs, their seeds derived from ``run_seed``. Computed
+    anew each time: a few tens of milliseconds per control run."""
+    from nas.seeding import MAX_SEED, stage_seed
+
+    bench = Bench(benchmark)
+    names = bench.objectives("mo")
+    recorded = np.array([[bench.space.record(r)[k] for k in names] for r in rows])
+    n = len(rows)
+    hv = bench.measure(Run(recorded, recorded, []), "mo", n)
+    drawn = [stage_seed(run_seed, f"report-controls-{k}") % (MAX_SEED + 1)
+             for k in range(seeds)]
+    out: dict[str, Any] = {"benchmark": benchmark.name, "front": list(names),
+                           "evaluations": n, "hypervolume": hv, "seeds": drawn,
+                           "controls": {}}
+    for control in CONTROLS:
+        values = []
+        for seed in drawn:
+            run = bench.search(control, "mo", False, seed, n)
+            values.append(bench.measure(run, "mo", len(run.observed)))
+        reached = sum(v >= hv for v in values)
+        out["controls"][control] = {"hypervolumes": values, "reached": reached}
+    out["better"] = all(c["reached"] <= REACHED_AT_MOST * seeds
+                        for c in out["controls"].values())
+    return out
+
+
+# ---------------------------------------------------------------------------
 # the built-in benchmarks
 # ---------------------------------------------------------------------------
 

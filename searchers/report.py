@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from nas.errors import NasError
 from nas.units import human
 from searchers.results import best_trial, complete_trials, open_run_study, pareto_front, signs
 from searchers.storage import masked
@@ -211,10 +212,12 @@ def plot_history(study: optuna.Study, path: Path) -> Path | None:
 
 def study_sections(run_dir: str | Path,
                    reference: Mapping[str, Mapping[str, float]] | None = None,
-                   chosen: Sequence[int] = ()) -> tuple[list[str], list[Path]]:
+                   chosen: Sequence[int] = (), into: dict[str, Any] | None = None
+                   ) -> tuple[list[str], list[Path]]:
     """Report lines and pictures for the run folder's study (none without a study);
     ``chosen``: the trial numbers the method's final stage retrained, named in the text
-    and ringed on the Pareto plot."""
+    and ringed on the Pareto plot; ``into``: given, it receives the comparison with the
+    controls under ``controls`` (:func:`controls_line`), for the report's JSON."""
     run_dir = Path(run_dir)
     pointer = read_pointer(run_dir)
     if pointer is None:
@@ -261,6 +264,10 @@ def study_sections(run_dir: str | Path,
         front = pareto_front(study)
         lines.append("Pareto front: trials " + ", ".join(str(t.number) for t in front)
                      + f" (`nas export --run {run_dir} --trial N`).")
+    line, found = controls_line(study)
+    lines.append(line)
+    if into is not None:
+        into["controls"] = found
     if chosen:
         lines.append("Chosen for the final retrain: trial"
                      + ("s " if len(chosen) > 1 else " ")
@@ -270,6 +277,43 @@ def study_sections(run_dir: str | Path,
     pictures = [p for p in (plot_pareto(study, run_dir / "pareto.png", reference, chosen),
                             plot_history(study, run_dir / "history.png")) if p is not None]
     return lines, pictures
+
+
+NOT_TABULAR = ("Comparison with the controls not run (not a tabular space: each evaluation "
+               "trains a model).")
+
+
+def controls_line(study: optuna.Study) -> tuple[str, dict[str, Any]]:
+    """Whether the study's front beats the controls ``random`` and ``random-params`` given
+    as many evaluations, on paired seeds (:func:`searchers.benchmarks.run_against_controls`):
+    only on a tabular space, where a control's evaluation is a look-up; the line and the
+    numbers (``{"run": False, "reason": ...}`` where it was not run)."""
+    from searchers.benchmarks import benchmark_of_space, run_against_controls
+
+    try:  # a table's files gone since the run, a plug-in's benchmark defined wrongly
+        benchmark = benchmark_of_space(str(study.user_attrs.get("space", "")))
+        if benchmark is None:
+            return NOT_TABULAR, {"run": False, "reason": "not a tabular space"}
+        space = benchmark.load()
+        rows = [space.row_of_id(t.user_attrs.get("arch_id", ""))
+                for t in complete_trials(study)]
+        recorded = [r for r in rows if r is not None]
+        if not rows or len(recorded) < len(rows):
+            return ("Comparison with the controls not run (no complete trial, or one that "
+                    "is not a recorded row)."), {"run": False, "reason": "no recorded trials"}
+        found = run_against_controls(benchmark, recorded, int(study.user_attrs.get("seed", 0)))
+    except NasError as err:  # the rest of the report still stands
+        return f"Comparison with the controls not run ({err}).", {"run": False,
+                                                                  "reason": str(err)}
+    k = len(found["seeds"])
+    reached = {c: v["reached"] for c, v in found["controls"].items()}
+    hv = f"{found['hypervolume']:.4f}"
+    line = (f"Controls ({benchmark.name}: {' and '.join(found['front'])}, "
+            f"{found['evaluations']} evaluations each, hypervolume as a share of the table's "
+            f"front): front hypervolume {hv}; random reaches ≥ {hv} in {reached['random']} "
+            f"of {k} seeds, random-params in {reached['random-params']} of {k}: "
+            f"{'' if found['better'] else 'not '}better than the controls for this budget.")
+    return line, {"run": True, **found}
 
 
 def _table(study: optuna.Study, evaluated: list[FrozenTrial], names: list[str]) -> str:

@@ -149,3 +149,76 @@ def test_local_search_moves_to_a_neighbour_of_its_first_architecture(tiny):
     search.tell(first, evaluator(first.arch))
     second = search.ask()
     assert tiny.row_of(second.arch) in set(tiny.neighbours(tiny.row_of(first.arch)).tolist())
+
+
+def _tabular_run(tiny, folder, trials: int, seed: int = 5):
+    """A ``method: search`` run folder whose study searched the tiny table (a hand-written
+    metrics.json, as tests/test_report.py writes, beside a real study)."""
+    from nas.rundir import RunDir
+    from searchers.loop import StudyOptions, StudySettings, StudySpec, run_study
+
+    run = RunDir(folder, {"method": "search", "name": "tiny"})
+    latency = {f"batch{b}": {"median_ms": 1.0, "seq_len": 8} for b in (1, 32)}
+    run.save_json("metrics.json", {"teacher": {"dev": {"accuracy": 0.9}, "params": 10,
+                                               "flops": 10, "latency": latency}})
+    spec = StudySpec.for_run(searcher="random", name="tiny", run_dir=folder, seed=seed,
+                             settings=StudySettings(), options=StudyOptions(),
+                             default_trials=trials)
+    return run_study(spec, tiny, TabularEvaluator(tiny, ("acc", "params"), seed=seed))
+
+
+def test_the_report_of_a_tabular_run_compares_its_front_with_the_controls(tiny, tmp_path):
+    """Every row evaluated: the run's front is the table's (hypervolume 1), and each
+    control given as many evaluations reaches it in every seed: not better."""
+    from nas.report import write_report
+
+    _tabular_run(tiny, tmp_path / "run", trials=tiny.size())
+    text, data = write_report(tmp_path / "run")
+    assert ("front hypervolume 1.0000; random reaches ≥ 1.0000 in 10 of 10 seeds, "
+            "random-params in 10 of 10: not better than the controls for this budget."
+            ) in text
+    assert "Controls (tiny-table: acc and params, 24 evaluations each" in text
+    found = data["controls"]
+    assert found["run"] and found["evaluations"] == 24 and found["hypervolume"] == 1.0
+    assert found["front"] == ["acc", "params"] and len(set(found["seeds"])) == 10
+    assert {c: v["reached"] for c, v in found["controls"].items()} == {
+        "random": 10, "random-params": 10}
+    assert "controls" not in data["metrics"]  # the report's finding, not the run's record
+
+
+def test_a_front_found_in_few_evaluations_is_better_than_the_controls(tiny):
+    """Only the table's front rows evaluated: the controls, as many evaluations each,
+    seldom evaluate all of those that count."""
+    from searchers.benchmarks import front_mask, run_against_controls, sign
+
+    table = np.column_stack([sign(tiny, n) * tiny.metrics[n] for n in ("acc", "params")])
+    rows = np.flatnonzero(front_mask(table)).tolist()
+    found = run_against_controls(get_benchmark("tiny-table"), rows, run_seed=0)
+    assert found["evaluations"] == len(rows) < tiny.size() and found["hypervolume"] == 1.0
+    # 2 of 10 seeds: at the bar (a control reaching it in at most a fifth of the seeds)
+    assert [v["reached"] for v in found["controls"].values()] == [2, 0]
+    assert found["better"] is True
+    again = run_against_controls(get_benchmark("tiny-table"), rows, run_seed=1)
+    assert again["seeds"] != found["seeds"]  # derived from the run's seed
+
+
+def test_the_report_of_a_search_that_trains_models_says_the_comparison_was_not_run(tmp_path):
+    from searchers.loop import run_study
+    from searchers.report import study_sections
+    from tests.test_study_loop import Synthetic, space, spec_for
+
+    s = space()
+    run_study(spec_for(tmp_path, searcher="random", n_trials=3), s, Synthetic(s))
+    found: dict = {}
+    lines, _ = study_sections(tmp_path, into=found)
+    assert ("Comparison with the controls not run (not a tabular space: each evaluation "
+            "trains a model).") in lines
+    assert found["controls"] == {"run": False, "reason": "not a tabular space"}
+
+
+def test_a_runs_space_finds_its_benchmark_and_a_space_with_models_finds_none(tiny):
+    from searchers.benchmarks import benchmark_of_space
+
+    assert benchmark_of_space("tiny-table").name == "tiny-table"  # a plug-in's, by its table
+    assert benchmark_of_space("nas-bench-bert").front == ("sst", "params")
+    assert benchmark_of_space("adabert") is None
