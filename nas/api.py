@@ -257,7 +257,7 @@ def run(method: str, *, task: str | Mapping[str, Any], run_dir: str | Path | Non
     docs/search.md, docs/compress.md (the shipped ``experiments/*.yaml`` are examples);
     a plug-in's are its configuration class's fields
     (``nas.methods.METHODS.get(NAME).config_class``). Every method has ``name`` (default
-    ``METHOD``, or ``METHOD-SPACE`` when ``space=`` is given), ``teacher``, ``seed``,
+    ``METHOD``, or ``METHOD-SPACE`` when ``space=`` names one), ``teacher``, ``seed``,
     ``data``, ``teacher_finetune``, ``device`` and ``precision``. ``space`` may be a
     ``SearchSpace`` object; ``evaluator`` a name or ``{"name": ..., "settings": {...}}``;
     ``plugins`` one file or a list. ``searcher`` is the configuration's key where it has
