@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "search": "nas.api", "SearchResult": "nas.api",
+    "run": "nas.api", "search": "nas.api", "RunResult": "nas.api", "SearchResult": "nas.api",
     "Architecture": "nas.architecture", "load_architecture": "nas.architecture",
     "Categorical": "nas.choices", "IntChoice": "nas.choices", "per_layer": "nas.choices",
     "ArchitectureError": "nas.errors", "NasError": "nas.errors",

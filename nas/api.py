@@ -1,5 +1,6 @@
-"""The Python route to a search: :func:`search` runs ``method: search`` (``recipes/search.py``)
-from keywords, as ``nas run`` does from a file, and returns a :class:`SearchResult`.
+"""The Python route to every method: :func:`run` runs any registered method (``nas run``'s
+checks, the same code) from keywords, as ``nas run`` does from a file, and returns a
+:class:`RunResult`; :func:`search` is ``run("search", space=...)``, its keywords listed.
 
     import nas
     result = nas.search(space="tiny-cell", plugins=["examples/custom_space.py"],
@@ -8,9 +9,13 @@ from keywords, as ``nas run`` does from a file, and returns a :class:`SearchResu
     result.best, result.pareto, result.trials       # the chosen model, the front, a table
     result.export("tiny_hf", format="hf")
 
-The module is ``nas.api`` so that no module shadows the function ``nas.search``. A
-``SearchSpace`` object (a space made in a notebook cell) is searched without registration;
-it lives in this process only, so it cannot be searched by ``workers`` > 1.
+    plan = nas.run("adabert", task="sst2", dry_run=True)    # nas run --dry-run's plan
+    result = nas.run("tinybert", task="sst2", data={"max_train_examples": 2000})
+    print(result.report())
+
+The module is ``nas.api`` so that no module shadows the functions ``nas.search`` and
+``nas.run``. A ``SearchSpace`` object (a space made in a notebook cell) is searched without
+registration; it lives in this process only, so it cannot be searched by ``workers`` > 1.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,12 +36,71 @@ _OBJECT_SPACES: dict[str, Any] = {}
 
 
 @dataclass
-class SearchResult:
-    """What a finished search left in ``run_dir`` (read from it, so a result can also be
-    opened later with :meth:`open`)."""
+class RunResult:
+    """What a finished run of any method left in ``run_dir`` (read from it, so a result can
+    also be opened later with :meth:`open`): its ``metrics.json``, its report and its
+    export."""
 
     run_dir: Path
     metrics: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def open(cls, run_dir: str | Path) -> RunResult:
+        """The result of a finished run folder (``nas run`` or :func:`run`)."""
+        from nas.rundir import RunDir
+
+        metrics = RunDir(run_dir).load_json("metrics.json")
+        if not isinstance(metrics, dict):
+            raise NasError(f"{run_dir}: no finished run here (metrics.json); run nas.run(..., "
+                           "run_dir=...) or nas run first")
+        return cls(Path(run_dir), metrics)
+
+    def report(self) -> str:
+        """``nas report RUN_DIR``'s text (Markdown; its plots are written into the run
+        folder)."""
+        from nas.report import write_report
+
+        return write_report(self.run_dir)[0]
+
+    def export(self, directory: str | Path, format: str = "native", *,  # noqa: A002
+               trial: int | str | None = None, overwrite: bool = False,
+               quantize: str | None = None) -> Path:
+        """The run's model (a search's best final one; or study trial ``trial``'s model,
+        ``"best"`` or a number, after a multi-trial search) written to ``directory`` as
+        ``native``, ``hf`` or ``onnx``; ``quantize="int8"``
+        (``onnx`` only, not with ``trial``): ONNX Runtime's int8 graph, compared with fp32
+        on the run's dev (:mod:`nas.quantize`)."""
+        if quantize is not None:
+            from nas.export import convert
+            from nas.quantize import check_quantize, run_dev, run_max_drop
+            from nas.rundir import RunDir
+
+            check_quantize(quantize, format)
+            if trial is not None:
+                raise NasError("quantize goes with the run's final model, not with a trial")
+            source = self.run_dir / "export"
+            convert(source, directory, format, overwrite=overwrite, quantize=quantize,
+                    dev=run_dev(self.run_dir, source), max_int8_drop=run_max_drop(self.run_dir),
+                    metrics=RunDir(self.run_dir).load_json("metrics.json"))
+            return Path(directory)
+        if trial is not None:
+            from searchers.results import export_trial
+
+            out, _ = export_trial(self.run_dir, trial, directory, fmt=format,
+                                  overwrite=overwrite)
+            return out
+        from nas.export import convert
+        from nas.rundir import RunDir
+
+        convert(self.run_dir / "export", directory, format, overwrite=overwrite,
+                metrics=RunDir(self.run_dir).load_json("metrics.json"))
+        return Path(directory)
+
+
+@dataclass
+class SearchResult(RunResult):
+    """What a finished search (``method: search`` or ``compress``) left in ``run_dir``: a
+    :class:`RunResult` with its final retrains and its study."""
 
     @classmethod
     def open(cls, run_dir: str | Path) -> SearchResult:
@@ -94,39 +157,6 @@ class SearchResult:
             raise NasError(f"{self.run_dir}: a one-shot search has no trials; see .best")
         return study.trials_dataframe()
 
-    def export(self, directory: str | Path, format: str = "native", *,  # noqa: A002
-               trial: int | str | None = None, overwrite: bool = False,
-               quantize: str | None = None) -> Path:
-        """The best final model (or study trial ``trial``'s model, ``"best"`` or a number)
-        written to ``directory`` as ``native``, ``hf`` or ``onnx``; ``quantize="int8"``
-        (``onnx`` only, not with ``trial``): ONNX Runtime's int8 graph, compared with fp32
-        on the run's dev (:mod:`nas.quantize`)."""
-        if quantize is not None:
-            from nas.export import convert
-            from nas.quantize import check_quantize, run_dev, run_max_drop
-            from nas.rundir import RunDir
-
-            check_quantize(quantize, format)
-            if trial is not None:
-                raise NasError("quantize goes with the run's final model, not with a trial")
-            source = self.run_dir / "export"
-            convert(source, directory, format, overwrite=overwrite, quantize=quantize,
-                    dev=run_dev(self.run_dir, source), max_int8_drop=run_max_drop(self.run_dir),
-                    metrics=RunDir(self.run_dir).load_json("metrics.json"))
-            return Path(directory)
-        if trial is not None:
-            from searchers.results import export_trial
-
-            out, _ = export_trial(self.run_dir, trial, directory, fmt=format,
-                                  overwrite=overwrite)
-            return out
-        from nas.export import convert
-        from nas.rundir import RunDir
-
-        convert(self.run_dir / "export", directory, format, overwrite=overwrite,
-                metrics=RunDir(self.run_dir).load_json("metrics.json"))
-        return Path(directory)
-
 
 class _KeywordsFromConfig:
     """The type of :func:`search`: its function, with a signature (``help(nas.search)``,
@@ -177,7 +207,8 @@ def _keywords_from_config(method: str) -> Callable[[Callable[..., SearchResult]]
 def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | None = None,
            resume: bool = False, progress: bool = True, data_dir: str | None = None,
            **settings: Any) -> SearchResult:
-    """Search ``space`` on ``task`` and retrain, score and export what ``final`` chooses.
+    """Search ``space`` on ``task`` and retrain, score and export what ``final`` chooses:
+    ``nas.run("search", space=space, ...)`` with method search's keys listed.
 
     ``space``: a registered name (a file in ``plugins`` may register it) or a
     ``SearchSpace``. ``task``: a task name, a data file or a mapping (as ``task:`` in a
@@ -196,25 +227,94 @@ def search(space: Any, *, task: str | Mapping[str, Any], run_dir: str | Path | N
     report`` and ``nas export --run`` read; ``resume=True`` continues an interrupted one.
     Progress bars show in a terminal and in a notebook.
     """
-    from nas.methods import RunOptions, method_config
-    from nas.rundir import run_folder
+    folder, metrics = _start("search", "nas.search()", dict(
+        space=space, task=task, **settings), run_dir=run_dir, resume=resume,
+        progress=progress, data_dir=data_dir)
+    return SearchResult(folder, metrics)
 
-    space_name = _space_name(space, settings.get("workers", 1))
-    data: dict[str, Any] = {"name": settings.pop("name", None) or f"search-{space_name}",
-                            **{k: _plain(v) for k, v in settings.items()},
-                            "method": "search", "task": task, "space": space_name}
+
+def run(method: str, *, task: str | Mapping[str, Any], run_dir: str | Path | None = None,
+        resume: bool = False, progress: bool = True, data_dir: str | None = None,
+        dry_run: bool = False, **settings: Any) -> RunResult | dict[str, Any]:
+    """Run registered method ``method`` on ``task``, as ``nas run`` runs a file naming it
+    (the same code, so the same checks: the method's ``validate``, its searcher, the run
+    folder), and return its :class:`RunResult` (a :class:`SearchResult` after methods
+    search and compress); ``dry_run=True`` returns ``nas run --dry-run``'s plan instead (a
+    dict: the resolved configuration, data sizes, steps per stage, estimated time),
+    training nothing and writing no folder.
+
+    ``method``: ``adabert``, ``efficientbert``, ``tinybert``, ``mobilebert``,
+    ``mixedvocab``, ``search``, ``compress`` or a plug-in's (an entry point, or a file in
+    ``plugins=``, imported first). ``task``: a task name, a data file or a mapping (as
+    ``task:`` in a file). ``run_dir``: default ``runs/<name>``; ``resume=True`` continues
+    an interrupted run; ``progress``: progress bars; ``data_dir``: default
+    ``$NAS_DATA_DIR``.
+
+    ``settings``: the method's configuration keys, as its experiment file writes them,
+    checked by its configuration class as a file is (an unknown key or a bad value is one
+    line naming it). They are documented with each method: docs/adabert.md,
+    docs/efficientbert.md, docs/tinybert.md, docs/mobilebert.md, docs/mixedvocab.md,
+    docs/search.md, docs/compress.md (the shipped ``experiments/*.yaml`` are examples);
+    a plug-in's are its configuration class's fields
+    (``nas.methods.METHODS.get(NAME).config_class``). Every method has ``name`` (default
+    ``METHOD``, or ``METHOD-SPACE`` when ``space=`` names one), ``teacher``, ``seed``,
+    ``data``, ``teacher_finetune``, ``device`` and ``precision``. ``space`` may be a
+    ``SearchSpace`` object; ``evaluator`` a name or ``{"name": ..., "settings": {...}}``;
+    ``plugins`` one file or a list. ``searcher`` is the configuration's key where it has
+    one, else ``nas run --searcher`` (``efficientbert``); either way it is checked as the
+    command line checks it.
+    """
+    folder, result = _start(method, "nas.run()", dict(task=task, **settings),
+                            run_dir=run_dir, resume=resume, progress=progress,
+                            data_dir=data_dir, dry_run=dry_run)
+    if dry_run:
+        return result
+    return (SearchResult if isinstance(result.get("final"), list) else RunResult)(folder, result)
+
+
+def _start(method: str, where: str, settings: dict[str, Any], *, run_dir: str | Path | None,
+           dry_run: bool = False, **options: Any) -> tuple[Path, dict[str, Any]]:
+    """Method ``method`` run (or planned) from keywords: their mapping as a file would
+    hold it (:func:`_experiment`), loaded and checked as ``nas run`` loads a file
+    (:func:`nas.methods.method_config`, errors naming ``where``), then started as ``nas run``
+    starts it (:func:`nas.methods.start_run`)."""
+    from nas.methods import method_config, start_run
+
+    data, searcher = _experiment(method, settings)
+    chosen, config = method_config(data, where)
+    return start_run(chosen, config, run_dir=run_dir, searcher=searcher, dry_run=dry_run,
+                     run_dir_flag="run_dir", **options)
+
+
+def _experiment(method: str, settings: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The keywords as an experiment file's mapping (plain values, ``plugins`` a list, an
+    ``evaluator`` name as ``{name: ...}``, a ``SearchSpace`` object registered by name,
+    ``name`` by default ``METHOD`` or ``METHOD-SPACE``), and the ``searcher`` to give as
+    ``--searcher`` would be: one the configuration has no key for (else ``None``)."""
+    data = {k: _plain(v) for k, v in settings.items()}
+    if "plugins" in data:
+        data["plugins"] = _plugin_list(settings["plugins"])
+    space = settings.get("space")
+    if space is not None and not isinstance(space, (str, Mapping)):  # a SearchSpace
+        data["space"] = _space_name(space, settings.get("workers", 1))
+    default_name = f"{method}-{data['space']}" if isinstance(data.get("space"), str) else method
+    data["name"] = data.pop("name", None) or default_name
     if isinstance(data.get("evaluator"), str):
         data["evaluator"] = {"name": data["evaluator"]}
-    if "plugins" in settings:
-        data["plugins"] = _plugin_list(settings["plugins"])
-    method, config = method_config(data, "nas.search()")
-    folder = run_folder(run_dir, Path("runs") / config.name, "run_dir")
-    if not logging.getLogger().handlers:  # a notebook or a script without logging set up
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    metrics = method.run(config, RunOptions(run_dir=folder, data_dir=data_dir,
-                                            searcher=method.check_searcher(config.searcher),
-                                            resume=resume, progress=progress))
-    return SearchResult(folder, metrics)
+    searcher = None
+    if "searcher" in data and not _has_key(method, "searcher"):
+        searcher = data.pop("searcher")
+    return {**data, "method": method}, searcher
+
+
+def _has_key(method: str, key: str) -> bool:
+    """Whether registered method ``method``'s configuration has ``key`` (``True`` for a
+    method not registered yet, a plug-in file's: its class checks the key)."""
+    from nas.methods import METHODS
+
+    if method not in METHODS:
+        return True
+    return key in {f.name for f in dataclasses.fields(METHODS.get(method).config_class)}
 
 
 def _plugin_list(plugins: Any) -> list[str]:
@@ -239,15 +339,13 @@ def _plain(value: Any) -> Any:
 
 
 def _space_name(space: Any, workers: int) -> str:
-    """The registered name to search: ``space`` itself, or a ``SearchSpace`` object's name,
-    registered for this process (a different object under a taken name is refused)."""
+    """The registered name to search: a ``SearchSpace`` object's name, registered for this
+    process (a different object under a taken name is refused)."""
     from nas.space import SPACES, SearchSpace
 
-    if isinstance(space, str):
-        return space
     if not isinstance(space, SearchSpace):
-        raise NasError(f"space must be a registered name or a SearchSpace, got "
-                       f"{type(space).__name__}")
+        raise NasError(f"space must be a registered name, a SearchSpace or a mapping (as a "
+                       f"file's space:), got {type(space).__name__}")
     if workers > 1:
         raise NasError(f"space {space.name!r} is an object of this process; worker processes "
                        "cannot see it: define it in a file, pass plugins=[FILE] and its name")
@@ -260,4 +358,4 @@ def _space_name(space: Any, workers: int) -> str:
     return space.name
 
 
-__all__ = ["SearchResult", "search"]
+__all__ = ["RunResult", "SearchResult", "run", "search"]

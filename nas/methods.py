@@ -19,7 +19,8 @@ Hooks, in the order the CLI calls them::
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -213,6 +214,33 @@ def method_config(data: dict[str, Any], where: str, base: Path | None = None,
                                                       "__dataclass_fields__", {}):
         data.pop("plugins")  # imported above; this method's workers do not re-import them
     return method, method.load_config(data, str(path))
+
+
+def start_run(method: Method, config: Any, *, run_dir: str | Path | None,
+              searcher: Any = None, dry_run: bool = False, run_dir_flag: str = "--run-dir",
+              study: Callable[[str | None], Any] | None = None, **options: Any
+              ) -> tuple[Path, dict[str, Any]]:
+    """What ``nas run`` and ``nas.run`` both do once the configuration is loaded: the
+    searcher checked (``searcher``, as ``--searcher`` gives it, else the configuration's
+    ``searcher:``), the run folder (``run_dir`` or ``runs/<name>``; an empty one is refused
+    naming ``run_dir_flag``), logging set up when nothing set it up, then the method's
+    plan (``dry_run``: :meth:`Method.dry_run`, no training, no folder) or its run
+    (:meth:`Method.run`, which makes the same checks first). ``study`` turns the checked
+    searcher into :attr:`RunOptions.study` (the command line's multi-trial flags);
+    ``options`` are :class:`RunOptions`' other fields. Returns the run folder and the
+    plan or the metrics."""
+    from nas.rundir import run_folder
+
+    given = searcher if searcher is not None else getattr(config, "searcher", None)
+    checked = method.check_searcher(given)
+    study_options = study(checked) if study is not None else None
+    folder = run_folder(run_dir, Path("runs") / config.name, run_dir_flag)
+    # a no-op where logging is set up already (a notebook or a script may have done it)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    run_options = RunOptions(run_dir=folder, searcher=checked, study=study_options, **options)
+    if dry_run:
+        return folder, method.dry_run(config, run_options)
+    return folder, method.run(config, run_options)
 
 
 def method_of_run(run: RunDir) -> Method | None:

@@ -7,8 +7,6 @@ registry and runs it; the command knows no method by name.
 from __future__ import annotations
 
 import argparse
-import logging
-from pathlib import Path
 
 from nas.cli.common import add_device_option, emit, positive_float, positive_int, runtime_device
 from nas.errors import NasError
@@ -86,28 +84,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nas.methods import RunOptions, load_experiment
-    from nas.rundir import run_folder
+    from nas.methods import load_experiment, start_run
 
     overrides = [*args.set, *([f"device={args.device}"] if args.device else [])]
     method, config = load_experiment(args.config, overrides, plugins=args.plugin,
                                      task=args.task)
     # an experiment may name its searcher (`searcher: lanas`); --searcher overrides it
-    searcher = method.check_searcher(args.searcher or getattr(config, "searcher", None))
-    study = _study_options(args, searcher)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    run_dir = run_folder(args.run_dir, Path("runs") / config.name)
-    options = RunOptions(run_dir=run_dir, data_dir=args.data_dir, searcher=searcher,
-                         resume=args.resume, progress=not args.no_progress,
-                         study=study, break_lock=args.break_lock)
+    run_dir, result = start_run(method, config, run_dir=args.run_dir, searcher=args.searcher,
+                                dry_run=args.dry_run,
+                                study=lambda searcher: _study_options(args, searcher),
+                                data_dir=args.data_dir, resume=args.resume,
+                                progress=not args.no_progress, break_lock=args.break_lock)
     if args.dry_run:
         from recipes.plan import describe
 
-        plan = method.dry_run(config, options)
-        emit(args, plan, describe(plan))
+        emit(args, result, describe(result))
         return 0
-    metrics = method.run(config, options)
-    emit(args, metrics, f"done: {run_dir} (nas report {run_dir})")
+    emit(args, result, f"done: {run_dir} (nas report {run_dir})")
     return 0
 
 
