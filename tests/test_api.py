@@ -29,7 +29,12 @@ def _smoke_settings(method: str) -> dict:
     return data
 
 
-@pytest.mark.parametrize("method", BUILT_IN)
+#: planned in the default run; the others' plans (the same route) are ``slow``
+PLANNED_FIRST = ("adabert", "search", "compress")
+
+
+@pytest.mark.parametrize("method", [m if m in PLANNED_FIRST else
+                                    pytest.param(m, marks=pytest.mark.slow) for m in BUILT_IN])
 def test_every_built_in_method_plans_from_python_without_training(method, tmp_path):
     """``dry_run=True``: ``nas run --dry-run``'s plan (checks passed, the caps' sizes, the
     training stages), and no run folder."""

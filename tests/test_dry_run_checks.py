@@ -143,7 +143,15 @@ def _method_files() -> list[Path]:
     return [p for p in files if "method" in yaml.safe_load(p.read_text())]
 
 
-@pytest.mark.parametrize("path", _method_files(), ids=lambda p: p.name)
+def _cheap_first(paths: list[Path]) -> list:
+    """The smoke files and the examples in the default run; the full experiments' dry
+    runs (the same checks on larger settings, about a second each) are ``slow``."""
+    return [p if p.parent.name == "examples" or p.stem.endswith("_smoke")
+            else pytest.param(p, marks=pytest.mark.slow) for p in paths]
+
+
+@pytest.mark.parametrize("path", _cheap_first(_method_files()),
+                         ids=lambda p: getattr(p, "name", str(p)))
 def test_every_shipped_configuration_passes_its_dry_run(path, tmp_path, capsys, monkeypatch):
     """Each experiment and example passes the run's checks (the wall-time estimate, which
     times the teacher, is left out: it is not a check)."""
