@@ -232,10 +232,9 @@ def test_a_reopened_search_continues_like_the_uninterrupted_one(name):
         t.user_attrs.get("arch_id") for t in straight.study.trials]
 
 
-def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
-    """GP learns from complete trials only: one whose optimum lies over the budget would
-    propose it forever. After ``fallback_after`` rejections in a row, a random feasible
-    architecture is queued and evaluated instead."""
+def _stuck_over_the_budget():
+    """``(space, params limit, searcher)``: a searcher that always proposes AdaBERT's
+    largest cell, over a limit the default cell meets (the fallback tests' stuck GP)."""
     from nas.cost import count_costs
     from searchers.optuna_searchers import PerTrialSearcher
 
@@ -251,7 +250,17 @@ def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
             return optuna.samplers.PartialFixedSampler(
                 bridge.params_of(big), optuna.samplers.RandomSampler(seed=seed))
 
-    search = StudySearch.open(space, Stuck(), seed=0, budget=Budget(max_params=limit),
+    return space, limit, Stuck()
+
+
+def test_a_sampler_stuck_over_the_budget_gets_a_random_feasible_architecture():
+    """GP learns from complete trials only: one whose optimum lies over the budget would
+    propose it forever. After ``fallback_after`` rejections in a row, a random feasible
+    architecture is queued and evaluated instead."""
+    from nas.cost import count_costs
+
+    space, limit, stuck = _stuck_over_the_budget()
+    search = StudySearch.open(space, stuck, seed=0, budget=Budget(max_params=limit),
                               fallback_after=5)
     candidate = search.ask()
     trials = search.study.trials
@@ -269,27 +278,15 @@ def test_a_fallback_counts_the_rejections_before_a_kill():
     import os
     import socket
 
-    from nas.cost import count_costs
-    from searchers.optuna_searchers import PerTrialSearcher
     from searchers.storage import live_trial, recover_stale_trials, worker_info
 
-    space = get_space("adabert", **small_config("adabert"))
-    big = space.default().replace(depth=4, **{c.name: "std_conv_7" for c in space.choices()
-                                              if c.name != "depth"})
-    limit = count_costs(space, space.default(), 128).params
-
-    class Stuck(PerTrialSearcher):
-        name = "stuck"
-
-        def build(self, seed, bridge):
-            return optuna.samplers.PartialFixedSampler(
-                bridge.params_of(big), optuna.samplers.RandomSampler(seed=seed))
+    space, limit, stuck = _stuck_over_the_budget()
 
     class Killed(BaseException):
         pass
 
     def search(storage):
-        return StudySearch.open(space, Stuck(), seed=0, budget=Budget(max_params=limit),
+        return StudySearch.open(space, stuck, seed=0, budget=Budget(max_params=limit),
                                 fallback_after=5, storage=storage, study_name="s",
                                 trial_attrs={"worker": worker_info()})
 
