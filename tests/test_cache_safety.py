@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_outputs_checked_first import _one_error
 
 from nas.cache import (
     MARKER,
@@ -22,16 +23,6 @@ from nas.cache import (
 )
 from nas.cli import main
 from nas.errors import NasError
-
-
-def _one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``nas argv``: exit 2 and exactly one ``error:`` line on stderr, returned."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -13,24 +13,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from test_outputs_checked_first import _one_error
 
-from nas.cli import main
 from nas.errors import ExportError, NasError
 from nas.export import export
 from nas.space import get_space
 
 SMOKE = Path(__file__).resolve().parents[1] / "experiments" / "lanas_smoke.yaml"
 EXPORT = ["export", "--space", "tinybert", "-c", "num_hidden_layers=1", "--random-init"]
-
-
-def _one_error(capsys, argv: list[str]) -> str:
-    """Run ``nas argv``: exit 2 and exactly one ``error:`` line on stderr, returned."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def _leftovers(folder: Path) -> list[str]:
