@@ -64,6 +64,16 @@ class DevSet:
     labels: Sequence[int]
     metric: str
 
+    @classmethod
+    def of(cls, data: Any, labels: Sequence[int] | None = None,
+           metric: str | None = None) -> DevSet:
+        """The examples of a task split (``data``: its texts, labels and metric);
+        ``labels``: the class index of each row in a model's order, when that is not the
+        split's own; ``metric``: another than the split's."""
+        return cls(list(data.texts_a), list(data.texts_b) if data.texts_b else None,
+                   list(data.labels if labels is None else labels),
+                   data.metric if metric is None else metric)
+
 
 def needs_reduce_range(machine: str | None = None, flags: set[str] | None = None) -> bool:
     """Whether weights should be 7-bit (``reduce_range``): on x86-64 without VNNI or AMX
@@ -219,10 +229,7 @@ def run_dev(run_dir: Path, export_dir: Path) -> DevSet | None:
         data = data if rows is None else data.subset(rows)
     elif n:
         data = data.head(n)
-    labels = label_names(config) or [config["id2label"][str(i)]
-                                     for i in range(len(config.get("id2label") or {}))]
-    return DevSet(list(data.texts_a), list(data.texts_b) if data.texts_b else None,
-                  label_indices(labels, data, {}, export_dir), data.metric)
+    return DevSet.of(data, label_indices(label_names(config), data, {}, export_dir))
 
 
 def run_max_drop(run_dir: Path) -> float:

@@ -71,9 +71,7 @@ def task_trim(train: Any, report: Any, split: str, metric: str,
 
     texts = [*train.texts_a, *(train.texts_b or []), *transfer]
     return TrimTexts(texts, "train + transfer" if transfer else "train",
-                     DevSet(list(report.texts_a),
-                            list(report.texts_b) if report.texts_b else None,
-                            list(report.labels), metric), split)
+                     DevSet.of(report, metric=metric), split)
 
 
 def run_trim(run_dir: Path, export_dir: Path) -> TrimTexts:
@@ -96,12 +94,9 @@ def run_trim(run_dir: Path, export_dir: Path) -> TrimTexts:
                        int(run.config.get("seed", 0)), REPORT_SAMPLE_STAGE)
     report = report if rows is None else report.subset(rows)
     config = read_config(export_dir)
-    labels = label_names(config) or [config["id2label"][str(i)]
-                                     for i in range(len(config.get("id2label") or {}))]
     trim = task_trim(load_task(task, "train"), report, split, report.metric)
-    scored = None if config.get("head") is not None else DevSet(
-        trim.report.texts_a, trim.report.texts_b,
-        label_indices(labels, report, {}, export_dir), report.metric)
+    scored = None if config.get("head") is not None else DevSet.of(
+        report, label_indices(label_names(config), report, {}, export_dir))
     return TrimTexts(trim.texts, trim.source, scored, split)
 
 

@@ -694,11 +694,9 @@ class TaskContext(Generic[ConfigT]):
             return {"fmt": getattr(final, "format", None) or fmt, **trim}
         from nas.quantize import DevSet
 
-        dev = self.dev
         return {**trim, "fmt": final.format, "quantize": final.quantize,
                 "max_int8_drop": float(final.max_int8_drop),
-                "dev": DevSet(list(dev.texts_a), list(dev.texts_b) if dev.texts_b else None,
-                              list(dev.labels), self.metric)}
+                "dev": DevSet.of(self.dev, metric=self.metric)}
 
     def finish(self, tag: str, space: Any, arch: Any, *, model: GraphNet | None = None,
                evaluator: Any = None, what: str = "the retrain",
