@@ -535,11 +535,12 @@ class TaskContext(Generic[ConfigT]):
 
     def speedup(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
         """The searched model's speed-up over the teacher, both timed now in interleaved
-        rounds as engine graphs in PyTorch fp32 (:func:`nas.measure.paired_speedups`):
-        the run's native export against the teacher in the ``bert`` design, on the
-        latency batches; each final point with an export of its own (``final/<tag>``,
-        method search and compress) under ``final``. ``None`` when the run exported no
-        native model."""
+        rounds (:func:`nas.measure.paired_speedups`): as engine graphs in PyTorch fp32, or,
+        for an export that ships an ONNX graph, in that graph against the teacher exported
+        the same way, with the speed-ups against the teacher in PyTorch fp32 and the
+        structural one beside it (:mod:`nas.shipped`); each final point with an export of
+        its own (``final/<tag>``, methods search and compress) under ``final``. ``None``
+        when the run exported no native model."""
         found = self._paired_export(self.run.path / "export",
                                     (metrics.get("searched") or {}).get("tag") or "searched")
         if found is None or "searched" not in metrics:
@@ -551,22 +552,36 @@ class TaskContext(Generic[ConfigT]):
         return {**found, **({"final": finals} if finals else {})}
 
     def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
-        """:func:`nas.measure.paired_speedups` of the export in ``folder`` against the
-        teacher, both as engine graphs (:func:`nas.runtime.timed_callable`); ``None``
-        without an export."""
+        """The export in ``folder`` timed against the teacher: in PyTorch fp32, both as
+        engine graphs (:func:`nas.runtime.timed_callable`), or in the ONNX graph it ships
+        (:func:`nas.shipped.shipped_speedups`, on the CPU); ``None`` without an export."""
         from nas.device import to_device
         from nas.measure import paired_speedups
         from nas.runtime import load, timed_callable
+        from nas.shipped import shipped_speedups, ships_onnx
 
         if not (folder / "config.json").is_file():
             return None
         teacher = self.task_teacher()[1]
         device = next(teacher.parameters()).device
+        if ships_onnx(folder) and device.type == "cpu":
+            return shipped_speedups(teacher, self.teacher_export(), folder,
+                                    self.latency_batches, self.cfg.latency_repeats, what=what)
         student = timed_callable(load(folder, device=str(device)))
         batches = {bs: to_device(b, device) for bs, b in self.latency_batches.items()}
         with torch.no_grad():
             return paired_speedups(teacher, student, batches, self.cfg.latency_repeats,
                                    device=device, what=what)
+
+    def teacher_export(self) -> Path:
+        """The teacher exported, once per run folder, in the format and precision the
+        run's students ship in (``final.export``; :func:`nas.shipped.teacher_export`):
+        what their speed-up in the same runtime is timed against."""
+        from nas.shipped import TEACHER_EXPORT, teacher_export
+
+        space, model = self.task_teacher()
+        return teacher_export(self.export_model, space, model,
+                              self.run.path / TEACHER_EXPORT, self.format_keywords("onnx"))
 
     # -- what evaluators, exports and the report read --------------------------------------
     def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:

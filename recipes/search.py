@@ -410,19 +410,32 @@ class Search(Recipe[SearchConfig]):
 
         final = metrics.get("final") or []
         split = metrics.get("evaluation", {}).get("split", "dev")
+        timed = (metrics.get("speedup") or {}).get("final") or {}
         lines = ["", "## Final retrains", "",
-                 f"| model | trial | arch | seeds | {split} mean ± sd (%) |",
-                 "|---|---|---|---|---|"]
+                 f"| model | trial | arch | seeds | {split} mean ± sd (%) | faster (batch 1) |",
+                 "|---|---|---|---|---|---|"]
         for row in final:
             lines.append(f"| {row['tag']} | {row['trial'] if row['trial'] is not None else '-'}"
                          f" | {row['arch_id']} | {len(row['seeds'])} | "
-                         f"{100 * row[f'{split}_mean']:.2f} ± {100 * row[f'{split}_std']:.2f} |")
+                         f"{100 * row[f'{split}_mean']:.2f} ± {100 * row[f'{split}_std']:.2f} | "
+                         f"{speedup_cell(timed.get(row['tag']))} |")
         if not (run.path / "study.json").is_file():
             return (lines if final else []) + one_shot_lines(metrics.get("search") or {}), []
         chosen = [r["trial"] for r in final if r.get("trial") is not None]
         more, pictures = study_sections(run.path, report_reference(metrics), chosen=chosen,
                                          into=metrics)
         return lines + more, pictures
+
+
+def speedup_cell(timed: Mapping[str, Any] | None) -> str:
+    """A final point's paired batch-1 speed-up over the teacher (:mod:`nas.measure`): in
+    PyTorch fp32, or, for an export that ships an ONNX graph (:mod:`nas.shipped`), against
+    the teacher in the same runtime and against the teacher in PyTorch fp32."""
+    if not timed or "batch1" not in timed:
+        return "-"
+    same = f"{timed['batch1']['speedup']:.1f}× ({timed['runtime']})"
+    fp32 = (timed.get("vs_torch_fp32") or {}).get("batch1")
+    return same if fp32 is None else f"{same}; {fp32['speedup']:.1f}× vs torch-fp32 teacher"
 
 
 def latency_scale(ctx: SearchContext, objectives: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,49 @@
+"""Speed-ups in the runtime an export ships in (:mod:`nas.shipped`): the student's ONNX
+graph against the teacher exported the same way, against the teacher in PyTorch fp32, and
+the structural figure, all by the one timing protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from nas.cost import batch_for
+from nas.export import export
+from nas.hf import load_teacher_as_design
+from nas.shipped import TEACHER_EXPORT, shipped_speedups, ships_onnx, teacher_export
+from nas.space import get_space
+
+
+def test_shipped_speedups_time_the_int8_graph_three_ways(tiny_teacher, tmp_path: Path):
+    space, teacher = load_teacher_as_design(tiny_teacher)
+    made: list[Path] = []
+
+    def export_fn(space, arch, folder, **keywords):
+        made.append(Path(folder))
+        return export(space, arch, folder, overwrite=True, labels=["neg", "pos"], **keywords)
+
+    keywords = {"fmt": "onnx", "quantize": "int8", "trim": "never used for the teacher"}
+    folder = teacher_export(export_fn, space, teacher, tmp_path / TEACHER_EXPORT, keywords)
+    assert ships_onnx(folder) and made == [folder]
+    # a resumed run finds it: not exported again
+    assert teacher_export(export_fn, space, teacher, folder, keywords) == folder
+    assert made == [folder]
+
+    student_space = get_space("adabert")
+    student = export(student_space, None, tmp_path / "student", fmt="onnx", quantize="int8",
+                     random_init=True, labels=["neg", "pos"])
+    native = export(student_space, None, tmp_path / "native", random_init=True,
+                    labels=["neg", "pos"])
+    assert ships_onnx(student) and not ships_onnx(native)
+    batches = {1: batch_for(space, 1, 12), 2: batch_for(space, 2, 12)}
+    with torch.no_grad():
+        timed = shipped_speedups(teacher, folder, student, batches, repeats=5, what="s")
+    assert timed["runtime"] == "onnx-int8"
+    assert timed["vs_torch_fp32"]["runtime"] == "student onnx-int8, teacher torch-fp32"
+    assert timed["structural"]["runtime"] == "torch-fp32"
+    for record in (timed, timed["vs_torch_fp32"], timed["structural"]):
+        for bs in (1, 2):
+            row = record[f"batch{bs}"]
+            assert row["rounds"] == 5 and row["teacher_ms"] > 0 and row["student_ms"] > 0
+            assert row["speedup"] == row["speedup"]  # not NaN
