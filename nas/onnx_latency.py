@@ -16,10 +16,8 @@ clock of :mod:`nas.latency` (the thread's time) covers the whole call.
 
 from __future__ import annotations
 
-import logging
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,26 +45,9 @@ def child_graph(child: GraphNet, folder: Path, runtime: str) -> Path:
     if runtime == "onnx":
         return fp32
     pre, int8 = folder / "model.pre.onnx", folder / "model.int8.onnx"
-    with _quiet_root():
-        pre_process(fp32, pre, symbolic=False)
-        quantize(pre, int8, needs_reduce_range(), empty_weight_nodes(pre))
+    pre_process(fp32, pre, symbolic=False)  # both quiet the quantiser's root-logger lines
+    quantize(pre, int8, needs_reduce_range(), empty_weight_nodes(pre))
     return int8
-
-
-@contextmanager
-def _quiet_root() -> Iterator[None]:
-    """ONNX Runtime's quantiser logs a line per tensor on the root logger at INFO; a
-    calibration quantises dozens of children, so those lines are dropped for the block
-    (the engine's own loggers are named, and a filter on the root logger leaves them)."""
-    def keep(record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING
-
-    root = logging.getLogger()
-    root.addFilter(keep)
-    try:
-        yield
-    finally:
-        root.removeFilter(keep)
 
 
 def session(path: Path) -> Any:

@@ -31,7 +31,8 @@ import logging
 import platform
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,8 @@ def pre_process(src: Path, dst: Path, symbolic: bool) -> str:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic)
+        with quiet_quantizer():
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic)
     except Exception as err:  # onnxruntime's own untyped errors
         raise ExportError(f"{src.name}: quant_pre_process cannot read it "
                           f"({' '.join(str(err).split())[:200]})") from None
@@ -166,9 +168,27 @@ def quantize(src: Path, dst: Path, reduce_range: bool, exclude: Sequence[str] = 
     """``quantize_dynamic``: int8 weights per output channel, ``exclude`` kept in fp32."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), per_channel=True, reduce_range=reduce_range,
-                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
-                     op_types_to_quantize=list(QUANTIZED_OPS))
+    with quiet_quantizer():
+        quantize_dynamic(str(src), str(dst), per_channel=True, reduce_range=reduce_range,
+                         weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                         op_types_to_quantize=list(QUANTIZED_OPS))
+
+
+@contextmanager
+def quiet_quantizer() -> Iterator[None]:
+    """ONNX Runtime's quantiser logs a line per tensor on the root logger at INFO (a
+    teacher's export wrote 2,500 of them into a run's log); they are dropped for the
+    block (the engine's own loggers are named, and a filter on the root logger leaves
+    them and every warning)."""
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def layer_groups(path: Path) -> dict[str, list[str]]:

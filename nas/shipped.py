@@ -31,6 +31,8 @@ from nas.timing import TORCH_FP32
 ONNX_FILE = "model.onnx"
 #: Where a run exports its teacher in the runtime its students ship in.
 TEACHER_EXPORT = "teacher_export"
+#: The teacher's ``max_int8_drop``: more points than any metric has, so no layer search.
+NO_FALLBACK = 100.0
 
 
 def ships_onnx(folder: Path) -> bool:
@@ -49,6 +51,11 @@ def teacher_export(export: Callable[..., Path], space: Any, model: torch.nn.Modu
     if ships_onnx(folder):
         return folder
     kept = {k: v for k, v in keywords.items() if k != "trim"}
+    if "quantize" in kept:
+        # the reference is timed, not shipped: its int8 graph is compared with fp32 on dev
+        # and recorded, but no layer is kept in fp32 to win points back (a greedy search
+        # over a teacher's layers costs minutes, and fp32 layers would only slow it)
+        kept["max_int8_drop"] = NO_FALLBACK
     # a copy: an export may convert or trim the model it is given
     return export(space, None, folder, model=copy.deepcopy(model).eval(), **kept)
 

@@ -199,6 +199,11 @@ class FinetuneConfig:
     seed: int = 0
     #: ``False``: the teacher is a classifier the user fine-tuned already (:func:`own_teacher`)
     enabled: bool = True
+    #: batches of examples of similar length (:func:`nas.data.batching.length_grouped_order`,
+    #: the name ``transformers``' Trainer gives it): SST-2 mixes short phrases with long
+    #: sentences, and a random batch is padded to its longest, so grouping cuts a step's
+    #: tokens several times over; off by default, so earlier teachers keep their order
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         # The cache key hashes these values as JSON: `epochs: 1` from a YAML file must give
@@ -212,9 +217,10 @@ class FinetuneConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NasError(f"teacher fine-tuning: {name} must be an integer, got {value!r}")
-        if not isinstance(self.enabled, bool):
-            raise NasError(f"teacher fine-tuning: enabled must be true or false, got "
-                           f"{self.enabled!r}")
+        for name in ("enabled", "group_by_length"):
+            if not isinstance(getattr(self, name), bool):
+                raise NasError(f"teacher fine-tuning: {name} must be true or false, got "
+                               f"{getattr(self, name)!r}")
         # a cap of 0 is refused, not read as "no cap" (it kept every row, or divided by 0)
         for name, ok, allowed in (
                 ("max_train_examples", cap_ok(self.max_train_examples),
@@ -275,7 +281,8 @@ def finetune_key(
         # a setting added later enters the key only when set, so that the keys (and
         # the cached teachers) of earlier runs stay valid
         "config": {k: v for k, v in asdict(config).items()
-                   if not (k in ("max_dev_examples",) and v is None) and k != "enabled"},
+                   if not (k == "max_dev_examples" and v is None)
+                   and not (k == "group_by_length" and not v) and k != "enabled"},
         "version": 1,  # bump when the training procedure changes
     })
 
@@ -519,9 +526,16 @@ def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
     if force:
         ckpt.unlink(missing_ok=True)
 
+    lengths = None
+    if config.group_by_length:
+        from nas.distill.general import token_lengths
+
+        lengths = token_lengths(tokenizer, train, config.max_seq_len)
+
     def batches(epoch: int, start: int) -> Any:  # one seeded permutation per epoch
         return iter_batches(train, tokenizer, config.batch_size, config.max_seq_len,
-                            shuffle=True, seed=config.seed + epoch, start_batch=start)
+                            shuffle=True, seed=config.seed + epoch, start_batch=start,
+                            lengths=lengths)
 
     def loss_fn(net: Any, batch: dict[str, Any]) -> Any:
         return net(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -549,6 +563,10 @@ def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
     model_dir = run_dir / "model"
     tmp_dir = run_dir / "model.tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
+    # the task's label names, so that the folder, reused as a fine-tuned teacher
+    # (teacher_finetune.enabled: false), is matched by name, not by position
+    model.config.id2label = dict(enumerate(train.label_names))
+    model.config.label2id = {name: i for i, name in enumerate(train.label_names)}
     model.save_pretrained(str(tmp_dir))
     for weights in sorted(tmp_dir.glob("*.safetensors")):
         canonical_safetensors(weights)  # the same weights, the same bytes

@@ -286,7 +286,7 @@ def test_a_latency_limit_no_truncation_meets_names_the_latency_table(tmp_path):
             truncations=[truncation(space, k) for k in (1, 2)], space=space, budget=budget)
     message = str(err.value)
     assert message.startswith("constraints: no truncation of the teacher (first k whole "
-                              "layers) fits them (the first layer alone: latency_ms 50 > "
+                              "layers) fits them (the first 1 layer(s) alone: latency_ms 50 > "
                               "max_latency_ms 10.5); raise max_latency_ms; latency predicted "
                               f"by latency table {path} (clock cpu, calibrated "
                               "2026-01-02T03:04:05Z, noise 30.0 % (noisy")

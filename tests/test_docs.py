@@ -36,7 +36,7 @@ def test_the_readme_is_short_and_keeps_its_two_commands():
     # .ci/run and the other engineers' tools read the line after each marker
     # not `mkdocs build --strict -q`: --quiet hides the warnings that --strict counts, and
     # the build then passes with a broken link (mkdocs 1.6)
-    for marker, must in (("<!-- main-command -->", "nas run experiments/adabert_smoke.yaml"),
+    for marker, must in (("<!-- main-command -->", "nas run experiments/quickstart.yaml"),
                          ("<!-- test-command -->", "mkdocs build --strict && ")):
         after = README.split(marker, 1)[1].lstrip().splitlines()
         command = next(line for line in after if not line.startswith("```"))

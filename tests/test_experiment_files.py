@@ -33,3 +33,24 @@ def test_every_method_experiment_loads_through_the_registry(path):
     method, config = load_experiment(path)
     # a link (search_smoke.yaml -> examples/custom_search.yaml) keeps its target's name
     assert isinstance(config, method.config_class) and config.name == path.resolve().stem
+
+
+def test_the_quickstart_names_every_cap_in_its_header_and_the_readme():
+    """The README's first command runs experiments/quickstart.yaml: every cap on its
+    budget (rows of the teacher's fine-tune, of the distillation, of dev...) is stated in
+    the file's header and in the README, as the numbers the file sets."""
+    path = EXPERIMENTS[0].parent / "quickstart.yaml"
+    text = path.read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    readme = (path.parents[1] / "README.md").read_text()
+    config = yaml.safe_load(text)
+    caps = [config["teacher_finetune"]["max_train_examples"],
+            config["teacher_finetune"]["max_dev_examples"],
+            config["data"]["max_train_examples"], config["data"]["max_dev_examples"],
+            config["final"]["train_examples"]]
+    for cap in caps:
+        assert f"{cap:,}" in header, cap
+        assert f"{cap:,}" in readme, cap
+    layers = config["searcher"]["settings"]["layers"]
+    assert len(layers) == 1 and f"first {layers[0]} " in header and f"first {layers[0]} " in readme
+    assert "nas run experiments/quickstart.yaml --run-dir runs/quickstart" in readme

@@ -4,6 +4,7 @@ the structural figure, all by the one timing protocol."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -11,21 +12,28 @@ import torch
 from nas.cost import batch_for
 from nas.export import export
 from nas.hf import load_teacher_as_design
-from nas.shipped import TEACHER_EXPORT, shipped_speedups, ships_onnx, teacher_export
+from nas.shipped import NO_FALLBACK, TEACHER_EXPORT, shipped_speedups, ships_onnx, teacher_export
 from nas.space import get_space
 
 
 def test_shipped_speedups_time_the_int8_graph_three_ways(tiny_teacher, tmp_path: Path):
     space, teacher = load_teacher_as_design(tiny_teacher)
     made: list[Path] = []
+    given: list[dict] = []
 
     def export_fn(space, arch, folder, **keywords):
         made.append(Path(folder))
+        given.append(keywords)
         return export(space, arch, folder, overwrite=True, labels=["neg", "pos"], **keywords)
 
-    keywords = {"fmt": "onnx", "quantize": "int8", "trim": "never used for the teacher"}
+    keywords = {"fmt": "onnx", "quantize": "int8", "max_int8_drop": 0.3,
+                "trim": "never used for the teacher"}
     folder = teacher_export(export_fn, space, teacher, tmp_path / TEACHER_EXPORT, keywords)
     assert ships_onnx(folder) and made == [folder]
+    # no vocabulary trim, and no fp32-layer search for a reference that is only timed
+    assert "trim" not in given[0] and given[0]["max_int8_drop"] == NO_FALLBACK
+    record = json.loads((folder / "config.json").read_text())["quantization"]
+    assert record["dev"] == "not measured" and record["weights"] == "int8"
     # a resumed run finds it: not exported again
     assert teacher_export(export_fn, space, teacher, folder, keywords) == folder
     assert made == [folder]

@@ -33,7 +33,9 @@ def _finetune(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_seq_len=args.max_seq_len,
         max_train_examples=args.max_train_examples,
+        max_dev_examples=args.max_dev_examples,
         seed=args.seed,
+        group_by_length=args.group_by_length,
     )
     try:
         result = finetune_teacher(
@@ -125,6 +127,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tokenizer truncation length (default 128)")
     p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="use only the first N training examples")
+    p.add_argument("--max-dev-examples", type=positive_int, default=None,
+                   help="evaluate on only the first N dev examples")
+    p.add_argument("--group-by-length", action="store_true",
+                   help="batch examples of similar length (less padding, faster steps)")
     p.add_argument("--seed", type=seed_int, default=0,
                    help="seed of the classifier's initialisation and the data order")
     p.add_argument("--force", action="store_true", help="ignore a cached result and retrain")
