@@ -94,23 +94,31 @@ def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], o
                     runtime: str = TORCH_FP32, device: Any = None,
                     what: str = "student") -> dict[str, Any]:
     """The speed-up of ``student`` over ``teacher`` per batch size, both timed by
-    :func:`nas.timing.time_pair` (interleaved rounds, the same batches) in ``runtime``:
-    ``{"runtime", "protocol", "noisy", "batchN": TimingResult.to_dict()}``. A batch size
+    :func:`nas.timing.time_pair` (interleaved rounds, the same batches) in ``runtime``,
+    on the CPU at one torch thread (:data:`nas.timing.TIMING_THREADS`): ``{"runtime",
+    "protocol", "noisy", "threads", "batchN": TimingResult.to_dict()}``. A batch size
     whose spread is larger than the difference is logged as a warning and marked
     ``noisy`` (the report repeats it).
 
     ``latency_batches`` maps a batch size to what both callables take (a batch, or a
     pair of the teacher's and the student's batches when their tokenisers differ)."""
-    from nas.timing import time_pair
+    import contextlib
 
+    from nas.timing import TIMING_THREADS, time_pair, torch_threads
+
+    on_cpu = device is None or getattr(device, "type", "cpu") == "cpu"
     out: dict[str, Any] = {"runtime": runtime, "protocol": "interleaved", "noisy": False}
-    for bs, batch in sorted(latency_batches.items()):
-        result = time_pair(teacher, student, [batch], repeats, runtime=runtime, device=device)
-        out[f"batch{bs}"] = result.to_dict()
-        message = result.warning(f"{what} vs teacher at batch {bs}")
-        if message:
-            log.warning("%s", message)
-            out["noisy"] = True
+    if on_cpu:
+        out["threads"] = TIMING_THREADS
+    with torch_threads(TIMING_THREADS) if on_cpu else contextlib.nullcontext():
+        for bs, batch in sorted(latency_batches.items()):
+            result = time_pair(teacher, student, [batch], repeats, runtime=runtime,
+                               device=device)
+            out[f"batch{bs}"] = result.to_dict()
+            message = result.warning(f"{what} vs teacher at batch {bs}")
+            if message:
+                log.warning("%s", message)
+                out["noisy"] = True
     return out
 
 

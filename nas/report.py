@@ -178,8 +178,12 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
     where = (f"{split} example(s) closest to its median length of "
              f"{evaluation['latency_tokens']} tokens" if "latency_tokens" in evaluation
              else "the first dev example(s)")
+    threads = sorted({m["latency"][f"batch{b}"].get("threads", 1) for m in _models(metrics)
+                      for b in (1, 32)})
+    on = (f"{threads[0]} CPU thread{'s' if threads[0] > 1 else ''}" if len(threads) == 1
+          else f"{' or '.join(map(str, threads))} CPU threads")
     lines += ["", f"FLOPs per example at {teacher.get('seq_len', '?')} tokens; latency: median "
-                  f"forward pass of the {where}, one CPU thread, padded to the batch's longest "
+                  f"forward pass of the {where}, {on}, padded to the batch's longest "
                   f"({', '.join(map(str, sorted(seq)))} tokens)."]
     lines += timing_lines(metrics)
     env = metrics.get("environment")
@@ -192,7 +196,8 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
 
 
 #: What a runtime name means, for the report's text.
-RUNTIMES = {"torch-fp32": "PyTorch, float32, eager"}
+RUNTIMES = {"torch-fp32": "PyTorch, float32, eager",
+            "onnx-fp32": "ONNX Runtime, float32", "onnx-int8": "ONNX Runtime, dynamic int8"}
 
 
 def timing_lines(metrics: dict[str, Any]) -> list[str]:
@@ -207,12 +212,20 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
         return ["Timed under the previous protocol: the teacher as a `transformers` model, "
                 "possibly a row cached from an earlier run, apart from the students; its "
                 "speed-ups are not comparable with runs that time both in one runtime."]
+    paired = metrics.get("speedup")
+    shipped = paired.get("runtime") if paired else None
     lines = [f"Runtime of every latency figure: `{runtime}` ({RUNTIMES.get(runtime, runtime)});"
              " the teacher was timed in this run in the engine's `bert` design, as the "
              "students are. Rows marked (paired) show the paired timing below (the "
              "teacher's row too); other speed-ups divide the teacher's and the row's "
              "separately timed medians."]
-    paired = metrics.get("speedup")
+    if paired and shipped and shipped != runtime:
+        lines[0] = (f"Runtime of the latency figures: rows marked (paired), the teacher's "
+                    f"too, are in `{shipped}` ({RUNTIMES.get(shipped, shipped)}: the export's "
+                    "own graph against the teacher exported the same way, "
+                    f"{paired.get('threads', '?')} thread); the others in `{runtime}` "
+                    f"({RUNTIMES.get(runtime, runtime)}), the teacher in the engine's `bert` "
+                    "design as the students are.")
     if not paired:
         return lines
     tag = (metrics.get("searched") or {}).get("tag") or "searched"

@@ -3,7 +3,7 @@
 An export that ships an ONNX graph (``model.onnx``, fp32 or dynamic int8) is not run in
 PyTorch by its users, so its speed-up is timed where it runs, by the one timing protocol
 (:func:`nas.timing.time_pair`: one process, interleaved rounds, the same batches, the
-same number of threads on both sides), three ways:
+same number of threads on both sides: one), three ways:
 
 - against the teacher in the **same runtime**: the teacher exported as the students
   were (its ONNX graph, quantised alike; :func:`teacher_export`). The fair figure: ONNX

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,26 @@ ONNX_RUNTIMES = ("onnx", "onnx-int8")
 
 #: The fewest interleaved rounds :func:`time_pair` runs: a quartile of fewer is not a spread.
 MIN_ROUNDS = 5
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``n`` for the block, then restored: a speed-up is
+    timed at one thread on both sides (the CPU serving setting the latency model and the
+    int8 record use too; on a 2-core machine two threads per model also make the rounds
+    several times noisier)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: The threads a speed-up is timed at, on the CPU (:func:`torch_threads`).
+TIMING_THREADS = 1
 
 
 def summarize(times: list[float], repeats: int | None = None) -> Timing:
