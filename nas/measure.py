@@ -89,14 +89,31 @@ def teacher_latency(model: torch.nn.Module, latency_batches: Mapping[int, Mappin
             for bs, batch in latency_batches.items()}
 
 
+#: Calls of each model per interleaved round, by batch size: a batch-1 call of a small
+#: int8 graph takes under a millisecond, where one call's time is mostly timer and cache
+#: noise (the quickstart's int8 pair at one call a round: interquartile ranges of the
+#: ratio 1.3-2.4 on an idle machine); ten calls a round time ten times as much work.
+CALLS_PER_ROUND = {1: 10}
+
+
+def per_call(record: dict[str, Any], calls: int) -> dict[str, Any]:
+    """A :meth:`~nas.timing.TimingResult.to_dict` of rounds of ``calls`` calls, its
+    milliseconds per call (the ratios and the noise test do not change with the scale)."""
+    out = dict(record, calls_per_round=calls)
+    for key in ("teacher_ms", "teacher_iqr_ms", "student_ms", "student_iqr_ms"):
+        out[key] = record[key] / calls
+    return out
+
+
 def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], object],
                     latency_batches: Mapping[int, Any], repeats: int, *,
                     runtime: str = TORCH_FP32, device: Any = None,
                     what: str = "student") -> dict[str, Any]:
     """The speed-up of ``student`` over ``teacher`` per batch size, both timed by
     :func:`nas.timing.time_pair` (interleaved rounds, the same batches) in ``runtime``,
-    on the CPU at one torch thread (:data:`nas.timing.TIMING_THREADS`): ``{"runtime",
-    "protocol", "noisy", "threads", "batchN": TimingResult.to_dict()}``. A batch size
+    on the CPU at one torch thread (:data:`nas.timing.TIMING_THREADS`), each round
+    :data:`CALLS_PER_ROUND` calls of each model: ``{"runtime", "protocol", "noisy",
+    "threads", "batchN": TimingResult.to_dict()}`` in milliseconds per call. A batch size
     whose spread is larger than the difference is logged as a warning and marked
     ``noisy`` (the report repeats it).
 
@@ -112,9 +129,10 @@ def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], o
         out["threads"] = TIMING_THREADS
     with torch_threads(TIMING_THREADS) if on_cpu else contextlib.nullcontext():
         for bs, batch in sorted(latency_batches.items()):
-            result = time_pair(teacher, student, [batch], repeats, runtime=runtime,
+            calls = CALLS_PER_ROUND.get(bs, 1)
+            result = time_pair(teacher, student, [batch] * calls, repeats, runtime=runtime,
                                device=device)
-            out[f"batch{bs}"] = result.to_dict()
+            out[f"batch{bs}"] = per_call(result.to_dict(), calls)
             message = result.warning(f"{what} vs teacher at batch {bs}")
             if message:
                 log.warning("%s", message)
@@ -210,5 +228,6 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
     return found
 
 
-__all__ = ["LATENCY_BATCH_SIZES", "cached_teacher_costs", "median_length_batches",
-           "overlap_counts", "paired_speedups", "teacher_costs", "teacher_latency"]
+__all__ = ["CALLS_PER_ROUND", "LATENCY_BATCH_SIZES", "cached_teacher_costs",
+           "median_length_batches", "overlap_counts", "paired_speedups", "per_call",
+           "teacher_costs", "teacher_latency"]

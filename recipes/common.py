@@ -581,7 +581,8 @@ class TaskContext(Generic[ConfigT]):
 
         space, model = self.task_teacher()
         return teacher_export(self.export_model, space, model,
-                              self.run.path / TEACHER_EXPORT, self.format_keywords("onnx"))
+                              (self.run.path / TEACHER_EXPORT).absolute(),
+                              self.format_keywords("onnx"))
 
     # -- what evaluators, exports and the report read --------------------------------------
     def scoring_fields(self, val_batches: list[Any] | None = None) -> dict[str, Any]:

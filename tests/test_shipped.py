@@ -55,3 +55,27 @@ def test_shipped_speedups_time_the_int8_graph_three_ways(tiny_teacher, tmp_path:
             row = record[f"batch{bs}"]
             assert row["rounds"] == 5 and row["teacher_ms"] > 0 and row["student_ms"] > 0
             assert row["speedup"] == row["speedup"]  # not NaN
+
+
+def test_a_run_folder_given_relative_gets_its_teacher_export_inside_it(tmp_path, monkeypatch):
+    """``--run-dir runs/x`` (relative, as the README's command gives it): the teacher's
+    export goes to runs/x/teacher_export, not runs/x/runs/x/teacher_export (the run's
+    export function joins a relative folder to the run folder)."""
+    from types import SimpleNamespace
+
+    from recipes.common import TaskContext
+
+    monkeypatch.chdir(tmp_path)
+    written: list[Path] = []
+
+    def export_model(space, arch, folder, **keywords):
+        target = ctx.run.path / folder  # what TaskContext.export_model does
+        written.append(target)
+        return target
+
+    ctx = SimpleNamespace(run=SimpleNamespace(path=Path("runs/x")),
+                          task_teacher=lambda: ("space", torch.nn.Linear(2, 2)),
+                          export_model=export_model,
+                          format_keywords=lambda fmt: {"fmt": fmt})
+    TaskContext.teacher_export(ctx)  # type: ignore[arg-type]
+    assert written == [tmp_path / "runs" / "x" / TEACHER_EXPORT]

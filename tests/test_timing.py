@@ -9,6 +9,7 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from nas import measure, timing
 from nas.report import write_report
@@ -93,13 +94,26 @@ def test_paired_speedups_logs_and_records_a_noisy_batch(monkeypatch, caplog):
     noisy = ratio_result([10.0, 14.0, 8.0, 11.0, 9.0], [10.0, 9.0, 11.0, 10.0, 12.0])
     clean = ratio_result([10.0] * 5, [2.0] * 5)
     given = {1: noisy, 32: clean}
-    monkeypatch.setattr(timing, "time_pair",
-                        lambda t, s, batches, repeats, **_: given[batches[0]])
+    seen: dict[int, int] = {}
+    threads: list[int] = []
+
+    def fake_pair(t, s, batches, repeats, **_):
+        seen[batches[0]] = len(batches)
+        threads.append(torch.get_num_threads())
+        return given[batches[0]]
+
+    monkeypatch.setattr(timing, "time_pair", fake_pair)
+    before = torch.get_num_threads()
     with caplog.at_level(logging.WARNING, logger="nas.measure"):
         out = measure.paired_speedups(print, print, {1: 1, 32: 32}, 5, what="searched")
     assert out["noisy"] is True and out["runtime"] == "torch-fp32"
     assert out["batch1"]["noisy"] and not out["batch32"]["noisy"]
     assert out["batch32"]["speedup"] == pytest.approx(5.0)
+    # ten calls a round at batch 1, the record per call; one thread, restored after
+    assert seen == {1: measure.CALLS_PER_ROUND[1], 32: 1}
+    assert out["batch1"]["teacher_ms"] == pytest.approx(noisy.teacher.median_ms / seen[1])
+    assert out["batch32"]["student_ms"] == pytest.approx(2.0)
+    assert threads == [1, 1] and out["threads"] == 1 and torch.get_num_threads() == before
     assert any("searched vs teacher at batch 1" in r.getMessage() for r in caplog.records)
 
 
