@@ -528,7 +528,7 @@ def _train(plan: FinetunePlan, config: FinetuneConfig, teacher: str | None,
 
     lengths = None
     if config.group_by_length:
-        from nas.distill.general import token_lengths
+        from nas.data.batching import token_lengths
 
         lengths = token_lengths(tokenizer, train, config.max_seq_len)
 

@@ -14,6 +14,19 @@ if TYPE_CHECKING:
     import torch
 
 
+def token_lengths(tokenizer: Any, data: Any, max_seq_len: int) -> np.ndarray:
+    """Tokens per example of a :class:`~nas.data.TaskData` (pairs joined), capped."""
+    out: list[int] = []
+    step = 4096
+    for start in range(0, len(data), step):
+        a = list(data.texts_a[start:start + step])
+        b = list(data.texts_b[start:start + step]) if data.texts_b is not None else None
+        enc = tokenizer(a, b, max_length=max_seq_len,
+                        truncation=True if b is None else "longest_first")
+        out.extend(len(ids) for ids in enc["input_ids"])
+    return np.asarray(out, dtype=np.int64)
+
+
 def batch_order(n: int, batch_size: int, shuffle: bool, seed: int = 0) -> list[np.ndarray]:
     """Index arrays of each batch; a seeded permutation when ``shuffle`` (no global RNG).
 

@@ -21,23 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from nas.data.batching import token_lengths  # where it lives; kept here for its callers
 from nas.seeding import stage_seed
 from nas.train import TrainSettings
 
 log = logging.getLogger("nas.distill")
-
-
-def token_lengths(tokenizer: Any, data: Any, max_seq_len: int) -> np.ndarray:
-    """Tokens per example of a :class:`~nas.data.TaskData` (pairs joined), capped."""
-    out: list[int] = []
-    step = 4096
-    for start in range(0, len(data), step):
-        a = list(data.texts_a[start:start + step])
-        b = list(data.texts_b[start:start + step]) if data.texts_b is not None else None
-        enc = tokenizer(a, b, max_length=max_seq_len,
-                        truncation=True if b is None else "longest_first")
-        out.extend(len(ids) for ids in enc["input_ids"])
-    return np.asarray(out, dtype=np.int64)
 
 
 def chunk_texts(tokenizer: Any, texts: list[str], max_tokens: int) -> list[str]:
