@@ -38,13 +38,13 @@ from nas.latency import (
     LatencyModel,
     Setting,
     calibrate,
-    cpu_threads,
     default_table_path,
     machine,
     space_key,
     time_forward,
 )
 from nas.space import get_space
+from nas.timing import torch_threads
 
 
 def parse_setting(text: str, threads: int) -> Setting:
@@ -162,7 +162,7 @@ def main() -> None:
           f"{'noise':>6} {'noise max':>9} {'estimated':>9}  target | {other}: "
           f"{'median ms':>9} {'MAPE':>6} {'noise':>6}", flush=True)
     results = []
-    with cpu_threads(args.threads):
+    with torch_threads(args.threads):
         for setting in settings:
             for space in spaces:
                 r = evaluate(model, space, setting, args)

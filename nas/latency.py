@@ -64,8 +64,7 @@ import re
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,7 @@ from nas.errors import NasError
 from nas.graph import plan
 from nas.ops import OPS, Context, SelectOp
 from nas.space import SearchSpace
-from nas.timing import LATENCY_RUNTIMES, ONNX_RUNTIMES, relative_iqr
+from nas.timing import LATENCY_RUNTIMES, ONNX_RUNTIMES, relative_iqr, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -614,17 +613,6 @@ def _nnls(rows: Sequence[tuple[Sequence[float], float]]) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-@contextmanager
-def cpu_threads(n: int) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` for the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def calibration_archs(space: SearchSpace, n: int, seed: int = 0) -> list:
     """``n`` distinct seeded draws to fit the overhead on, the smallest and the largest
     (by multiply-adds) of ``4n`` draws among them so the fit spans the space."""
@@ -711,7 +699,7 @@ def calibrate(spaces: Sequence[SearchSpace], settings: Sequence[Setting], *,
     for setting in settings:
         times = table.ops.setdefault(setting.key, {})
         spreads: list[float] = []
-        with cpu_threads(setting.threads):
+        with torch_threads(setting.threads):
             for space in spaces:
                 failed = 0
                 for key, call in op_keys(space, pool, seed).items():
@@ -833,7 +821,7 @@ def calibrate_graph(space: SearchSpace, setting: Setting, runtime: str = "onnx-i
     start = time.perf_counter()
     picked = calibration_archs(space, archs + held_out, seed)
     rows, spreads = [], []
-    with cpu_threads(setting.threads), tempfile.TemporaryDirectory(prefix="nas-latency-") as tmp:
+    with torch_threads(setting.threads), tempfile.TemporaryDirectory(prefix="nas-latency-") as tmp:
         for i, arch in enumerate(picked):
             child = build_child(space, arch).eval()
             path = child_graph(child, Path(tmp) / str(i), runtime)
