@@ -263,16 +263,22 @@ def impossible_constraint(ctx: Ctx) -> list[str]:
     return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
 
 
-def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
-    """``method: compress`` (the smoke file) with ``changes``: refused while loading."""
+def smoke_with(method: str, **changes: object) -> Callable[[Ctx], list[str]]:
+    """``method``'s smoke file (``experiments/<method>_smoke.yaml``) with ``changes``:
+    refused while loading."""
     def setup(ctx: Ctx) -> list[str]:
-        data = yaml.safe_load((ROOT / "experiments" / "compress_smoke.yaml").read_text())
+        data = yaml.safe_load((ROOT / "experiments" / f"{method}_smoke.yaml").read_text())
         data.update(changes)
-        path = ctx.tmp / "compress.yaml"
+        path = ctx.tmp / f"{method}.yaml"
         path.write_text(yaml.safe_dump(data))
         return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
 
     return setup
+
+
+def compress_with(**changes: object) -> Callable[[Ctx], list[str]]:
+    """``method: compress`` (the smoke file) with ``changes``: refused while loading."""
+    return smoke_with("compress", **changes)
 
 
 def compress_transfer(content: bytes | None, name: str = "t.txt", **block: object
@@ -290,14 +296,7 @@ def compress_transfer(content: bytes | None, name: str = "t.txt", **block: objec
 
 def tinybert_with(**changes: object) -> Callable[[Ctx], list[str]]:
     """``method: tinybert`` (the smoke file) with ``changes``: refused while loading."""
-    def setup(ctx: Ctx) -> list[str]:
-        data = yaml.safe_load((ROOT / "experiments" / "tinybert_smoke.yaml").read_text())
-        data.update(changes)
-        path = ctx.tmp / "tinybert.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return ["run", str(path), "--run-dir", str(ctx.tmp / "run"), "--no-progress"]
-
-    return setup
+    return smoke_with("tinybert", **changes)
 
 
 def search_with(**changes: object) -> Callable[[Ctx], list[str]]:
