@@ -636,6 +636,19 @@ def _write_folder(final: Path, overwrite: bool, fill: Callable[[Path], None],
     return final
 
 
+def copy_export(src: str | Path, out_dir: str | Path) -> Path:
+    """A second folder of the export in ``src``: its files copied and moved into place as
+    every export is written (:func:`_write_folder`: a previous export at ``out_dir`` is
+    replaced, anything else refused, an interrupt leaves nothing half-written). An export
+    is a pure function of the model and its settings (its int8 graph and dev comparison
+    included), so a run's second folder of one model in one format is a copy, not a
+    second quantisation (tens of seconds for a MiniLM-sized int8 export)."""
+    def fill(out: Path) -> None:
+        shutil.copytree(Path(src), out, dirs_exist_ok=True)
+
+    return _write_folder(Path(out_dir), True, fill)
+
+
 def _trim_folder(out: Path, trim: TrimTexts) -> None:
     """The vocabulary trimmed (:func:`nas.vocab_trim.trim_folder`), ``model.onnx`` traced
     again from the trimmed weights, and the record and file list in ``config.json``
@@ -1011,5 +1024,5 @@ def _max_positions(child: GraphNet) -> int | None:
     return position_limit(child.graph)
 
 
-__all__ = ["FORMATS", "export", "export_onnx", "hf_checkpoint_info", "is_hf_checkpoint",
-           "load_hf_checkpoint", "load_weights", "read_checkpoint", "convert"]
+__all__ = ["FORMATS", "convert", "copy_export", "export", "export_onnx", "hf_checkpoint_info",
+           "is_hf_checkpoint", "load_hf_checkpoint", "load_weights", "read_checkpoint"]

@@ -25,10 +25,9 @@ from typing import Any
 import torch
 
 from nas.measure import paired_speedups
+from nas.runtime import CONFIG_FILE, ONNX_FILE
 from nas.timing import TORCH_FP32
 
-#: The file an export ships its ONNX graph in (:mod:`nas.export`).
-ONNX_FILE = "model.onnx"
 #: Where a run exports its teacher in the runtime its students ship in.
 TEACHER_EXPORT = "teacher_export"
 #: The teacher's ``max_int8_drop``: more points than any metric has, so no layer search.
@@ -38,7 +37,7 @@ NO_FALLBACK = 100.0
 def ships_onnx(folder: Path) -> bool:
     """Whether the export in ``folder`` ships an ONNX graph (a native export has none:
     a re-export removes a stale one)."""
-    return (folder / "config.json").is_file() and (folder / ONNX_FILE).is_file()
+    return (folder / CONFIG_FILE).is_file() and (folder / ONNX_FILE).is_file()
 
 
 def teacher_export(export: Callable[..., Path], space: Any, model: torch.nn.Module,
@@ -89,4 +88,4 @@ def shipped_speedups(teacher_torch: Callable[[Any], object], teacher_folder: Pat
     return {**same, "vs_torch_fp32": against_fp32, "structural": structural}
 
 
-__all__ = ["ONNX_FILE", "TEACHER_EXPORT", "shipped_speedups", "ships_onnx", "teacher_export"]
+__all__ = ["NO_FALLBACK", "TEACHER_EXPORT", "shipped_speedups", "ships_onnx", "teacher_export"]

@@ -541,12 +541,13 @@ class TaskContext(Generic[ConfigT]):
         structural one beside it (:mod:`nas.shipped`); each final point with an export of
         its own (``final/<tag>``, methods search and compress) under ``final``. ``None``
         when the run exported no native model."""
-        found = self._paired_export(self.run.path / "export",
-                                    (metrics.get("searched") or {}).get("tag") or "searched")
+        searched = (metrics.get("searched") or {}).get("tag") or "searched"
+        found = self._paired_export(self.run.path / "export", searched)
         if found is None or "searched" not in metrics:
             return None
-        finals = {row["tag"]: self._paired_export(self.run.path / "final" / row["tag"] / "export",
-                                                  row["tag"])
+        # the searched export is the first final point's (the same model, copied): timed once
+        finals = {row["tag"]: found if row["tag"] == searched else self._paired_export(
+                      self.run.path / "final" / row["tag"] / "export", row["tag"])
                   for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)}
         finals = {tag: timed for tag, timed in finals.items() if timed is not None}
         return {**found, **({"final": finals} if finals else {})}
@@ -736,6 +737,8 @@ class TaskContext(Generic[ConfigT]):
         if exports and stage is not None:
             self.stage(stage, "export of %s (%s)", tag, ", ".join(dict.fromkeys(
                 exports.values())))
+        from nas.export import copy_export
+
         made: dict[str, Path] = {}
         for folder, fmt in exports.items():
             if fmt in made:  # the same model in the same format: the same files, copied
@@ -760,25 +763,6 @@ class TaskContext(Generic[ConfigT]):
     @property
     def metric(self) -> str:
         return self.dev.metric
-
-
-def copy_export(src: Path, dst: Path) -> None:
-    """Copy the export folder ``src`` to ``dst`` (a previous export there is replaced),
-    through a sibling folder renamed into place, so an interrupt leaves no half folder.
-    An export is a pure function of the model and its settings (its int8 graph, its
-    dev comparison), so a second folder of the same model in the same format is a copy,
-    not a second quantisation (tens of seconds for a MiniLM-sized int8 export); the run's
-    cards are written after, per folder (:func:`nas.model_card.write_cards`)."""
-    import shutil
-
-    partial = dst.with_name(f"{dst.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        shutil.copytree(src, partial)
-        shutil.rmtree(dst, ignore_errors=True)
-        partial.rename(dst)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def seeded_subset(data: Any, n: int | None, seed: int, stage: str, setting: str,

@@ -111,6 +111,29 @@ def test_export_directory_contents(tmp_path):
     assert int(batch["token_type_ids"].sum()) == 2
 
 
+def test_a_copied_export_has_the_same_files_and_replaces_only_an_export(tmp_path):
+    """A run's second folder of one model in one format is a copy (nas.export.copy_export):
+    the same bytes, written the way every export is (a previous export replaced,
+    anything else refused in one line, no partial folder left)."""
+    from nas.export import copy_export
+
+    out = export(get_space("adabert"), None, tmp_path / "a", random_init=True,
+                 labels=["neg", "pos"])
+    stale = export(get_space("adabert"), None, tmp_path / "b", random_init=True,
+                   labels=["x", "y"])
+    assert copy_export(out, stale) == stale  # a previous export: replaced
+    for path in out.iterdir():
+        assert (stale / path.name).read_bytes() == path.read_bytes(), path.name
+    assert sorted(p.name for p in stale.iterdir()) == sorted(p.name for p in out.iterdir())
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep")
+    with pytest.raises(ExportError, match="not an export of this tool"):
+        copy_export(out, other)
+    assert (other / "mine.txt").read_text() == "keep"
+    assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
+
+
 def test_hf_format_loads_in_stock_transformers(tmp_path):
     from transformers import AutoModelForSequenceClassification
 
