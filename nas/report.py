@@ -213,19 +213,20 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
                 "possibly a row cached from an earlier run, apart from the students; its "
                 "speed-ups are not comparable with runs that time both in one runtime."]
     paired = metrics.get("speedup")
-    shipped = paired.get("runtime") if paired else None
-    lines = [f"Runtime of every latency figure: `{runtime}` ({RUNTIMES.get(runtime, runtime)});"
-             " the teacher was timed in this run in the engine's `bert` design, as the "
-             "students are. Rows marked (paired) show the paired timing below (the "
-             "teacher's row too); other speed-ups divide the teacher's and the row's "
-             "separately timed medians."]
-    if paired and shipped and shipped != runtime:
-        lines[0] = (f"Runtime of the latency figures: rows marked (paired), the teacher's "
-                    f"too, are in `{shipped}` ({RUNTIMES.get(shipped, shipped)}: the export's "
-                    "own graph against the teacher exported the same way, "
-                    f"{paired.get('threads', '?')} thread); the others in `{runtime}` "
-                    f"({RUNTIMES.get(runtime, runtime)}), the teacher in the engine's `bert` "
-                    "design as the students are.")
+    shipped = (paired or {}).get("runtime", runtime)
+    if shipped == runtime:
+        lines = [f"Runtime of every latency figure: `{runtime}` "
+                 f"({RUNTIMES.get(runtime, runtime)}); the teacher was timed in this run in "
+                 "the engine's `bert` design, as the students are. Rows marked (paired) show "
+                 "the paired timing below (the teacher's row too); other speed-ups divide the "
+                 "teacher's and the row's separately timed medians."]
+    else:  # an export that ships an ONNX graph, timed in it (nas.shipped)
+        lines = [f"Runtime of the latency figures: rows marked (paired), the teacher's too, "
+                 f"are in `{shipped}` ({RUNTIMES.get(shipped, shipped)}: the export's own "
+                 "graph against the teacher exported the same way, "
+                 f"{(paired or {}).get('threads', '?')} thread); the others in `{runtime}` "
+                 f"({RUNTIMES.get(runtime, runtime)}), the teacher in the engine's `bert` "
+                 "design as the students are."]
     if not paired:
         return lines
     tag = (metrics.get("searched") or {}).get("tag") or "searched"
