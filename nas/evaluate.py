@@ -150,14 +150,23 @@ def evaluate_saved(path: str | Path, task: str | dict | None = None, split: str 
                 "examples": len(data), **sample, "metrics": metrics, "export": str(export)}
     _check_input(model, export, data)
     labels = label_indices(model.labels, data, label_map or {}, export)
+    metrics = classification_metrics(export_predictions(model, data, batch_size),
+                                     np.asarray(labels), data.metric)
+    return {"task": task, "split": split, "file": ", ".join(data.sources),
+            "examples": len(data), **sample, "metrics": metrics, "export": str(export)}
+
+
+def export_predictions(model: Any, data: Any, batch_size: int = 64) -> Any:
+    """A loaded export's (:func:`nas.runtime.load`) class index for each example of
+    ``data``, in the data's order, ``batch_size`` at a time (numpy, int)."""
+    import numpy as np
+
     preds = []
     for start in range(0, len(data), batch_size):
         texts_a = list(data.texts_a[start:start + batch_size])
         texts_b = list(data.texts_b[start:start + batch_size]) if data.texts_b else None
         preds.append(model(model.encode(texts_a, texts_b)).argmax(-1).cpu().numpy())
-    metrics = classification_metrics(np.concatenate(preds), np.asarray(labels), data.metric)
-    return {"task": task, "split": split, "file": ", ".join(data.sources),
-            "examples": len(data), **sample, "metrics": metrics, "export": str(export)}
+    return np.concatenate(preds) if preds else np.zeros(0, dtype=int)
 
 
 def _run_sample(path: str | Path, split: str, data: Any) -> Any:

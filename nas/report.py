@@ -186,6 +186,7 @@ def _table(metrics: dict[str, Any], title: str) -> list[str]:
                   f"forward pass of the {where}, {on}, padded to the batch's longest "
                   f"({', '.join(map(str, sorted(seq)))} tokens)."]
     lines += timing_lines(metrics)
+    lines += paired_lines(metrics)
     env = metrics.get("environment")
     if env:  # runs made before it was recorded have none
         lines.append(f"Measured at commit {(env.get('commit') or 'unknown')[:12]} (engine "
@@ -250,6 +251,27 @@ def timing_lines(metrics: dict[str, Any]) -> list[str]:
                          "than the difference between their medians: the machine was too "
                          "busy to tell the two apart; time again on a quiet machine with more "
                          "`latency_repeats`.")
+    return lines
+
+
+def paired_lines(metrics: dict[str, Any]) -> list[str]:
+    """Each shipped file against the teacher on the same examples (:mod:`nas.paired`):
+    the paired difference with its 95% interval and McNemar's exact p, since two
+    accuracies' own intervals overlap far more than a paired test does."""
+    paired = metrics.get("paired")
+    if not paired or not paired.get("points"):
+        return []
+    lines = ["", f"Paired with the teacher on the same {paired['examples']} `{paired['split']}` "
+                 f"examples (the exported files as loaded by `nas.runtime.load`; teacher "
+                 f"{paired['teacher_accuracy']:.2f}): McNemar's exact test on the examples "
+                 "exactly one of the two gets right.", "",
+             "| model | accuracy (%) | − teacher, points [95%] | right only here / only teacher "
+             "| McNemar p |", "|---|---|---|---|---|"]
+    for tag, r in paired["points"].items():
+        low, high = r["difference_95"]
+        lines.append(f"| {tag} | {r['student_accuracy']:.2f} | {r['difference']:+.2f} "
+                     f"[{low:+.2f}, {high:+.2f}] | {r['student_only']} / {r['teacher_only']} "
+                     f"| {r['p_value']:.2g} |")
     return lines
 
 

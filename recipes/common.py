@@ -552,6 +552,29 @@ class TaskContext(Generic[ConfigT]):
         finals = {tag: timed for tag, timed in finals.items() if timed is not None}
         return {**found, **({"final": finals} if finals else {})}
 
+    def paired(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Each export of the run (the searched one, and each final point's seed-0 export
+        under ``final/<tag>``) against the teacher on the same report-split examples:
+        McNemar's test and the paired difference (:mod:`nas.paired`), the shipped file
+        against the teacher as fine-tuned. ``None`` for a tagging task or a run without
+        an export."""
+        from nas.errors import NasError
+        from nas.paired import paired_with_teacher
+
+        report = getattr(self, "report", None)
+        if report is None or report.kind == "tagging" or not (
+                self.run.path / "export").is_dir():
+            return None
+        searched = (metrics.get("searched") or {}).get("tag") or "searched"
+        exports = {searched: self.run.path / "export"}
+        exports.update({row["tag"]: self.run.path / "final" / row["tag"] / "export"
+                        for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)})
+        try:
+            return paired_with_teacher(self.teacher.model_dir, exports, report)
+        except NasError as err:  # an extra the run can do without; say why it is missing
+            log.warning("no paired comparison with the teacher: %s", err)
+            return None
+
     def _paired_export(self, folder: Path, what: str) -> dict[str, Any] | None:
         """The export in ``folder`` timed against the teacher: in PyTorch fp32, both as
         engine graphs (:func:`nas.runtime.timed_callable`), or in the ONNX graph it ships
@@ -864,6 +887,13 @@ class Recipe(Method, Generic[ConfigT]):
             if speedup is not None:
                 metrics["speedup"] = speedup
                 ctx.seconds["speedup"] = round(time.time() - t0, 1)
+        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "paired")
+                and "paired" not in metrics):
+            t0 = time.time()  # the shipped files against the teacher, example by example
+            paired = ctx.paired(metrics)
+            if paired is not None:
+                metrics["paired"] = paired
+                ctx.seconds["paired"] = round(time.time() - t0, 1)
         metrics.setdefault("metric", ctx.metric)
         if getattr(ctx, "report", None) is not None and "evaluation" not in metrics:
             metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own

@@ -99,3 +99,32 @@ def test_the_smoke_run_times_its_speed_up_by_the_one_protocol(method, smoke_runs
         assert "Runtime of every latency figure: `torch-fp32`" in text
     if paired is not None:
         assert "(paired)" in text and "interleaved rounds on the same batches" in text
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_the_smoke_run_pairs_its_exports_with_the_teacher(method, smoke_runs):
+    """A run with an export and a classification report split records each shipped file
+    against the teacher on the same examples (McNemar, :mod:`nas.paired`), with counts
+    that add up, and the report shows it; a tagging run records none."""
+    from nas.report import write_report
+
+    run_dir = smoke_runs(method)
+    metrics = smoke_runs.metrics(method)
+    paired = metrics.get("paired")
+    if paired is None:
+        assert method == "mixedvocab" or not (run_dir / "export" / "config.json").is_file()
+        return
+    assert paired["split"] == metrics["evaluation"]["split"]
+    assert paired["examples"] == metrics["evaluation"]["examples"]
+    assert paired["points"]
+    for point in paired["points"].values():
+        n = point["examples"]
+        assert n == paired["examples"]
+        assert point["teacher_accuracy"] == paired["teacher_accuracy"]
+        assert point["student_only"] + point["teacher_only"] <= n
+        assert point["difference"] == pytest.approx(
+            point["student_accuracy"] - point["teacher_accuracy"], abs=0.02)
+        low, high = point["difference_95"]
+        assert low <= point["difference"] <= high and 0 <= point["p_value"] <= 1
+    text, _ = write_report(run_dir)
+    assert "McNemar's exact test" in text

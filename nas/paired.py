@@ -1,0 +1,84 @@
+"""A student against its teacher on the same examples: McNemar's test (McNemar 1947).
+
+Two models scored on one test set are not two independent samples: on SST-2's 1,821
+clean test sentences each accuracy carries a 95% interval of about ±1.4 points, yet
+most sentences are answered alike by both models, and only the sentences on which they
+disagree say which is better. McNemar's test looks only at those discordant pairs: under
+"equally accurate", a sentence that exactly one of the two gets right is as likely to
+be the student's as the teacher's, so the student's share of them is Binomial(n, 1/2)
+(the exact test; :func:`scipy.stats.binomtest`). The paired difference in accuracy gets
+the usual interval for paired proportions, ``d ± 1.96·se`` with
+``se = sqrt(b + c − (b − c)²/n) / n`` (b, c: the discordant counts, n: the examples).
+
+A run with a teacher records, for each export, the comparison on its report split in
+``metrics.json`` → ``paired`` (:func:`paired_with_teacher`), both models loaded the
+way a user loads them (:func:`nas.runtime.load`), so the student is the file that
+ships (int8 where the run quantised it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: two-sided 95% normal quantile, for the paired difference's interval
+Z95 = 1.959963984540054
+
+
+def mcnemar(student_correct: Sequence[bool] | np.ndarray,
+            teacher_correct: Sequence[bool] | np.ndarray) -> dict[str, Any]:
+    """The exact McNemar test of two models' per-example correctness on the same examples
+    (module docstring): accuracies, the discordant counts, the paired difference in
+    points with its 95% interval, and the two-sided p-value."""
+    from scipy.stats import binomtest
+
+    student = np.asarray(student_correct, dtype=bool)
+    teacher = np.asarray(teacher_correct, dtype=bool)
+    if student.shape != teacher.shape or student.ndim != 1:
+        raise ValueError(f"paired comparison needs one answer per example from each model, "
+                         f"got {student.shape} and {teacher.shape}")
+    n = int(student.size)
+    if n == 0:
+        raise ValueError("paired comparison of no examples")
+    only_student = int(np.sum(student & ~teacher))
+    only_teacher = int(np.sum(teacher & ~student))
+    discordant = only_student + only_teacher
+    diff = (only_student - only_teacher) / n
+    se = math.sqrt(max(discordant - (only_student - only_teacher) ** 2 / n, 0.0)) / n
+    p = binomtest(only_student, discordant, 0.5).pvalue if discordant else 1.0
+    return {"examples": n,
+            "student_accuracy": round(100 * float(student.mean()), 2),
+            "teacher_accuracy": round(100 * float(teacher.mean()), 2),
+            "student_only": only_student, "teacher_only": only_teacher,
+            "difference": round(100 * diff, 2),
+            "difference_95": [round(100 * (diff - Z95 * se), 2),
+                              round(100 * (diff + Z95 * se), 2)],
+            "p_value": float(p)}
+
+
+def correct_answers(folder: str | Path, data: Any) -> np.ndarray:
+    """Whether the model in ``folder`` (an export or a Hugging Face model folder, loaded by
+    :func:`nas.runtime.load`) answers each example of ``data`` right; labels are matched
+    by name (:func:`nas.evaluate.label_indices`)."""
+    from nas.evaluate import export_predictions, label_indices
+    from nas.runtime import load
+
+    model = load(folder)
+    labels = np.asarray(label_indices(model.labels, data, {}, Path(folder)))
+    return np.asarray(export_predictions(model, data) == labels)
+
+
+def paired_with_teacher(teacher_dir: str | Path, exports: Mapping[str, Path],
+                        data: Any) -> dict[str, Any]:
+    """Each export of ``exports`` (tag → folder; missing folders are skipped) against the
+    teacher in ``teacher_dir`` on ``data`` (the run's report split): ``{split, examples,
+    teacher_accuracy, points: {tag: mcnemar(...)}}``."""
+    teacher = correct_answers(teacher_dir, data)
+    points = {tag: mcnemar(correct_answers(folder, data), teacher)
+              for tag, folder in exports.items() if (Path(folder) / "config.json").is_file()}
+    return {"split": data.split, "examples": len(data),
+            "teacher_accuracy": round(100 * float(teacher.mean()), 2), "points": points}

@@ -1,0 +1,46 @@
+"""McNemar's test and the paired difference (nas.paired) on counts worked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nas.paired import mcnemar
+
+
+def _answers(both: int, only_student: int, only_teacher: int, neither: int):
+    student = [True] * both + [True] * only_student + [False] * only_teacher + [False] * neither
+    teacher = [True] * both + [False] * only_student + [True] * only_teacher + [False] * neither
+    return np.array(student), np.array(teacher)
+
+
+def test_six_discordant_examples_all_the_students_give_p_of_one_in_32():
+    # under the null each discordant example is the student's with probability 1/2:
+    # P(6 of 6 or 0 of 6) = 2 / 2**6
+    result = mcnemar(*_answers(90, 6, 0, 4))
+    assert result["p_value"] == pytest.approx(2 / 64)
+    assert (result["student_only"], result["teacher_only"]) == (6, 0)
+    assert result["student_accuracy"] == 96.0 and result["teacher_accuracy"] == 90.0
+    assert result["difference"] == 6.0
+
+
+def test_the_interval_is_the_paired_one():
+    # b = 10, c = 30, n = 400: d = -0.05, se = sqrt(40 - 400/400) / 400
+    result = mcnemar(*_answers(300, 10, 30, 60))
+    se = np.sqrt(40 - 1) / 400
+    assert result["difference"] == -5.0
+    assert result["difference_95"] == [round(100 * (-0.05 - 1.959964 * se), 2),
+                                       round(100 * (-0.05 + 1.959964 * se), 2)]
+    assert result["p_value"] < 0.01
+
+
+def test_identical_answers_are_no_evidence():
+    result = mcnemar(*_answers(50, 0, 0, 50))
+    assert result["p_value"] == 1.0 and result["difference_95"] == [0.0, 0.0]
+
+
+def test_answers_that_do_not_pair_are_refused():
+    with pytest.raises(ValueError, match="one answer per example"):
+        mcnemar([True, False], [True])
+    with pytest.raises(ValueError, match="no examples"):
+        mcnemar([], [])
