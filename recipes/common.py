@@ -717,6 +717,14 @@ class TaskContext(Generic[ConfigT]):
         return export(space, arch if arch else None, self.run.path / folder, model=model,
                       weights=weights, fmt=fmt, overwrite=True, **keywords)
 
+    def export_label(self, fmt: str) -> str:
+        """What a folder the method exports as ``fmt`` is written as, in words for the log:
+        the file's ``final.export`` format where it sets one, with its quantisation."""
+        final = getattr(getattr(self.cfg, "final", None), "export", None)
+        written = getattr(final, "format", None) or fmt
+        quantize = getattr(final, "quantize", None)
+        return f"{written} {quantize}" if quantize else written
+
     def format_keywords(self, fmt: str) -> dict[str, Any]:
         """The export format of a folder the method exports as ``fmt``, its int8 settings
         and its vocabulary trim, as the file's ``final.export`` sets them (methods search
@@ -759,7 +767,7 @@ class TaskContext(Generic[ConfigT]):
         exports = {"export": "native"} if exports is None else exports
         if exports and stage is not None:
             self.stage(stage, "export of %s (%s)", tag, ", ".join(dict.fromkeys(
-                exports.values())))
+                self.export_label(fmt) for fmt in exports.values())))
         from nas.export import copy_export
 
         made: dict[str, Path] = {}
