@@ -267,12 +267,16 @@ def paired_lines(metrics: dict[str, Any]) -> list[str]:
                  "exactly one of the two gets right.", "",
              "| model | accuracy (%) | − teacher, points [95%] | right only here / only teacher "
              "| McNemar p |", "|---|---|---|---|---|"]
-    for tag, r in paired["points"].items():
+    # the final points in the run's order (the searched one among them), then any other
+    order = [row.get("tag") for row in metrics.get("final") or []]
+    points = sorted(paired["points"].items(),
+                    key=lambda item: order.index(item[0]) if item[0] in order else len(order))
+    for tag, r in points:
         low, high = r["difference_95"]
         lines.append(f"| {tag} | {r['student_accuracy']:.2f} | {r['difference']:+.2f} "
                      f"[{low:+.2f}, {high:+.2f}] | {r['student_only']} / {r['teacher_only']} "
                      f"| {r['p_value']:.2g} |")
-    return lines
+    return [*lines, ""]
 
 
 def _derived_drawing(run: RunDir) -> list[Path]:
