@@ -1,5 +1,5 @@
-"""Every final point of one or more SST-2 runs, scored the way issue 42's sweep chooses and
-reports: accuracy on the dev rows that share no 8-word phrase with train (the split that
+"""Every final point of one or more SST-2 runs, scored the way the levers' sweep chooses
+and reports: accuracy on the dev rows that share no 8-word phrase with train (the split that
 chooses settings), on the clean test sentences (the report), and paired with the run's
 teacher on those test sentences (:mod:`nas.paired`: the difference with its 95% interval
 and McNemar's exact p), beside each point's retrain steps and seconds and its in-run
