@@ -58,7 +58,8 @@ def main() -> None:
     for run in args.runs:
         teacher = json.loads((run / "teacher.json").read_text())["model_dir"]
         if teacher not in teachers:
-            teachers[teacher] = (correct_answers(teacher, clean), correct_answers(teacher, test))
+            teachers[teacher] = (correct_answers(teacher, clean, by_name=False),
+                                 correct_answers(teacher, test, by_name=False))
         teacher_clean, teacher_test = teachers[teacher]
         metrics = json.loads((run / "metrics.json").read_text())
         for row in metrics["final"]:

@@ -60,15 +60,26 @@ def mcnemar(student_correct: Sequence[bool] | np.ndarray,
             "p_value": float(p)}
 
 
-def correct_answers(folder: str | Path, data: Any) -> np.ndarray:
+def correct_answers(folder: str | Path, data: Any, *, by_name: bool = True) -> np.ndarray:
     """Whether the model in ``folder`` (an export or a Hugging Face model folder, loaded by
     :func:`nas.runtime.load`) answers each example of ``data`` right; labels are matched
-    by name (:func:`nas.evaluate.label_indices`)."""
+    by name (:func:`nas.evaluate.label_indices`), or with ``by_name=False`` by position:
+    a run's teacher, whose classes are the task's in the task's order however its
+    ``config.json`` names them (a teacher cached before it was saved with the task's
+    names reads ``LABEL_0, LABEL_1``)."""
     from nas.evaluate import export_predictions, label_indices
     from nas.runtime import load
 
     model = load(folder)
-    labels = np.asarray(label_indices(model.labels, data, {}, Path(folder)))
+    if by_name:
+        labels = np.asarray(label_indices(model.labels, data, {}, Path(folder)))
+    else:
+        if len(model.labels) != data.num_labels:
+            from nas.errors import NasError
+
+            raise NasError(f"{folder}: {len(model.labels)} classes, the task "
+                           f"{data.task!r} has {data.num_labels}")
+        labels = np.asarray(data.labels)
     return np.asarray(export_predictions(model, data) == labels)
 
 
@@ -77,7 +88,7 @@ def paired_with_teacher(teacher_dir: str | Path, exports: Mapping[str, Path],
     """Each export of ``exports`` (tag → folder; missing folders are skipped) against the
     teacher in ``teacher_dir`` on ``data`` (the run's report split): ``{split, examples,
     teacher_accuracy, points: {tag: mcnemar(...)}}``."""
-    teacher = correct_answers(teacher_dir, data)
+    teacher = correct_answers(teacher_dir, data, by_name=False)  # the run's class order
     points = {tag: mcnemar(correct_answers(folder, data), teacher)
               for tag, folder in exports.items() if (Path(folder) / "config.json").is_file()}
     return {"split": data.split, "examples": len(data),

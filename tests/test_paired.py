@@ -44,3 +44,23 @@ def test_answers_that_do_not_pair_are_refused():
         mcnemar([True, False], [True])
     with pytest.raises(ValueError, match="no examples"):
         mcnemar([], [])
+
+
+def test_a_teacher_named_label_0_label_1_is_paired_by_its_class_order(tiny_teacher):
+    """A run's teacher cached before it was saved with the task's names reads LABEL_0,
+    LABEL_1: by name it is refused, by position (the run's own class order) it is scored,
+    and a class count that differs from the task's is refused."""
+    from nas.data.tasks import TaskData
+    from nas.errors import NasError
+    from nas.paired import correct_answers
+
+    data = TaskData(task="sst2", split="test", kind="single", texts_a=("good", "bad film"),
+                    labels=(1, 0), label_names=("negative", "positive"))
+    with pytest.raises(NasError, match="is not a label of the model"):
+        correct_answers(tiny_teacher, data)
+    right = correct_answers(tiny_teacher, data, by_name=False)
+    assert right.shape == (2,) and right.dtype == bool
+    three = TaskData(task="x", split="test", kind="single", texts_a=("a",), labels=(2,),
+                     label_names=("a", "b", "c"))
+    with pytest.raises(NasError, match="2 classes, the task 'x' has 3"):
+        correct_answers(tiny_teacher, three, by_name=False)
