@@ -133,7 +133,7 @@ def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], o
             result = time_pair(teacher, student, [batch] * calls, repeats, runtime=runtime,
                                device=device)
             out[f"batch{bs}"] = per_call(result.to_dict(), calls)
-            message = result.warning(f"{what} vs teacher at batch {bs}")
+            message = result.warning(f"{what} vs teacher at batch {bs}", calls)
             if message:
                 log.warning("%s", message)
                 out["noisy"] = True

@@ -156,14 +156,19 @@ class TimingResult:
     def noisy(self) -> bool:
         return self.spread_ms > abs(self.teacher.median_ms - self.student.median_ms)
 
-    def warning(self, what: str) -> str | None:
-        """One log line when the spread is larger than the difference, else ``None``."""
+    def warning(self, what: str, calls: int = 1) -> str | None:
+        """One log line when the spread is larger than the difference, else ``None``; a
+        round of ``calls`` calls per model is reported in milliseconds per call, as
+        ``metrics.json`` records it (:func:`nas.measure.per_call`)."""
         if not self.noisy:
             return None
+        ms = {"teacher": self.teacher.median_ms / calls, "student": self.student.median_ms
+              / calls, "teacher_iqr": self.teacher.iqr_ms / calls,
+              "student_iqr": self.student.iqr_ms / calls}
         return (f"{what}: speed-up {self.speedup:.2f}x ({self.runtime}): teacher "
-                f"{self.teacher.median_ms:.3g} ms and student {self.student.median_ms:.3g} ms "
+                f"{ms['teacher']:.3g} ms and student {ms['student']:.3g} ms a call "
                 f"differ by less than their spread over {self.rounds} rounds (interquartile "
-                f"ranges {self.teacher.iqr_ms:.3g} + {self.student.iqr_ms:.3g} ms): the "
+                f"ranges {ms['teacher_iqr']:.3g} + {ms['student_iqr']:.3g} ms): the "
                 "machine was too busy to tell the two apart; time again with more "
                 "latency_repeats on a quiet machine")
 

@@ -76,8 +76,13 @@ def test_a_spread_larger_than_the_difference_warns():
     assert result.noisy and result.to_dict()["noisy"] is True
     message = result.warning("trial3")
     assert message is not None and message.startswith("trial3: speed-up 1.00x (torch-fp32): "
-                                                      "teacher 10 ms and student 10 ms differ")
+                                                      "teacher 10 ms and student 10 ms a "
+                                                      "call differ")
     assert "(interquartile ranges 2 + 1 ms)" in message
+    # rounds of 10 calls each are reported per call, as metrics.json records them
+    per_call = result.warning("trial3", calls=10)
+    assert per_call is not None and "teacher 1 ms and student 1 ms a call" in per_call
+    assert "(interquartile ranges 0.2 + 0.1 ms)" in per_call
 
 
 
