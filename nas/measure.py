@@ -96,15 +96,6 @@ def teacher_latency(model: torch.nn.Module, latency_batches: Mapping[int, Mappin
 CALLS_PER_ROUND = {1: 10}
 
 
-def per_call(record: dict[str, Any], calls: int) -> dict[str, Any]:
-    """A :meth:`~nas.timing.TimingResult.to_dict` of rounds of ``calls`` calls, its
-    milliseconds per call (the ratios and the noise test do not change with the scale)."""
-    out = dict(record, calls_per_round=calls)
-    for key in ("teacher_ms", "teacher_iqr_ms", "student_ms", "student_iqr_ms"):
-        out[key] = record[key] / calls
-    return out
-
-
 def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], object],
                     latency_batches: Mapping[int, Any], repeats: int, *,
                     runtime: str = TORCH_FP32, device: Any = None,
@@ -131,9 +122,9 @@ def paired_speedups(teacher: Callable[[Any], object], student: Callable[[Any], o
         for bs, batch in sorted(latency_batches.items()):
             calls = CALLS_PER_ROUND.get(bs, 1)
             result = time_pair(teacher, student, [batch] * calls, repeats, runtime=runtime,
-                               device=device)
-            out[f"batch{bs}"] = per_call(result.to_dict(), calls)
-            message = result.warning(f"{what} vs teacher at batch {bs}", calls)
+                               device=device).per_call(calls)
+            out[f"batch{bs}"] = {**result.to_dict(), "calls_per_round": calls}
+            message = result.warning(f"{what} vs teacher at batch {bs}")
             if message:
                 log.warning("%s", message)
                 out["noisy"] = True
@@ -229,5 +220,5 @@ def overlap_counts(task: str, train: Any, evaluated: Mapping[str, Any]) -> dict[
 
 
 __all__ = ["CALLS_PER_ROUND", "LATENCY_BATCH_SIZES", "cached_teacher_costs",
-           "median_length_batches", "overlap_counts", "paired_speedups", "per_call",
+           "median_length_batches", "overlap_counts", "paired_speedups",
            "teacher_costs", "teacher_latency"]

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -156,19 +156,23 @@ class TimingResult:
     def noisy(self) -> bool:
         return self.spread_ms > abs(self.teacher.median_ms - self.student.median_ms)
 
-    def warning(self, what: str, calls: int = 1) -> str | None:
-        """One log line when the spread is larger than the difference, else ``None``; a
-        round of ``calls`` calls per model is reported in milliseconds per call, as
-        ``metrics.json`` records it (:func:`nas.measure.per_call`)."""
+    def per_call(self, calls: int) -> TimingResult:
+        """The same timing of rounds of ``calls`` calls per model, in milliseconds per call
+        (the ratios and the noise test do not change with the scale)."""
+        def scaled(t: Timing) -> Timing:
+            return replace(t, median_ms=t.median_ms / calls, p90_ms=t.p90_ms / calls,
+                           iqr_ms=t.iqr_ms / calls)
+
+        return replace(self, teacher=scaled(self.teacher), student=scaled(self.student))
+
+    def warning(self, what: str) -> str | None:
+        """One log line when the spread is larger than the difference, else ``None``."""
         if not self.noisy:
             return None
-        ms = {"teacher": self.teacher.median_ms / calls, "student": self.student.median_ms
-              / calls, "teacher_iqr": self.teacher.iqr_ms / calls,
-              "student_iqr": self.student.iqr_ms / calls}
         return (f"{what}: speed-up {self.speedup:.2f}x ({self.runtime}): teacher "
-                f"{ms['teacher']:.3g} ms and student {ms['student']:.3g} ms a call "
-                f"differ by less than their spread over {self.rounds} rounds (interquartile "
-                f"ranges {ms['teacher_iqr']:.3g} + {ms['student_iqr']:.3g} ms): the "
+                f"{self.teacher.median_ms:.3g} ms and student {self.student.median_ms:.3g} ms a "
+                f"call differ by less than their spread over {self.rounds} rounds (interquartile "
+                f"ranges {self.teacher.iqr_ms:.3g} + {self.student.iqr_ms:.3g} ms): the "
                 "machine was too busy to tell the two apart; time again with more "
                 "latency_repeats on a quiet machine")
 

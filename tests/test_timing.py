@@ -80,7 +80,7 @@ def test_a_spread_larger_than_the_difference_warns():
                                                       "call differ")
     assert "(interquartile ranges 2 + 1 ms)" in message
     # rounds of 10 calls each are reported per call, as metrics.json records them
-    per_call = result.warning("trial3", calls=10)
+    per_call = result.per_call(10).warning("trial3")
     assert per_call is not None and "teacher 1 ms and student 1 ms a call" in per_call
     assert "(interquartile ranges 0.2 + 0.1 ms)" in per_call
 
