@@ -88,8 +88,10 @@ def paired_with_teacher(teacher_dir: str | Path, exports: Mapping[str, Path],
     """Each export of ``exports`` (tag → folder; missing folders are skipped) against the
     teacher in ``teacher_dir`` on ``data`` (the run's report split): ``{split, examples,
     teacher_accuracy, points: {tag: mcnemar(...)}}``."""
+    from nas.runtime import CONFIG_FILE
+
     teacher = correct_answers(teacher_dir, data, by_name=False)  # the run's class order
     points = {tag: mcnemar(correct_answers(folder, data), teacher)
-              for tag, folder in exports.items() if (Path(folder) / "config.json").is_file()}
+              for tag, folder in exports.items() if (Path(folder) / CONFIG_FILE).is_file()}
     return {"split": data.split, "examples": len(data),
             "teacher_accuracy": round(100 * float(teacher.mean()), 2), "points": points}

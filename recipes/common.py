@@ -546,11 +546,16 @@ class TaskContext(Generic[ConfigT]):
         if found is None or "searched" not in metrics:
             return None
         # the searched export is the first final point's (the same model, copied): timed once
-        finals = {row["tag"]: found if row["tag"] == searched else self._paired_export(
-                      self.run.path / "final" / row["tag"] / "export", row["tag"])
-                  for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)}
+        finals = {tag: found if tag == searched else self._paired_export(folder, tag)
+                  for tag, folder in self.final_exports(metrics).items()}
         finals = {tag: timed for tag, timed in finals.items() if timed is not None}
         return {**found, **({"final": finals} if finals else {})}
+
+    def final_exports(self, metrics: Mapping[str, Any]) -> dict[str, Path]:
+        """Each final point's own export folder (``final/<tag>/export``, methods search
+        and compress: seed 0's), by tag, in the run's order."""
+        return {row["tag"]: self.run.path / "final" / row["tag"] / "export"
+                for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)}
 
     def paired(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
         """Each export of the run (the searched one, and each final point's seed-0 export
@@ -566,9 +571,7 @@ class TaskContext(Generic[ConfigT]):
                 self.run.path / "export").is_dir():
             return None
         searched = (metrics.get("searched") or {}).get("tag") or "searched"
-        exports = {searched: self.run.path / "export"}
-        exports.update({row["tag"]: self.run.path / "final" / row["tag"] / "export"
-                        for row in metrics.get("final") or [] if isinstance(row.get("tag"), str)})
+        exports = {searched: self.run.path / "export", **self.final_exports(metrics)}
         try:
             return paired_with_teacher(self.teacher.model_dir, exports, report)
         except NasError as err:  # an extra the run can do without; say why it is missing
@@ -888,20 +891,17 @@ class Recipe(Method, Generic[ConfigT]):
             metrics["teacher"] = ctx.teacher_costs()
             ctx.seconds["teacher_costs"] = round(time.time() - t0, 1)
         metrics.update(self.stages(ctx))
-        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "speedup")
-                and "speedup" not in metrics):
-            t0 = time.time()  # the teacher timed beside the searched model, never cached
-            speedup = ctx.speedup(metrics)
-            if speedup is not None:
-                metrics["speedup"] = speedup
-                ctx.seconds["speedup"] = round(time.time() - t0, 1)
-        if (getattr(ctx, "teacher", None) is not None and hasattr(ctx, "paired")
-                and "paired" not in metrics):
-            t0 = time.time()  # the shipped files against the teacher, example by example
-            paired = ctx.paired(metrics)
-            if paired is not None:
-                metrics["paired"] = paired
-                ctx.seconds["paired"] = round(time.time() - t0, 1)
+        # the exports against the teacher: timed beside it (never cached), then answered
+        # example by example on the report split (unless the stages wrote their own)
+        for name in ("speedup", "paired"):
+            if (getattr(ctx, "teacher", None) is None or not hasattr(ctx, name)
+                    or name in metrics):
+                continue
+            t0 = time.time()
+            found = getattr(ctx, name)(metrics)
+            if found is not None:
+                metrics[name] = found
+                ctx.seconds[name] = round(time.time() - t0, 1)
         metrics.setdefault("metric", ctx.metric)
         if getattr(ctx, "report", None) is not None and "evaluation" not in metrics:
             metrics["evaluation"] = ctx.evaluation()  # unless the stages wrote their own
