@@ -38,8 +38,8 @@ MARKER = ".nas-engine-cache"
 #: folders are all of these kinds is a cache from before the marker, and gets it.
 KNOWN_KINDS = frozenset({
     "augment", "block-activations", "datasets", "general", "importance", "latency",
-    "mixedvocab", "outputs", "overlap", "own-teachers", "teacher-costs", "teacher_states",
-    "teachers", "warmup"})
+    "mixedvocab", "outputs", "overlap", "own-teachers", "teacher-answers", "teacher-costs",
+    "teacher_states", "teachers", "warmup"})
 
 #: The lock file readers hold (shared) beside the writers' ``.lock``: one file per role, so
 #: a process that reads an entry and later rewrites it never waits for itself.

@@ -83,6 +83,40 @@ def correct_answers(folder: str | Path, data: Any, *, by_name: bool = True) -> n
     return np.asarray(export_predictions(model, data) == labels)
 
 
+def teacher_answers(teacher_dir: str | Path, data: Any) -> np.ndarray:
+    """:func:`correct_answers` of a run's teacher on ``data`` (its classes by position),
+    cached under the cache's ``teacher-answers`` by the teacher's weights
+    (:func:`nas.teacher.teacher_identity`) and the examples' content
+    (``data.fingerprint``): every run of one teacher on one report split pairs its
+    students with the same answers, and scoring a 6-layer teacher costs more than the
+    small students it is paired with. Data without a fingerprint is scored each time."""
+    if not getattr(data, "fingerprint", ""):
+        return correct_answers(teacher_dir, data, by_name=False)
+    from nas.cache import cache_root, cached_entry, settings_key
+    from nas.teacher import teacher_identity
+
+    folder = cache_root() / "teacher-answers" / settings_key(
+        teacher=teacher_identity(teacher_dir), data=data.fingerprint, examples=len(data))
+
+    def score() -> dict[str, Any]:
+        answers = correct_answers(teacher_dir, data, by_name=False)
+        np.save(folder / "answers.npy", answers)
+        return {"answers": str(folder / "answers.npy"), "examples": len(data),
+                "teacher": str(teacher_dir)}
+
+    record, _ = cached_entry(folder, "the teacher's answers", score)
+    try:
+        answers = np.load(record["answers"], allow_pickle=False)
+    except (OSError, ValueError):
+        answers = None
+    if answers is None or answers.shape != (len(data),) or answers.dtype != bool:
+        from nas.cache import corrupt_message
+        from nas.errors import NasError
+
+        raise NasError(corrupt_message(Path(record["answers"]), "the teacher's answers"))
+    return answers
+
+
 def paired_with_teacher(teacher_dir: str | Path, exports: Mapping[str, Path],
                         data: Any) -> dict[str, Any]:
     """Each export of ``exports`` (tag → folder; missing folders are skipped) against the
@@ -90,7 +124,7 @@ def paired_with_teacher(teacher_dir: str | Path, exports: Mapping[str, Path],
     teacher_accuracy, points: {tag: mcnemar(...)}}``."""
     from nas.runtime import CONFIG_FILE
 
-    teacher = correct_answers(teacher_dir, data, by_name=False)  # the run's class order
+    teacher = teacher_answers(teacher_dir, data)
     points = {tag: mcnemar(correct_answers(folder, data), teacher)
               for tag, folder in exports.items() if (Path(folder) / CONFIG_FILE).is_file()}
     return {"split": data.split, "examples": len(data),

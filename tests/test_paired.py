@@ -64,3 +64,36 @@ def test_a_teacher_named_label_0_label_1_is_paired_by_its_class_order(tiny_teach
                      label_names=("a", "b", "c"))
     with pytest.raises(NasError, match="2 classes, the task 'x' has 3"):
         correct_answers(tiny_teacher, three, by_name=False)
+
+
+def test_the_teachers_answers_are_scored_once_per_teacher_and_split(tiny_teacher, tmp_path,
+                                                                    monkeypatch):
+    """Every run of one teacher on one report split pairs with the same cached answers;
+    other examples are scored again; a damaged cache file is named in one line."""
+    import nas.paired as paired
+    from nas.data.tasks import TaskData
+    from nas.errors import NasError
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ("good", "bad film", "a long and tedious film about nothing much", "fine")
+    data = TaskData(task="sst2", split="test", kind="single", texts_a=texts,
+                    labels=(1, 0, 0, 1), label_names=("negative", "positive"),
+                    fingerprint="four-texts")
+    first = paired.teacher_answers(tiny_teacher, data)
+    assert np.array_equal(first, paired.correct_answers(tiny_teacher, data, by_name=False))
+
+    scored: list[int] = []
+    real = paired.correct_answers
+    monkeypatch.setattr(paired, "correct_answers",
+                        lambda *a, **k: scored.append(1) or real(*a, **k))
+    assert np.array_equal(paired.teacher_answers(tiny_teacher, data), first) and not scored
+    other = data.subset([0, 1])
+    assert paired.teacher_answers(tiny_teacher, other).shape == (2,) and scored == [1]
+
+    saved = sorted((tmp_path / "cache" / "teacher-answers").glob("*/answers.npy"))
+    assert len(saved) == 2
+    for damaged in (b"not numpy", np.lib.format.MAGIC_PREFIX):
+        for path in saved:
+            path.write_bytes(damaged)
+        with pytest.raises(NasError, match="a cache file that does not load"):
+            paired.teacher_answers(tiny_teacher, data)
