@@ -10,8 +10,10 @@ and caps the data exactly as stage 2 does
 asks the teacher cache whether the fine-tuned teacher exists
 (:func:`nas.teacher.finetune_plan`), and counts the steps of every training section of
 the configuration: a section is any part of it with ``epochs`` and ``batch_size``
-(``search``, ``retrain``, a distillation stage...), trained on the training subset. It
-writes no run folder and trains nothing.
+(``search``, ``retrain``, a distillation stage...), trained on the training subset; a
+search's final retrain trains on ``final.train_examples`` and the ``transfer.texts``
+rows the run would keep (read and filtered here as the run reads them), once per final
+point and seed (:func:`final_runs`). It writes no run folder and trains nothing.
 
 The wall-time estimate is rough on purpose and says so: one forward and backward pass
 of the teacher is timed on real training examples at the run's token length, here, at
@@ -95,6 +97,39 @@ def final_train_rows(config: Any, subset: int, full: int) -> int:
     return full if wanted == "all" else min(int(wanted), full)
 
 
+def final_runs(config: Any) -> tuple[int, int, bool] | None:
+    """``(points, seeds, at_most)``: how many times a search's final retrain runs, one per
+    chosen point and seed (``final.select``: ``n`` for ``best`` and ``pareto``, a point per
+    ratio for ``latency_ratios``, every trial for ``all``); ``at_most`` where points can
+    coincide or fall short (a front with fewer points). ``None`` without a ``final``
+    block, or when the count is not known before the search (``all`` without a trial
+    count)."""
+    final = _get(config, "final")
+    select = _get(final, "select")
+    if final is None or select is None:
+        return None
+    seeds = int(_get(final, "seeds") or 1)
+    if select == "best":
+        return int(_get(final, "n") or 1), seeds, False
+    if select == "pareto":
+        return int(_get(final, "n") or 1), seeds, True
+    if select == "latency_ratios":
+        return len(_get(final, "ratios") or ()), seeds, True
+    trials = _trials(config) or _get(config, "n_trials")
+    return (int(trials), seeds, True) if isinstance(trials, int) else None
+
+
+def transfer_rows(ctx: Any, config: Any) -> int:
+    """The ``transfer.texts`` rows the final retrain adds to its own (the file read and
+    filtered as the run reads it, :meth:`recipes.common.TaskContext.load_transfer`);
+    ``transfer.augment``'s variants are made only by the run, and are not counted."""
+    settings = _get(config, "transfer")
+    if settings is None or _get(settings, "texts") is None:
+        return 0
+    data = ctx.load_transfer()
+    return 0 if data is None else len(data)
+
+
 def _trials(config: Any) -> int | None:
     study = _get(config, "multi_trial")
     n = _get(study, "n_trials") if study is not None else None
@@ -118,12 +153,21 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
     finetune = resolved.finetune_config()
     teacher = finetune_plan(task, resolved.teacher, options.data_dir, finetune)
     final_rows = final_train_rows(resolved, len(ctx.train), len(ctx.full_train))
+    transfer = transfer_rows(ctx, resolved)
+    runs = final_runs(resolved)
     sections = [{"name": name, **section_steps(
-                    section, final_rows if name == "retrain" else len(ctx.train))}
+                    section, final_rows + transfer if name == "retrain" else len(ctx.train))}
                 for name, section in training_sections(resolved)]
+    for section in sections:
+        if section["name"] == "retrain":
+            section["transfer"] = transfer
+            if runs is not None:  # once per final point and seed
+                section["points"], section["seeds"], section["at_most"] = runs
+                section["repeats"] = runs[0] * runs[1]
     seq_len = resolved.data.max_seq_len
     timed = teacher_step_seconds(teacher.teacher_path, ctx.train, seq_len)
-    seconds = sum(s["steps"] * s["batch_size"] for s in sections) * timed["per_example"]
+    seconds = sum(s["steps"] * s["batch_size"] * s.get("repeats", 1)
+                  for s in sections) * timed["per_example"]
     teacher_row: dict[str, Any] = {"cached": teacher.cached, "folder": str(teacher.run_dir),
                                    "train": len(teacher.train), "dev": len(teacher.dev),
                                    "cuts": teacher.cuts}
@@ -228,8 +272,9 @@ def describe(plan: dict[str, Any]) -> str:
                   " final.train_examples for the final retrain):"]
     lines += [f"  {s['name']}: {s['steps']:,} steps ({s['epochs']} epoch(s) × "
               f"{s['batches_per_epoch']:,} batches of {s['batch_size']} on {s['examples']:,} "
-              "examples" + (", cut at max_steps" if s["steps"] < s["batches_per_epoch"]
-                            * s["epochs"] else "") + ")"
+              "examples" + _transfer_part(s) + (
+                  ", cut at max_steps" if s["steps"] < s["batches_per_epoch"] * s["epochs"]
+                  else "") + ")" + _repeats_part(s)
               for s in plan["stages"]] or ["  (none found)"]
     if plan.get("trials"):
         lines.append(f"  multi_trial: {plan['trials']} trials, each with its own training "
@@ -240,6 +285,19 @@ def describe(plan: dict[str, Any]) -> str:
                   f"{est['seq_len']} tokens measured now on {est['threads']} thread(s); "
                   "students are cheaper, supernets and trials cost more)"]
     return "\n".join(lines)
+
+
+def _transfer_part(section: Mapping[str, Any]) -> str:
+    transfer = section.get("transfer") or 0
+    return (f": {section['examples'] - transfer:,} of train and {transfer:,} transfer texts"
+            if transfer else "")
+
+
+def _repeats_part(section: Mapping[str, Any]) -> str:
+    if "repeats" not in section:
+        return ""
+    points = f"{'up to ' if section['at_most'] else ''}{section['points']} final point(s)"
+    return f", once per seed of each point: {points} × {section['seeds']} seed(s)"
 
 
 def _duration(seconds: float) -> str:

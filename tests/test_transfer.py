@@ -109,6 +109,34 @@ def test_a_bad_transfer_file_is_refused_before_the_teacher_stage(tmp_path, capsy
     assert not run.exists()
 
 
+def test_the_dry_run_counts_the_transfer_rows_and_each_final_retrain(tmp_path, capsys,
+                                                                      tiny_teacher):
+    """The plan's final retrain trains on its train rows and the transfer texts the run
+    keeps (a dev sentence dropped), once per final point and seed; the estimate counts
+    every one of them."""
+    from nas.data import load_task
+
+    leak = next(t for t in load_task("sst2", "dev").texts_a[:64] if len(t.split()) >= 10)
+    path = tmp_path / "transfer.txt"
+    path.write_text("\n".join([*(f"a sentence about film number {i}" for i in range(39)),
+                               leak]) + "\n")
+    argv = ["run", str(SMOKE), "--dry-run", "--set", f"teacher={tiny_teacher}"]
+    for item in (*TINY, "final={select: latency_ratios, ratios: [2, 5], seeds: 2}"):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    alone = capsys.readouterr().out
+    assert main([*argv, "--set", f"transfer={{texts: {path}}}"]) == 0
+    text = capsys.readouterr().out
+    (line,) = [x for x in text.splitlines() if x.startswith("  retrain: ") and "steps (" in x]
+    assert "on 119 examples: 80 of train and 39 transfer texts" in line
+    assert line.endswith("up to 2 final point(s) × 2 seed(s)")
+
+    def seconds(out: str) -> str:
+        return next(x for x in out.splitlines() if x.startswith("estimated wall time"))
+
+    assert "80 of train" not in alone and seconds(alone) != seconds(text)
+
+
 def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teacher):
     """Smoke-sized compress run with ``transfer:`` (a dev sentence among the texts is
     dropped; one augmented variant of each whole training sentence), ``final.chain`` and
