@@ -5,12 +5,17 @@ teacher on those test sentences (:mod:`nas.paired`: the difference with its 95% 
 and McNemar's exact p), beside each point's retrain steps and seconds and its in-run
 speed-ups (structural, both in PyTorch fp32; and as shipped where the run exported ONNX).
 
-Run: ``OMP_NUM_THREADS=1 NAS_DATA_DIR=... python benchmarks/final_points.py RUN [RUN...]``
-(one JSON line per point). Each point's seed-0 export (``RUN/final/<tag>/export``) is
-scored as a user loads it (:func:`nas.runtime.load`), the teacher from ``RUN/teacher.json``'s
-``model_dir``. SST-2's ``dev.tsv`` shares phrases with ``train.tsv`` (it overstates
-students); the clean rows are those :func:`nas.data.overlap.overlapping` marks ``NONE``
-(307 of 872).
+Run: ``OMP_NUM_THREADS=1 NAS_DATA_DIR=... python benchmarks/final_points.py RUN [RUN...]
+[--against BASE]`` (one JSON line per point). A run of another SST-2 task than ``sst2``
+(a carve of whole training sentences as its dev split,
+``benchmarks/carve_sst2_sentences.py``) is also scored on its own dev split
+(``run_dev``, with each seed's ``dev_seeds`` from the run); ``--against BASE`` pairs
+each point with BASE's point of the same tag on that split and on test (McNemar, as
+with the teacher): an arm against the plain arm, on the examples they share.
+Each point's seed-0 export (``RUN/final/<tag>/export``) is scored as a user loads it
+(:func:`nas.runtime.load`), the teacher from ``RUN/teacher.json``'s ``model_dir``.
+SST-2's ``dev.tsv`` shares phrases with ``train.tsv`` (it overstates students); the
+clean rows are those :func:`nas.data.overlap.overlapping` marks ``NONE`` (307 of 872).
 """
 
 from __future__ import annotations
@@ -33,6 +38,18 @@ def _clean_dev_and_test(data_dir: str | None) -> tuple[Any, Any]:
     return clean, load_task("sst2", "test", data_dir)
 
 
+def _run_dev(run: Path) -> Any:
+    """The run's own dev split, when its task is not ``sst2`` (a carve), else ``None``."""
+    import yaml
+
+    from nas.data import load_task, resolve_task
+
+    task = yaml.safe_load((run / "config.yaml").read_text())["task"]
+    if task == "sst2":
+        return None
+    return load_task(resolve_task(task), "dev", os.environ.get("NAS_DATA_DIR"))
+
+
 def _speedups(metrics: dict[str, Any], tag: str) -> dict[str, Any]:
     timed = ((metrics.get("speedup") or {}).get("final") or {}).get(tag) or {}
     out = {}
@@ -47,6 +64,7 @@ def _speedups(metrics: dict[str, Any], tag: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders of method compress/search")
+    ap.add_argument("--against", type=Path, help="a run to pair each point with, by tag")
     args = ap.parse_args()
 
     import numpy as np
@@ -62,10 +80,28 @@ def main() -> None:
                                  correct_answers(teacher, test, by_name=False))
         teacher_clean, teacher_test = teachers[teacher]
         metrics = json.loads((run / "metrics.json").read_text())
+        run_dev = _run_dev(run)
         for row in metrics["final"]:
             export = run / "final" / row["tag"] / "export"
             paired = mcnemar(correct_answers(export, test), teacher_test)
             first = row["seeds"][0]
+            extra: dict[str, Any] = {}
+            if run_dev is not None:
+                own = correct_answers(export, run_dev)
+                extra = {"run_dev": round(100 * own.mean(), 2), "run_dev_examples": len(own),
+                         "dev_seeds": [round(100 * s["dev"]["accuracy"], 2)
+                                       for s in row["seeds"]]}
+            if args.against is not None:
+                base = args.against / "final" / row["tag"] / "export"
+                for name, data in (("run_dev", run_dev), ("test", test)):
+                    if data is not None:
+                        vs = mcnemar(correct_answers(export, data),
+                                     correct_answers(base, data))
+                        extra[f"vs_{args.against.name}_{name}"] = {
+                            "difference": vs["difference"], "difference_95": vs["difference_95"],
+                            "p_value": round(vs["p_value"], 4),
+                            "right_only_here": vs["student_only"],
+                            "right_only_there": vs["teacher_only"]}
             print(json.dumps({
                 "run": run.name, "tag": row["tag"], "params": first["params"],
                 "clean_dev": round(100 * correct_answers(export, clean).mean(), 2),
@@ -78,7 +114,7 @@ def main() -> None:
                 "train_steps": first.get("train_steps"),
                 "train_seconds": first.get("train_seconds"),
                 "distilled_from": first.get("distilled_from", "teacher"),
-                **_speedups(metrics, row["tag"])}), flush=True)
+                **_speedups(metrics, row["tag"]), **extra}), flush=True)
 
 
 if __name__ == "__main__":
