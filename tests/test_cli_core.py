@@ -94,6 +94,33 @@ def test_console_script_runs():
     assert proc.returncode == 0 and "efficientbert" in proc.stdout
 
 
+def test_datasets_first_imported_in_a_quiet_command_gets_its_bars_back_without_a_warning():
+    """datasets freezes HF_DATASETS_DISABLE_PROGRESS_BARS=1 at import, as huggingface_hub
+    does: a run that first read a user's file through it ended with "Cannot enable
+    progress bars" on stderr, and later commands in the process had no bars."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import sys, warnings
+from nas.cli import _silence_libraries
+assert "datasets" not in sys.modules
+undo = _silence_libraries()
+import datasets
+assert not datasets.is_progress_bar_enabled()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    undo()
+print([str(w.message) for w in caught], datasets.is_progress_bar_enabled())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "HF_DATASETS_DISABLE_PROGRESS_BARS"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[] True"
+
+
 def test_a_quiet_command_leaves_later_commands_in_the_process_quiet_free(tmp_path):
     """huggingface_hub first imported inside a --quiet command freezes the environment's
     HF_HUB_DISABLE_PROGRESS_BARS=1 into module constants; the undo must reset them, or

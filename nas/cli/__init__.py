@@ -172,6 +172,15 @@ def _silence_libraries() -> Callable[[], None]:
         if "datasets" in sys.modules:
             import datasets
 
+            if not before["datasets"]:  # the same freeze as huggingface_hub's, above
+                import importlib
+
+                value = saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]
+                frozen = None if value is None else value.upper() in ("1", "ON", "YES", "TRUE")
+                for name in ("datasets.config", "datasets.utils.tqdm"):
+                    module = importlib.import_module(name)
+                    if hasattr(module, "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+                        module.HF_DATASETS_DISABLE_PROGRESS_BARS = frozen  # type: ignore[attr-defined]  # hasattr above
             if states.get("datasets", not saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]):
                 datasets.enable_progress_bars()
 
