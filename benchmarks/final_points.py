@@ -81,13 +81,20 @@ def main() -> None:
         teacher_clean, teacher_test = teachers[teacher]
         metrics = json.loads((run / "metrics.json").read_text())
         run_dev = _run_dev(run)
+        # a carve's file labels its classes 0 and 1, sst2 negative and positive: the same
+        # classes in the same order, matched by position
+        by_name = run_dev is None
+
+        def answers(folder: Path, data: Any, by_name: bool = by_name) -> Any:
+            return correct_answers(folder, data, by_name=by_name)
+
         for row in metrics["final"]:
             export = run / "final" / row["tag"] / "export"
-            paired = mcnemar(correct_answers(export, test), teacher_test)
+            paired = mcnemar(answers(export, test), teacher_test)
             first = row["seeds"][0]
             extra: dict[str, Any] = {}
             if run_dev is not None:
-                own = correct_answers(export, run_dev)
+                own = answers(export, run_dev)
                 extra = {"run_dev": round(100 * own.mean(), 2), "run_dev_examples": len(own),
                          "dev_seeds": [round(100 * s["dev"]["accuracy"], 2)
                                        for s in row["seeds"]]}
@@ -95,8 +102,7 @@ def main() -> None:
                 base = args.against / "final" / row["tag"] / "export"
                 for name, data in (("run_dev", run_dev), ("test", test)):
                     if data is not None:
-                        vs = mcnemar(correct_answers(export, data),
-                                     correct_answers(base, data))
+                        vs = mcnemar(answers(export, data), answers(base, data))
                         extra[f"vs_{args.against.name}_{name}"] = {
                             "difference": vs["difference"], "difference_95": vs["difference_95"],
                             "p_value": round(vs["p_value"], 4),
@@ -104,7 +110,7 @@ def main() -> None:
                             "right_only_there": vs["teacher_only"]}
             print(json.dumps({
                 "run": run.name, "tag": row["tag"], "params": first["params"],
-                "clean_dev": round(100 * correct_answers(export, clean).mean(), 2),
+                "clean_dev": round(100 * answers(export, clean).mean(), 2),
                 "teacher_clean_dev": round(100 * teacher_clean.mean(), 2),
                 "test_seed0": paired["student_accuracy"],
                 "test_seeds": [round(100 * s["test"]["accuracy"], 2) for s in row["seeds"]],
