@@ -97,13 +97,13 @@ def final_train_rows(config: Any, subset: int, full: int) -> int:
     return full if wanted == "all" else min(int(wanted), full)
 
 
-def final_runs(config: Any) -> tuple[int, int, bool] | None:
+def final_runs(config: Any) -> tuple[int | None, int, bool] | None:
     """``(points, seeds, at_most)``: how many times a search's final retrain runs, one per
     chosen point and seed (``final.select``: ``n`` for ``best`` and ``pareto``, a point per
     ratio for ``latency_ratios``, every trial for ``all``); ``at_most`` where points can
-    coincide or fall short (a front with fewer points). ``None`` without a ``final``
-    block, or when the count is not known before the search (``all`` without a trial
-    count)."""
+    coincide or fall short (a front with fewer points). ``points`` is ``None`` when the
+    count is known only once the search has run (``all`` after a planned searcher, whose
+    list the run makes); ``None`` without a ``final`` block."""
     final = _get(config, "final")
     select = _get(final, "select")
     if final is None or select is None:
@@ -116,7 +116,22 @@ def final_runs(config: Any) -> tuple[int, int, bool] | None:
     if select == "latency_ratios":
         return len(_get(final, "ratios") or ()), seeds, True
     trials = _trials(config) or _get(config, "n_trials")
-    return (int(trials), seeds, True) if isinstance(trials, int) else None
+    if _planned(config) or not isinstance(trials, int):
+        return None, seeds, True
+    return int(trials), seeds, True
+
+
+def _planned(config: Any) -> bool:
+    """Whether ``config.searcher`` names a planned searcher (its list is made by the run)."""
+    from nas.errors import NasError
+    from searchers import SEARCHERS
+
+    searcher = _get(config, "searcher")
+    name = _get(searcher, "name") if isinstance(searcher, Mapping) else searcher
+    try:  # the run's checks named a bad searcher before the plan is made
+        return isinstance(name, str) and SEARCHERS.kind_of(name) == "planned"
+    except (NasError, KeyError):
+        return False
 
 
 def transfer_rows(ctx: Any, config: Any) -> int:
@@ -163,7 +178,7 @@ def dry_run(method: Any, config: Any, options: Any) -> dict[str, Any]:
             section["transfer"] = transfer
             if runs is not None:  # once per final point and seed
                 section["points"], section["seeds"], section["at_most"] = runs
-                section["repeats"] = runs[0] * runs[1]
+                section["repeats"] = (runs[0] or 1) * runs[1]
     seq_len = resolved.data.max_seq_len
     timed = teacher_step_seconds(teacher.teacher_path, ctx.train, seq_len)
     seconds = sum(s["steps"] * s["batch_size"] * s.get("repeats", 1)
@@ -296,6 +311,9 @@ def _transfer_part(section: Mapping[str, Any]) -> str:
 def _repeats_part(section: Mapping[str, Any]) -> str:
     if "repeats" not in section:
         return ""
+    if section["points"] is None:
+        return (f", once per seed of each point: {section['seeds']} seed(s) × the points "
+                "the searcher plans (counted as one)")
     points = f"{'up to ' if section['at_most'] else ''}{section['points']} final point(s)"
     return f", once per seed of each point: {points} × {section['seeds']} seed(s)"
 

@@ -135,6 +135,9 @@ def test_the_dry_run_counts_the_transfer_rows_and_each_final_retrain(tmp_path, c
         return next(x for x in out.splitlines() if x.startswith("estimated wall time"))
 
     assert "80 of train" not in alone and seconds(alone) != seconds(text)
+    # every planned truncation retrains: a list the run makes, so counted as one point
+    assert main([*argv, "--set", "final={select: all, seeds: 2}"]) == 0
+    assert "2 seed(s) × the points the searcher plans" in capsys.readouterr().out
 
 
 def test_transfer_text_chain_and_layer_map_in_a_compress_run(tmp_path, tiny_teacher):
