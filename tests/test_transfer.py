@@ -123,18 +123,22 @@ def test_the_dry_run_counts_the_transfer_rows_and_each_final_retrain(tmp_path, c
     argv = ["run", str(SMOKE), "--dry-run", "--set", f"teacher={tiny_teacher}"]
     for item in (*TINY, "final={select: latency_ratios, ratios: [2, 5], seeds: 2}"):
         argv += ["--set", item]
-    assert main(argv) == 0
-    alone = capsys.readouterr().out
     assert main([*argv, "--set", f"transfer={{texts: {path}}}"]) == 0
     text = capsys.readouterr().out
     (line,) = [x for x in text.splitlines() if x.startswith("  retrain: ") and "steps (" in x]
     assert "on 119 examples: 80 of train and 39 transfer texts" in line
     assert line.endswith("up to 2 final point(s) × 2 seed(s)")
 
-    def seconds(out: str) -> str:
-        return next(x for x in out.splitlines() if x.startswith("estimated wall time"))
+    def retrain(*more: str) -> dict:
+        assert main([*argv, *more, "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        return next(s for s in plan["stages"] if s["name"] == "retrain")
 
-    assert "80 of train" not in alone and seconds(alone) != seconds(text)
+    # the estimate charges the retrain's steps once per point and seed
+    alone = retrain()
+    assert (alone["examples"], alone["transfer"], alone["repeats"]) == (80, 0, 4)
+    with_text = retrain("--set", f"transfer={{texts: {path}}}")
+    assert (with_text["examples"], with_text["transfer"], with_text["steps"]) == (119, 39, 4)
     # every planned truncation retrains: a list the run makes, so counted as one point
     assert main([*argv, "--set", "final={select: all, seeds: 2}"]) == 0
     assert "2 seed(s) × the points the searcher plans" in capsys.readouterr().out
