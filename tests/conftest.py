@@ -3,7 +3,7 @@ most once. The data sets are read from ``$NAS_DATA_DIR`` (never copied into the 
 which the README's test command sets; without it, a test that needs data fails with the
 engine's one-line error naming the variable.
 
-Under pytest-xdist (``-n 2 --dist loadgroup``) the workers share one cache and one run of
+Under pytest-xdist (``-n 2 --dist loadfile``) the workers share one cache and one run of
 each smoke experiment, in a folder every worker sees (:func:`shared_temp`): the cache's
 writers hold each entry's one-writer lock (a teacher's fine-tune too), and a smoke run is
 made under a lock of its own by the first worker that asks for it, while the other waits
