@@ -66,13 +66,16 @@ def shipped_speedups(teacher_torch: Callable[[Any], object], teacher_folder: Pat
     export in ``teacher_folder`` (the same runtime: the record's ``batchN`` and
     ``runtime``), against ``teacher_torch`` (the teacher in PyTorch fp32:
     ``vs_torch_fp32``), and its fp32 weights in PyTorch against ``teacher_torch``
-    (``structural``); both ONNX sessions at the process's torch thread count, so that
-    neither side gets more cores."""
+    (``structural``); both ONNX sessions at the protocol's one thread
+    (:data:`nas.timing.TIMING_THREADS`), as PyTorch is timed, whatever the process's own
+    thread count: sessions at the process's count (two on a 2-core machine) gave the
+    shipped graphs a second core against the teacher in PyTorch, and their idle threads
+    spun against each other between the interleaved calls."""
     from nas.runtime import load, load_fp32, runtime_name, timed_callable
+    from nas.timing import TIMING_THREADS
 
-    threads = torch.get_num_threads()
-    student = load(folder, runtime="onnx", threads=threads)
-    teacher = load(teacher_folder, runtime="onnx", threads=threads)
+    student = load(folder, runtime="onnx", threads=TIMING_THREADS)
+    teacher = load(teacher_folder, runtime="onnx", threads=TIMING_THREADS)
     runtime = runtime_name(student)
     shipped, teacher_onnx = timed_callable(student), timed_callable(teacher)
     cpu = {bs: {k: v.cpu() for k, v in b.items()} for bs, b in batches.items()}

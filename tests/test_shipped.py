@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from nas.cost import batch_for
@@ -45,8 +46,26 @@ def test_shipped_speedups_time_the_int8_graph_three_ways(tiny_teacher, tmp_path:
                     labels=["neg", "pos"])
     assert ships_onnx(student) and not ships_onnx(native)
     batches = {1: batch_for(space, 1, 12), 2: batch_for(space, 2, 12)}
-    with torch.no_grad():
-        timed = shipped_speedups(teacher, folder, student, batches, repeats=5, what="s")
+    import nas.runtime
+
+    sessions: list[int] = []
+    real_load = nas.runtime.load
+
+    def load(*args, **kwargs):
+        model = real_load(*args, **kwargs)
+        if kwargs.get("runtime") == "onnx":
+            sessions.append(model.network.get_session_options().intra_op_num_threads)
+        return model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a process at two threads: the sessions still get the one
+    try:
+        with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+            mp.setattr(nas.runtime, "load", load)
+            timed = shipped_speedups(teacher, folder, student, batches, repeats=5, what="s")
+    finally:
+        torch.set_num_threads(threads)
+    assert sessions == [1, 1] and timed["threads"] == 1
     assert timed["runtime"] == "onnx-int8"
     assert timed["vs_torch_fp32"]["runtime"] == "student onnx-int8, teacher torch-fp32"
     assert timed["structural"]["runtime"] == "torch-fp32"
