@@ -105,6 +105,28 @@ _QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS":
               "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
 
+#: Libraries that read their progress-bar variable of :data:`_QUIET_ENV` into module
+#: constants at import: package → (variable, the modules holding it).
+_FROZEN_AT_IMPORT = {
+    "huggingface_hub": ("HF_HUB_DISABLE_PROGRESS_BARS",
+                        ("huggingface_hub.constants", "huggingface_hub.utils.tqdm")),
+    "datasets": ("HF_DATASETS_DISABLE_PROGRESS_BARS", ("datasets.config", "datasets.utils.tqdm")),
+}
+
+
+def _unfreeze(variable: str, value: str | None, modules: Sequence[str]) -> None:
+    """A library imported during a quiet command froze our ``variable=1`` into module
+    constants: give them what the restored environment (``value``) implies, or every later
+    command in this process would be told bars cannot be enabled."""
+    import importlib
+
+    flag = None if value is None else value.upper() in ("1", "ON", "YES", "TRUE")
+    for name in modules:
+        module = importlib.import_module(name)
+        if hasattr(module, variable):
+            setattr(module, variable, flag)
+
+
 def _silence_libraries() -> Callable[[], None]:
     """transformers', huggingface_hub's and datasets' bars and reports off: directly for
     those already imported, through their environment variables for those the command
@@ -142,19 +164,9 @@ def _silence_libraries() -> Callable[[], None]:
             else:
                 os.environ[key] = value
         hub_off = bool(saved["HF_HUB_DISABLE_PROGRESS_BARS"])
-        if "huggingface_hub" in sys.modules and not before["huggingface_hub"]:
-            # imported during the command, it froze our HF_HUB_DISABLE_PROGRESS_BARS=1 into
-            # module constants: give them the value the restored environment implies, or
-            # every later command in this process would be told bars cannot be enabled
-            import importlib
-
-            hub_value = saved["HF_HUB_DISABLE_PROGRESS_BARS"]
-            flag = None if hub_value is None else \
-                hub_value.upper() in ("1", "ON", "YES", "TRUE")
-            for name in ("huggingface_hub.constants", "huggingface_hub.utils.tqdm"):
-                module = importlib.import_module(name)
-                if hasattr(module, "HF_HUB_DISABLE_PROGRESS_BARS"):
-                    module.HF_HUB_DISABLE_PROGRESS_BARS = flag  # type: ignore[attr-defined]  # hasattr above
+        for package, (variable, modules) in _FROZEN_AT_IMPORT.items():
+            if package in sys.modules and not before[package]:
+                _unfreeze(variable, saved[variable], modules)
         if "huggingface_hub" in sys.modules:
             from huggingface_hub.utils import enable_progress_bars
 
@@ -172,15 +184,6 @@ def _silence_libraries() -> Callable[[], None]:
         if "datasets" in sys.modules:
             import datasets
 
-            if not before["datasets"]:  # the same freeze as huggingface_hub's, above
-                import importlib
-
-                value = saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]
-                frozen = None if value is None else value.upper() in ("1", "ON", "YES", "TRUE")
-                for name in ("datasets.config", "datasets.utils.tqdm"):
-                    module = importlib.import_module(name)
-                    if hasattr(module, "HF_DATASETS_DISABLE_PROGRESS_BARS"):
-                        module.HF_DATASETS_DISABLE_PROGRESS_BARS = frozen  # type: ignore[attr-defined]  # hasattr above
             if states.get("datasets", not saved["HF_DATASETS_DISABLE_PROGRESS_BARS"]):
                 datasets.enable_progress_bars()
 
