@@ -884,6 +884,15 @@ class Recipe(Method, Generic[ConfigT]):
         started = time.time()
         options = replace(options, resume=self.resumes(config, options))
         ctx = self.prepared(config, options)
+        # the folder's lock ends with the run, not with the process: a notebook's
+        # ``nas.search`` must leave it free for `nas run --resume` or another worker
+        with ctx.run:
+            return self._stages_to_metrics(ctx, options, started)
+
+    def _stages_to_metrics(self, ctx: Any, options: RunOptions, started: float
+                           ) -> dict[str, Any]:
+        """The stages, the exports against the teacher, the evaluation and the run's
+        records, on a prepared context; returns the metrics it saved."""
         config, run = ctx.cfg, ctx.run
         metrics: dict[str, Any] = {}
         if getattr(ctx, "teacher", None) is not None:
@@ -993,7 +1002,11 @@ class Recipe(Method, Generic[ConfigT]):
         """The run opened and stages 1–2 done: the method's context (also for scripts
         and ``nas audit``, which go on with single stages)."""
         config, run = self.open(config, options, **snapshot_extra)
-        return self.context(config, run, options).prepare()
+        try:
+            return self.context(config, run, options).prepare()
+        except BaseException:
+            run.close()  # nothing holds the folder when preparing it failed
+            raise
 
     def snapshot(self, config: ConfigT) -> dict[str, Any]:
         return snapshot(self.name, config)

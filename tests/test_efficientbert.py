@@ -265,6 +265,9 @@ def test_smoke_run_searches_in_three_stages_retrains_reports_and_exports(smoke_r
     batch = native.encode(texts)
     assert np.allclose(np.asarray(native(batch)), np.asarray(onnx(batch)), atol=1e-4)
 
+    # the run let go of its folder when it ended, not when its process exits: another
+    # process (here maybe another test worker) may resume it now
+    assert not list(smoke_run.glob(".lock*"))
     # a resumed finished run redoes nothing
     log_lines = (smoke_run / "log.jsonl").read_text().splitlines()
     assert main(["run", str(SMOKE), "--run-dir", str(smoke_run), "--no-progress",
@@ -273,6 +276,7 @@ def test_smoke_run_searches_in_three_stages_retrains_reports_and_exports(smoke_r
            (smoke_run / "log.jsonl").read_text().splitlines()[len(log_lines):]]
     assert not {"stage1", "stage2", "stage3", "searched", "stage3_supernet"} & set(new)
     assert json.loads((smoke_run / "metrics.json").read_text())["searched"] == searched
+    assert not list(smoke_run.glob(".lock*"))
 
 
 @pytest.mark.slow
