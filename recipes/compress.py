@@ -297,8 +297,8 @@ class Compress(Search):
         from evaluators.audit import AuditParts
         from nas.latency import space_predictor
 
-        config, run = self.open(config, options, audit=True)  # type: ignore[assignment]  # open() returns the base config type
-        ctx = self.context(config, run, options).prepare()
+        ctx = self.prepared(config, options, audit=True)
+        run = ctx.run
         assert isinstance(ctx, CompressContext)  # noqa: S101 (this method's context)
         cfg = ctx.cfg
         val = list(ctx.batches(ctx.search_val, ctx.eval_batch_size))

@@ -642,8 +642,8 @@ class EfficientBert(Recipe[EfficientBertConfig]):
         stand-alone full-KD retrain, candidates drawn within the budget."""
         from evaluators.audit import AuditParts
 
-        config, run = self.open(config, options, audit=True)
-        ctx = EfficientBertContext(config, run, options).prepare()
+        ctx = self.prepared(config, options, audit=True)
+        config, run = ctx.cfg, ctx.run
         warm = self.warmup(ctx)
         arms = {"warm-up": ctx.proxy_evaluator(warm, inherit=True, record_curve=True),
                 "no warm-up": ctx.proxy_evaluator(warm, inherit=False, record_curve=True)}
